@@ -1,0 +1,125 @@
+"""The one schema of the journal: owners, locators and the event records (msgspec tagged structs).
+
+Events are encoded as msgpack arrays whose first element is the tag, so a
+frame costs a few bytes per group. Adding a field at the end with a default is
+a compatible change; anything else bumps `FORMAT_VERSION` in `format.py`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Union
+
+import msgspec
+
+
+class Owner(enum.IntEnum):
+    """Where a group lives. Rows never taken are the dataloader's and have no owner here."""
+
+    RESERVED = 1
+    ADMITTED = 2
+    REPLAY = 3
+    SPARE = 4
+    TRAINED = 5
+    DROPPED = 6
+
+    @property
+    def live(self) -> bool:
+        return self in LIVE_OWNERS
+
+
+LIVE_OWNERS = frozenset({Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE})
+
+
+class GroupRef(msgspec.Struct, frozen=True):
+    """How to find a prompt again without storing it (the argument of `Journal.taken`)."""
+
+    idx: int
+    task_name: str | None = None
+    epoch: int | None = None
+    fingerprint: bytes | None = None
+    group_id: int | None = None
+
+
+class TakenGroup(msgspec.Struct, array_like=True, frozen=True):
+    """A locator with the group id the journal allocated for it."""
+
+    group_id: int
+    idx: int
+    task_name: str | None = None
+    epoch: int | None = None
+    fingerprint: bytes | None = None
+
+
+class PackedLoaderState(msgspec.Struct, array_like=True, frozen=True):
+    """A loader `state_dict()` packed by `loader_state.pack`: a msgpack tree plus the
+    digests of the large leaves it references (stored once per segment as blobs)."""
+
+    tree: bytes
+    refs: list[bytes] = []
+
+
+class Taken(msgspec.Struct, tag="taken", array_like=True, frozen=True):
+    groups: list[TakenGroup]
+    loader_state: PackedLoaderState | None = None
+
+
+class Diverted(msgspec.Struct, tag="diverted", array_like=True, frozen=True):
+    groups: list[int]
+
+
+class Admitted(msgspec.Struct, tag="admitted", array_like=True, frozen=True):
+    groups: list[int]
+    target_step: int
+    policy_version: int | None = None
+    replaces: int | None = None
+
+
+class Finished(msgspec.Struct, tag="finished", array_like=True, frozen=True):
+    groups: list[int]
+    policy_version: int | None = None
+    locators: list[str] | None = None
+
+
+class Trained(msgspec.Struct, tag="trained", array_like=True, frozen=True):
+    groups: list[int]
+    step: int
+
+
+class Discarded(msgspec.Struct, tag="discarded", array_like=True, frozen=True):
+    groups: list[int]
+    reason: str
+
+
+class CheckpointBegun(msgspec.Struct, tag="checkpoint_begun", array_like=True, frozen=True):
+    step: int
+
+
+class CheckpointCommitted(msgspec.Struct, tag="checkpoint_committed", array_like=True, frozen=True):
+    step: int
+
+
+Event = Union[Taken, Diverted, Admitted, Finished, Trained, Discarded, CheckpointBegun,
+              CheckpointCommitted]
+
+EVENT_KINDS = ("taken", "diverted", "admitted", "finished", "trained", "discarded",
+               "checkpoint_begun", "checkpoint_committed")
+
+
+class Blob(msgspec.Struct, array_like=True, frozen=True):
+    """A large loader-state leaf, written the first time a segment references it."""
+
+    digest: bytes
+    data: bytes
+
+
+class Commit(msgspec.Struct, array_like=True, frozen=True):
+    """One atomic unit: all its events are durable, or none."""
+
+    lsn: int
+    events: list[Event]
+    blobs: list[Blob] = []
+
+
+commit_encoder = msgspec.msgpack.Encoder()
+commit_decoder = msgspec.msgpack.Decoder(Commit)

@@ -1,0 +1,334 @@
+"""The fold: the one function that turns commits into ownership state.
+
+The writer runs it before a commit is written (an illegal transition raises and
+nothing is written), and every reader (open, compaction, restore, inspection)
+runs the same code over what is on disk, so the ownership rules are enforced
+twice by construction. `apply` is atomic: either the whole commit is folded or
+the state is left exactly as it was and `OwnershipError` is raised.
+
+Memory: live groups keep their full record; a group that reached a terminal
+owner (TRAINED, DROPPED) costs one byte in `TerminalOwners`, so folding a
+history of millions of events needs memory for the live set, not the history.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Mapping
+
+from .errors import JournalCorrupt, OwnershipError
+from .events import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted,
+                     Finished, Owner, PackedLoaderState, Taken, Trained)
+from . import loader_state as _loader_state
+
+_DENSE_GAP = 1 << 20  # group ids further than this past the dense table go to a dict
+
+
+class Group:
+    """The record of a live group: its locator and what the last transitions said."""
+
+    __slots__ = ("group_id", "idx", "task_name", "epoch", "fingerprint", "owner",
+                 "target_step", "policy_version", "locator", "replaces")
+
+    def __init__(self, group_id: int, idx: int, task_name: str | None, epoch: int | None,
+                 fingerprint: bytes | None, owner: Owner, target_step: int | None = None,
+                 policy_version: int | None = None, locator: str | None = None,
+                 replaces: int | None = None):
+        self.group_id = group_id
+        self.idx = idx
+        self.task_name = task_name
+        self.epoch = epoch
+        self.fingerprint = fingerprint
+        self.owner = owner
+        self.target_step = target_step
+        self.policy_version = policy_version
+        self.locator = locator
+        self.replaces = replaces
+
+    def copy(self) -> "Group":
+        return Group(self.group_id, self.idx, self.task_name, self.epoch, self.fingerprint,
+                     self.owner, self.target_step, self.policy_version, self.locator, self.replaces)
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Group) and all(
+            getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    def __repr__(self) -> str:
+        return f"Group({self.group_id}, idx={self.idx}, owner={self.owner.name})"
+
+
+class TerminalOwners:
+    """Owner codes of groups that left the live set: a byte per group id, a dict for outliers."""
+
+    __slots__ = ("codes", "sparse")
+
+    def __init__(self) -> None:
+        self.codes = bytearray()
+        self.sparse: dict[int, int] = {}
+
+    def get(self, gid: int) -> Owner | None:
+        if gid < len(self.codes):
+            code = self.codes[gid]
+            return Owner(code) if code else None
+        code = self.sparse.get(gid)
+        return Owner(code) if code else None
+
+    def set(self, gid: int, owner: int) -> None:
+        n = len(self.codes)
+        if gid < n:
+            self.codes[gid] = owner
+        elif gid < n + _DENSE_GAP:
+            self.codes.extend(bytes(gid - n + 1 + (n >> 1)))
+            self.codes[gid] = owner
+        else:
+            self.sparse[gid] = owner
+
+    def clear(self, gid: int) -> None:
+        if gid < len(self.codes):
+            self.codes[gid] = 0
+        else:
+            self.sparse.pop(gid, None)
+
+    def copy(self) -> "TerminalOwners":
+        t = TerminalOwners()
+        t.codes = bytearray(self.codes)
+        t.sparse = dict(self.sparse)
+        return t
+
+
+class LoaderState:
+    """The latest loader state: packed bytes plus the blobs they reference; decoded on demand."""
+
+    __slots__ = ("packed", "blobs")
+
+    def __init__(self, packed: PackedLoaderState, blobs: Mapping[bytes, bytes]):
+        self.packed = packed
+        self.blobs = dict(blobs)
+
+    def decode(self):
+        return _loader_state.unpack(self.packed, self.blobs)
+
+
+class State:
+    """Ownership state after folding commits 1..lsn of one history."""
+
+    __slots__ = ("lsn", "chain", "live", "terminal", "counts", "next_group_id", "loader",
+                 "pending_checkpoints", "committed_checkpoints")
+
+    def __init__(self) -> None:
+        self.lsn = 0
+        self.chain = 0
+        self.live: dict[int, Group] = {}
+        self.terminal = TerminalOwners()
+        self.counts = [0] * 7  # indexed by Owner
+        self.next_group_id = 0
+        self.loader: LoaderState | None = None
+        self.pending_checkpoints: dict[int, int] = {}    # step -> checkpoint_begun LSN
+        self.committed_checkpoints: dict[int, int] = {}  # step -> checkpoint_begun LSN
+
+    def owner_of(self, gid: int) -> Owner | None:
+        g = self.live.get(gid)
+        return g.owner if g is not None else self.terminal.get(gid)
+
+    def owner_counts(self) -> dict[Owner, int]:
+        return {o: self.counts[o] for o in Owner}
+
+    def groups(self, owner: Owner | None = None) -> list[Group]:
+        """Live groups (all, or of one owner), ordered by group id."""
+        gs = [g for g in self.live.values() if owner is None or g.owner == owner]
+        gs.sort(key=lambda g: g.group_id)
+        return gs
+
+    def latest_committed_checkpoint(self) -> tuple[int, int] | None:
+        """(step, checkpoint_begun LSN) of the newest committed checkpoint, or None."""
+        if not self.committed_checkpoints:
+            return None
+        step, lsn = max(self.committed_checkpoints.items(), key=lambda kv: kv[1])
+        return step, lsn
+
+    def copy(self) -> "State":
+        s = State()
+        s.lsn, s.chain, s.next_group_id, s.loader = self.lsn, self.chain, self.next_group_id, self.loader
+        s.live = {gid: g.copy() for gid, g in self.live.items()}
+        s.terminal = self.terminal.copy()
+        s.counts = list(self.counts)
+        s.pending_checkpoints = dict(self.pending_checkpoints)
+        s.committed_checkpoints = dict(self.committed_checkpoints)
+        return s
+
+    def same_as(self, other: "State") -> bool:
+        """Equal ownership (live records, terminal owners, counts, ids, checkpoints, LSN)."""
+        return (self.lsn == other.lsn and self.live == other.live and self.counts == other.counts
+                and self.next_group_id == other.next_group_id
+                and self.pending_checkpoints == other.pending_checkpoints
+                and self.committed_checkpoints == other.committed_checkpoints
+                and self.terminal.codes.rstrip(b"\0") == other.terminal.codes.rstrip(b"\0")
+                and self.terminal.sparse == other.terminal.sparse)
+
+
+class Undo:
+    """What one `apply` changed, so a commit that was not made durable can be taken back."""
+
+    __slots__ = ("records", "scalars")
+
+    def __init__(self, state: State):
+        self.records: list[tuple[int, Group | None, int]] = []  # gid, old live record, old terminal code
+        self.scalars = (state.lsn, state.chain, state.next_group_id, state.loader, list(state.counts),
+                        dict(state.pending_checkpoints), dict(state.committed_checkpoints))
+
+    def revert(self, state: State) -> None:
+        for gid, old, term in reversed(self.records):
+            if old is None:
+                state.live.pop(gid, None)
+            else:
+                state.live[gid] = old
+            if term:
+                state.terminal.set(gid, term)
+            else:
+                state.terminal.clear(gid)
+        (state.lsn, state.chain, state.next_group_id, state.loader, state.counts,
+         state.pending_checkpoints, state.committed_checkpoints) = self.scalars
+
+
+def _event_name(event) -> str:
+    return type(event).__struct_config__.tag
+
+
+def apply(state: State, commit: Commit, *, chain: int = 0,
+          blobs: Mapping[bytes, bytes] | None = None) -> Undo:
+    """Fold `commit` into `state` atomically; returns the undo record.
+
+    `chain` is the chain checksum after this commit (see `format.py`); `blobs`
+    resolves the loader-state blobs a `taken` references. Raises
+    `OwnershipError` (state unchanged) on an illegal transition and
+    `JournalCorrupt` when the LSN does not follow or a blob is missing.
+    """
+    lsn = commit.lsn
+    if lsn != state.lsn + 1:
+        raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
+    undo = Undo(state)
+    try:
+        for event in commit.events:
+            _apply_event(state, event, lsn, undo, blobs)
+    except BaseException:
+        undo.revert(state)
+        raise
+    state.lsn = lsn
+    state.chain = chain
+    return undo
+
+
+def _move(state: State, event, lsn: int, undo: Undo, allowed: frozenset, to: Owner) -> Iterator[Group]:
+    """Move every group of `event` from one of `allowed` to `to`; yields the new records."""
+    gids = event.groups
+    if len(set(gids)) != len(gids):
+        dup = next(g for g in gids if gids.count(g) > 1)
+        raise OwnershipError(f"LSN {lsn}: event {_event_name(event)} names group {dup} twice",
+                             group_id=dup, lsn=lsn)
+    live, counts, records = state.live, state.counts, undo.records
+    terminal_to = to in (Owner.TRAINED, Owner.DROPPED)
+    for gid in gids:
+        g = live.get(gid)
+        if g is None or g.owner not in allowed:
+            cur = g.owner.name if g is not None else (
+                state.terminal.get(gid).name if state.terminal.get(gid) else "none (never taken)")
+            want = "/".join(sorted(o.name for o in allowed))
+            raise OwnershipError(
+                f"LSN {lsn}: {_event_name(event)} of group {gid} requires owner {want}, "
+                f"but its owner is {cur}", group_id=gid, lsn=lsn)
+        records.append((gid, g, 0))
+        counts[g.owner] -= 1
+        counts[to] += 1
+        if terminal_to:
+            del live[gid]
+            state.terminal.set(gid, to)
+            yield g
+        else:
+            new = g.copy()
+            new.owner = to
+            live[gid] = new
+            yield new
+
+
+_RESERVED = frozenset({Owner.RESERVED})
+_RESERVED_OR_SPARE = frozenset({Owner.RESERVED, Owner.SPARE})
+_ADMITTED = frozenset({Owner.ADMITTED})
+_REPLAY = frozenset({Owner.REPLAY})
+_LIVE = frozenset({Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE})
+
+
+def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    kind = type(event)
+    if kind is Taken:
+        for tg in event.groups:
+            gid = tg.group_id
+            if gid < state.next_group_id:
+                raise OwnershipError(
+                    f"LSN {lsn}: taken allocates group {gid}, but ids below {state.next_group_id} "
+                    "are already used (a group is taken once in the whole history)",
+                    group_id=gid, lsn=lsn)
+            undo.records.append((gid, None, 0))
+            state.live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, Owner.RESERVED)
+            state.counts[Owner.RESERVED] += 1
+            state.next_group_id = gid + 1
+        if event.loader_state is not None:
+            packed = event.loader_state
+            table = blobs or {}
+            missing = [d for d in packed.refs if d not in table]
+            if missing:
+                raise JournalCorrupt(
+                    f"LSN {lsn}: taken references loader-state blob {missing[0].hex()} that is not "
+                    "stored in its segment", lsn=lsn)
+            state.loader = LoaderState(packed, {d: table[d] for d in packed.refs})
+    elif kind is Admitted:
+        if event.replaces is not None and not (0 <= event.replaces < state.next_group_id):
+            raise OwnershipError(f"LSN {lsn}: admitted replaces group {event.replaces}, "
+                                 "which was never taken", group_id=event.replaces, lsn=lsn)
+        for g in _move(state, event, lsn, undo, _RESERVED_OR_SPARE, Owner.ADMITTED):
+            g.target_step = event.target_step
+            g.policy_version = event.policy_version
+            g.replaces = event.replaces
+    elif kind is Finished:
+        locators = event.locators
+        if locators is not None and len(locators) != len(event.groups):
+            raise OwnershipError(f"LSN {lsn}: finished has {len(event.groups)} groups but "
+                                 f"{len(locators)} locators", lsn=lsn)
+        for i, g in enumerate(_move(state, event, lsn, undo, _ADMITTED, Owner.REPLAY)):
+            if event.policy_version is not None:
+                g.policy_version = event.policy_version
+            g.locator = locators[i] if locators is not None else None
+    elif kind is Trained:
+        for _ in _move(state, event, lsn, undo, _REPLAY, Owner.TRAINED):
+            pass
+    elif kind is Discarded:
+        for _ in _move(state, event, lsn, undo, _LIVE, Owner.DROPPED):
+            pass
+    elif kind is Diverted:
+        for _ in _move(state, event, lsn, undo, _RESERVED, Owner.SPARE):
+            pass
+    elif kind is CheckpointBegun:
+        if event.step in state.committed_checkpoints:
+            raise OwnershipError(f"LSN {lsn}: checkpoint_begun(step={event.step}) but step "
+                                 f"{event.step} is already committed on this history", lsn=lsn)
+        state.pending_checkpoints[event.step] = lsn
+    elif kind is CheckpointCommitted:
+        begun = state.pending_checkpoints.pop(event.step, None)
+        if begun is None:
+            raise OwnershipError(f"LSN {lsn}: checkpoint_committed(step={event.step}) without a "
+                                 "pending checkpoint_begun for that step", lsn=lsn)
+        state.committed_checkpoints[event.step] = begun
+    else:  # pragma: no cover - the decoder only produces the union's types
+        raise JournalCorrupt(f"LSN {lsn}: unknown event {event!r}", lsn=lsn)
+
+
+def fold(commits: Iterable[Commit], state: State | None = None) -> State:
+    """Fold commits (each `lsn` following the last) into a new or given state.
+
+    For commits without loader-state blobs (tests, models); readers use `apply`
+    with the chain and blob table of each frame."""
+    state = State() if state is None else state
+    for c in commits:
+        apply(state, c, blobs={b.digest: b.data for b in c.blobs})
+    return state

@@ -1,0 +1,122 @@
+"""Byte layout of segment files and frames (see the package docstring for the prose).
+
+Everything here is pure: bytes in, values out. Reading files and deciding what
+a bad frame means (torn tail or corruption) is `reader.py`'s job.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from typing import NamedTuple
+
+MAGIC = b"OWNJRNL1"
+FORMAT_VERSION = 1
+HEADER_SIZE = 64
+FRAME_HEADER_SIZE = 12
+RECORD_PREFIX_SIZE = 4
+MAX_FRAME_BYTES = 1 << 30  # a frame length above this is damage, never an allocation
+
+# magic, version, run_id, timeline, parent_timeline, first_lsn, chain_seed, reserved
+_HEADER = struct.Struct("<8sI16sIIQI12x")
+_HEADER_CRC = struct.Struct("<I")
+_FRAME = struct.Struct("<III")  # payload length, crc32(payload), chain after the frame's last commit
+_U32 = struct.Struct("<I")
+
+SEGMENT_SUFFIX = ".wal"
+ARCHIVE_SUFFIX = ".wal.zst"
+_SEGMENT_NAME = re.compile(r"^(\d{8})-(\d{20})\.wal(\.zst)?$")
+
+
+class SegmentHeader(NamedTuple):
+    run_id: bytes
+    timeline: int
+    parent_timeline: int
+    first_lsn: int
+    chain_seed: int
+
+
+class HeaderError(ValueError):
+    pass
+
+
+def encode_header(h: SegmentHeader) -> bytes:
+    body = _HEADER.pack(MAGIC, FORMAT_VERSION, h.run_id, h.timeline, h.parent_timeline,
+                        h.first_lsn, h.chain_seed)
+    return body + _HEADER_CRC.pack(zlib.crc32(body))
+
+
+def decode_header(data: bytes) -> SegmentHeader:
+    if len(data) < HEADER_SIZE:
+        raise HeaderError(f"header is {len(data)} bytes, expected {HEADER_SIZE}")
+    body = data[:HEADER_SIZE - 4]
+    (crc,) = _HEADER_CRC.unpack_from(data, HEADER_SIZE - 4)
+    magic, version, run_id, timeline, parent, first_lsn, seed = _HEADER.unpack(body)
+    if magic != MAGIC:
+        raise HeaderError(f"bad magic {magic!r}")
+    if zlib.crc32(body) != crc:
+        raise HeaderError("header checksum mismatch")
+    if version != FORMAT_VERSION:
+        raise HeaderError(f"format version {version} is not supported (this code reads {FORMAT_VERSION})")
+    return SegmentHeader(run_id, timeline, parent, first_lsn, seed)
+
+
+def chain_next(chain: int, record: bytes) -> int:
+    """Chain checksum after one commit record: CRC-32 over (length, bytes), seeded by the last one."""
+    return zlib.crc32(record, zlib.crc32(_U32.pack(len(record)), chain))
+
+
+def encode_frame(records: list[bytes], chain_before: int) -> tuple[bytes, list[int]]:
+    """One frame holding `records` (encoded commits); returns the bytes and the chain after each."""
+    parts = []
+    chains = []
+    chain = chain_before
+    for r in records:
+        parts.append(_U32.pack(len(r)))
+        parts.append(r)
+        chain = chain_next(chain, r)
+        chains.append(chain)
+    payload = b"".join(parts)
+    return _FRAME.pack(len(payload), zlib.crc32(payload), chain) + payload, chains
+
+
+class FrameHeader(NamedTuple):
+    length: int
+    crc: int
+    chain: int
+
+
+def decode_frame_header(data, offset: int) -> FrameHeader:
+    return FrameHeader(*_FRAME.unpack_from(data, offset))
+
+
+def split_records(payload) -> list[memoryview]:
+    """The commit records of a frame payload whose crc already verified; ValueError if malformed."""
+    out = []
+    pos, end = 0, len(payload)
+    mv = memoryview(payload)
+    while pos < end:
+        if end - pos < RECORD_PREFIX_SIZE:
+            raise ValueError(f"record prefix cut at payload offset {pos}")
+        (n,) = _U32.unpack_from(mv, pos)
+        pos += RECORD_PREFIX_SIZE
+        if n == 0 or n > end - pos:
+            raise ValueError(f"record length {n} at payload offset {pos - 4} exceeds the frame")
+        out.append(mv[pos:pos + n])
+        pos += n
+    if not out:
+        raise ValueError("empty frame")
+    return out
+
+
+def segment_name(timeline: int, first_lsn: int) -> str:
+    return f"{timeline:08d}-{first_lsn:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> tuple[int, int, bool] | None:
+    """(timeline, first_lsn, archived) for a segment file name, None for any other file."""
+    m = _SEGMENT_NAME.match(name)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), m.group(3) is not None

@@ -1,0 +1,587 @@
+"""The writer: `Journal`, the one process that appends to a journal directory.
+
+A commit runs in two halves. Under the journal's lock it is checked and folded
+into the in-memory state (an illegal transition raises here and nothing is
+queued), given the next LSN and encoded. Then one thread, the leader, takes
+every queued commit, writes them as one frame and fsyncs once; the other
+committers wait for it (group commit). If the write or the fsync fails, the
+queued commits are taken back out of the state, the journal fails (fail-stop)
+and every later call raises `JournalFailed`: the bytes on disk are unknown,
+and retrying an fsync that failed can report success for lost data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import secrets
+import threading
+import time
+from typing import Any, Iterable, Sequence
+
+from . import format as fmt
+from . import loader_state as _loader_state
+from .errors import JournalClosed, JournalError, JournalFailed, JournalLocked, OwnershipError
+from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
+                     Diverted, Finished, GroupRef, Owner, Taken, TakenGroup, Trained, commit_encoder)
+from .fold import Group, State, Undo, apply
+from .reader import Reader
+from .vfs import DEFAULT_FS, OsFileSystem
+
+SYNC_MODES = ("always", "batch", "none")
+DEFAULT_SEGMENT_BYTES = 64 << 20
+LOCK_NAME = "LOCK"
+TORN_DIR = "torn"
+
+
+class _SegmentPlan:
+    """A segment as the committers see it: where commits are headed, before any byte is written."""
+
+    __slots__ = ("header", "path", "size", "blobs", "file")
+
+    def __init__(self, header: fmt.SegmentHeader, path: str, size: int, blobs: set[bytes], file=None):
+        self.header = header
+        self.path = path
+        self.size = size      # bytes planned into it (written or queued)
+        self.blobs = blobs    # blob digests stored in it (written or queued)
+        self.file = file      # open File once it exists on disk
+
+
+class _Pending:
+    __slots__ = ("segment", "record", "lsn", "undo", "chain_before")
+
+    def __init__(self, segment: _SegmentPlan, record: bytes, lsn: int, undo: Undo, chain_before: int):
+        self.segment, self.record, self.lsn, self.undo = segment, record, lsn, undo
+        self.chain_before = chain_before
+
+
+def _acquire_lock(path: str, fs: OsFileSystem) -> int:
+    lock_path = os.path.join(path, LOCK_NAME)
+    if not os.path.exists(lock_path):
+        try:
+            fs.write_file(lock_path, b"")
+        except FileExistsError:
+            pass
+    fd = os.open(lock_path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise JournalLocked(f"journal {path!r} is open for writing by another process "
+                            f"(lock held on {lock_path})") from None
+    return fd
+
+
+class Journal:
+    """An open journal (single writer). See the package docstring for the format and guarantees."""
+
+    def __init__(self) -> None:  # use Journal.open
+        raise TypeError("use Journal.open(path, ...)")
+
+    # -- opening -------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str, *, sync: str = "always", sync_interval: float = 0.05,
+             segment_bytes: int = DEFAULT_SEGMENT_BYTES, resume: Any = None,
+             fs: OsFileSystem | None = None) -> "Journal":
+        """Open (creating if missing) the journal at `path` for writing.
+
+        A torn tail of the last segment is copied to `torn/` and cut off.
+        `resume` is a `replay.RecoveredState` (or a `journal.State`): the
+        history continues at its LSN on a new branch; see `replay.restore`.
+        """
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
+        if segment_bytes < 4096:
+            raise ValueError(f"segment_bytes must be at least 4096, not {segment_bytes}")
+        fs = fs or DEFAULT_FS
+        self = object.__new__(cls)
+        self.path = os.path.abspath(path)
+        self.fs = fs
+        self.sync = sync
+        self.sync_interval = sync_interval
+        self.segment_bytes = segment_bytes
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._pending: list[_Pending] = []
+        self._flushing = False
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._dirty = False
+        self._syncer: threading.Thread | None = None
+        fs.makedirs(self.path)
+        self._lock_fd = _acquire_lock(self.path, fs)
+        try:
+            self._recover(resume)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        if sync == "batch":
+            self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
+            self._syncer.start()
+        return self
+
+    def _recover(self, resume: Any) -> None:
+        reader = Reader(self.path, "strict")
+        self._repair_torn(reader)
+        lineage = reader.lineage() if reader.timelines else []
+        state = State()
+        last_blobs: dict = {}
+        for rec in reader.records():
+            apply(state, rec.commit, chain=rec.chain, blobs=rec.blobs)
+            last_blobs = rec.blobs
+        # ids are never reused, not even those allocated on a dead tail
+        top_gid = reader.max_group_id() if len(reader.timelines) > 1 else state.next_group_id - 1
+        self.run_id = reader.run_id or secrets.token_bytes(16)
+        self.timeline = lineage[-1].timeline if lineage else 1
+        segment = None
+        if resume is not None:
+            rstate = getattr(resume, "fold_state", resume)
+            if not isinstance(rstate, State):
+                raise TypeError("resume= takes a replay.RecoveredState or a journal.State")
+            at = state if rstate.lsn >= state.lsn else reader.fold(stop_lsn=rstate.lsn)
+            if at.lsn != rstate.lsn or at.chain != rstate.chain:
+                raise JournalError(
+                    f"resume point (LSN {rstate.lsn}, chain {rstate.chain:#010x}) does not match "
+                    f"journal {self.path} (LSN {at.lsn}, chain {at.chain:#010x} there): "
+                    "the state comes from another run or branch")
+            if rstate.lsn < state.lsn:  # the rest of the active history becomes a dead tail
+                parent = self.timeline
+                self.timeline = max(reader.timelines) + 1
+                segment = self._create_segment(fmt.SegmentHeader(
+                    self.run_id, self.timeline, parent, rstate.lsn + 1, rstate.chain))
+            state = rstate.copy()
+        if segment is None:
+            if lineage:
+                last = lineage[-1].segments[-1]
+                f = self.fs.open_append(last.path)
+                segment = _SegmentPlan(last.header, last.path, f.offset, set(last_blobs), f)
+            else:
+                segment = self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0))
+        state.next_group_id = max(state.next_group_id, top_gid + 1)
+        self._state = state
+        self._segment = self._disk_segment = segment
+        self._durable_lsn = state.lsn
+        if resume is not None and not isinstance(resume, State):
+            self._reconcile(resume)
+
+    def _repair_torn(self, reader: Reader) -> None:
+        """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes)."""
+        for torn in reader.torn.values():
+            seg = torn.segment
+            if seg.archived:
+                continue
+            with open(seg.path, "rb") as f:
+                f.seek(torn.offset)
+                tail = f.read()
+            torn_dir = os.path.join(self.path, TORN_DIR)
+            self.fs.makedirs(torn_dir)
+            aside = os.path.join(torn_dir, f"{seg.name}.{torn.offset}.{int(time.time() * 1e6)}")
+            self.fs.write_file(aside, tail)
+            if torn.offset == 0:
+                self.fs.unlink(seg.path)
+                self.fs.fsync_dir(self.path)
+                reader.segments.remove(seg)
+                tl = reader.timelines[seg.timeline]
+                tl.segments.remove(seg)
+                if not tl.segments:
+                    del reader.timelines[seg.timeline]
+            else:
+                f = self.fs.open_append(seg.path)
+                try:
+                    f.truncate(torn.offset)
+                    f.sync()
+                finally:
+                    f.close()
+                seg.size = torn.offset
+        reader.torn.clear()
+
+    def _create_segment(self, header: fmt.SegmentHeader) -> _SegmentPlan:
+        path = os.path.join(self.path, fmt.segment_name(header.timeline, header.first_lsn))
+        f = self.fs.create(path)
+        try:
+            f.write(fmt.encode_header(header))
+            f.sync()
+            self.fs.fsync_dir(self.path)
+        except BaseException:
+            f.close()
+            raise
+        return _SegmentPlan(header, path, fmt.HEADER_SIZE, set(), f)
+
+    def _reconcile(self, resume: Any) -> None:
+        """First commit of a resumed history: make the journal say what the trainer was handed.
+
+        Re-marks the restored checkpoint as committed (its marker is on the dead
+        tail), records salvaged groups as finished, and moves demoted groups
+        (rows lost from the data plane) to fresh group ids admitted for
+        regeneration; the old ids are dropped. `resume`'s groups are updated."""
+        events: list = []
+        step = getattr(resume, "step", None)
+        if step is not None and step in self._state.pending_checkpoints:
+            events.append(CheckpointCommitted(step))
+        for g in getattr(resume, "salvaged", ()):
+            events.append(Finished([g.group_id], g.policy_version,
+                                   [g.locator] if g.locator is not None else None))
+        demoted = list(getattr(resume, "demoted", ()))
+        if not events and not demoted:
+            return
+        with self.transaction() as tx:
+            tx._events.extend(events)
+            for g in demoted:
+                tx.discarded([g.group_id], reason="rows_lost_on_restore")
+                (new,) = tx.taken([GroupRef(g.idx, g.task_name, g.epoch, g.fingerprint)])
+                tx.admitted([new], target_step=g.target_step, policy_version=g.policy_version,
+                            replaces=g.group_id)
+                g.replaces, g.group_id = g.group_id, new
+
+    # -- state (read-only) -------------------------------------------------------------
+
+    @property
+    def lsn(self) -> int:
+        """LSN of the last commit (acknowledged or being made durable by another thread)."""
+        return self._state.lsn
+
+    def owner_of(self, group_id: int) -> Owner | None:
+        with self._lock:
+            self._check_usable()
+            return self._state.owner_of(group_id)
+
+    def counts(self) -> dict[Owner, int]:
+        with self._lock:
+            self._check_usable()
+            return self._state.owner_counts()
+
+    def groups(self, owner: Owner | None = None) -> list[Group]:
+        """Copies of the live groups (of one owner), ordered by group id."""
+        with self._lock:
+            self._check_usable()
+            return [g.copy() for g in self._state.groups(owner)]
+
+    def state_copy(self) -> State:
+        """A copy of the durable state: waits for queued commits, blocks appends only for the copy."""
+        with self._cond:
+            while (self._pending or self._flushing) and self._failed is None:
+                self._cond.wait()
+            self._check_usable()
+            return self._state.copy()
+
+    def loader_state(self) -> Any:
+        with self._lock:
+            self._check_usable()
+            return self._state.loader.decode() if self._state.loader else None
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None) -> list[int]:
+        """Record that the loader handed out `refs`; returns the allocated group ids."""
+        with self.transaction() as tx:
+            gids = tx.taken(refs, loader_state=loader_state)
+        return gids
+
+    def diverted(self, group_ids: Iterable[int]) -> int:
+        return self._commit([Diverted(list(group_ids))])
+
+    def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
+                 replaces: int | None = None) -> int:
+        return self._commit([Admitted(list(group_ids), target_step, policy_version, replaces)])
+
+    def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
+                 locators: Sequence[str] | None = None) -> int:
+        return self._commit([Finished(list(group_ids), policy_version,
+                                      list(locators) if locators is not None else None)])
+
+    def trained(self, group_ids: Iterable[int], *, step: int) -> int:
+        return self._commit([Trained(list(group_ids), step)])
+
+    def discarded(self, group_ids: Iterable[int], *, reason: str) -> int:
+        return self._commit([Discarded(list(group_ids), reason)])
+
+    def begin_checkpoint(self, *, step: int) -> int:
+        """Mark that the state at the returned LSN is what the step-`step` checkpoint captures."""
+        return self._commit([CheckpointBegun(step)])
+
+    def commit_checkpoint(self, *, step: int) -> int:
+        """Mark the step-`step` checkpoint durable (call once the trainer's files are fsynced)."""
+        return self._commit([CheckpointCommitted(step)])
+
+    def transaction(self) -> "Transaction":
+        """Collect several transitions into one atomic commit (`with j.transaction() as tx:`)."""
+        return Transaction(self)
+
+    # -- commit pipeline -------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise JournalFailed(f"journal {self.path} failed earlier ({self._failed!r}) and refuses "
+                                "every call; reopen it to see what is on disk") from None
+        if self._closed:
+            raise JournalClosed(f"journal {self.path} is closed")
+
+    def _commit(self, events: list, blobs: dict[bytes, bytes] | None = None) -> int:
+        with self._cond:
+            self._check_usable()
+            pending = self._enqueue(events, blobs or {})
+            return self._wait(pending.lsn)
+
+    def _enqueue(self, events: list, blobs: dict[bytes, bytes]) -> _Pending:
+        state = self._state
+        lsn = state.lsn + 1
+        seg = self._segment
+        refs = [d for ev in events if type(ev) is Taken and ev.loader_state is not None
+                for d in ev.loader_state.refs]
+        record = self._encode(lsn, events, refs, blobs, seg)
+        if seg.size + fmt.FRAME_HEADER_SIZE + 4 + len(record) > self.segment_bytes and seg.size > fmt.HEADER_SIZE:
+            header = fmt.SegmentHeader(self.run_id, self.timeline, seg.header.parent_timeline, lsn, state.chain)
+            seg = _SegmentPlan(header, os.path.join(self.path, fmt.segment_name(self.timeline, lsn)),
+                               fmt.HEADER_SIZE, set())
+            record = self._encode(lsn, events, refs, blobs, seg)
+        chain_before = state.chain
+        chain = fmt.chain_next(chain_before, record)
+        table = {d: blobs[d] for d in refs} if refs else None
+        undo = apply(state, Commit(lsn, events), chain=chain, blobs=table)
+        seg.blobs.update(refs)
+        seg.size += fmt.FRAME_HEADER_SIZE + 4 + len(record)
+        self._segment = seg
+        p = _Pending(seg, record, lsn, undo, chain_before)
+        self._pending.append(p)
+        return p
+
+    @staticmethod
+    def _encode(lsn: int, events: list, refs: list[bytes], blobs: dict[bytes, bytes], seg: _SegmentPlan) -> bytes:
+        new = [Blob(d, blobs[d]) for d in dict.fromkeys(refs) if d not in seg.blobs]
+        return commit_encoder.encode(Commit(lsn, events, new))
+
+    def _wait(self, lsn: int) -> int:
+        while True:
+            if self._failed is not None:
+                self._check_usable()
+            if self._durable_lsn >= lsn:
+                return lsn
+            if self._flushing:
+                self._cond.wait()
+                continue
+            self._flushing = True
+            batch, self._pending = self._pending, []
+            self._cond.release()
+            error = None
+            try:
+                self._write_batch(batch)
+            except BaseException as exc:  # fail-stop on anything, including KeyboardInterrupt
+                error = exc
+            finally:
+                self._cond.acquire()
+            self._flushing = False
+            if error is not None:
+                self._fail(error, batch)
+                self._cond.notify_all()
+                raise JournalFailed(f"journal {self.path}: writing LSNs {batch[0].lsn}..{batch[-1].lsn} "
+                                    f"failed: {error!r}; the journal now refuses every call") from error
+            self._durable_lsn = batch[-1].lsn
+            self._cond.notify_all()
+
+    def _fail(self, error: BaseException, batch: list[_Pending]) -> None:
+        self._failed = error
+        for p in reversed(batch + self._pending):
+            p.undo.revert(self._state)
+        self._pending = []
+
+    def _write_batch(self, batch: list[_Pending]) -> None:
+        """Write queued commits as one frame per segment, rotating where the plan says, then fsync."""
+        i = 0
+        while i < len(batch):
+            seg = batch[i].segment
+            j = i
+            while j < len(batch) and batch[j].segment is seg:
+                j += 1
+            if seg is not self._disk_segment:
+                self._rotate_to(seg)
+            frame, _ = fmt.encode_frame([p.record for p in batch[i:j]], batch[i].chain_before)
+            seg.file.write(frame)
+            i = j
+        if self.sync == "always":
+            self._disk_segment.file.sync()
+        else:
+            self._dirty = True
+
+    def _rotate_to(self, seg: _SegmentPlan) -> None:
+        """Seal the segment on disk (fsync unless sync="none"), then create `seg`."""
+        old = self._disk_segment
+        if self.sync != "none":
+            old.file.sync()
+        old.file.close()
+        seg.file = self._create_segment(seg.header).file
+        self._disk_segment = seg
+
+    # -- syncing and closing ---------------------------------------------------------------
+
+    def _sync_loop(self) -> None:
+        while True:
+            time.sleep(self.sync_interval)
+            with self._cond:
+                if self._closed or self._failed is not None:
+                    return
+            try:
+                self.flush()
+            except JournalError:
+                return
+
+    def flush(self) -> None:
+        """Make every commit so far durable (fsync), whatever the sync mode."""
+        with self._cond:
+            self._check_usable()
+            while self._flushing:
+                self._cond.wait()
+            if self._pending:
+                self._wait(self._pending[-1].lsn)
+            if not self._dirty:
+                return
+            self._flushing = True
+            self._cond.release()
+            error = None
+            try:
+                self._disk_segment.file.sync()
+            except BaseException as exc:
+                error = exc
+            finally:
+                self._cond.acquire()
+                self._flushing = False
+            if error is not None:
+                self._fail(error, [])
+                self._cond.notify_all()
+                raise JournalFailed(f"journal {self.path}: fsync failed: {error!r}; the journal now "
+                                    "refuses every call") from error
+            self._dirty = False
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Flush (unless failed) and release the file and the writer lock. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._failed is None:
+                self.flush()
+        finally:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            seg = getattr(self, "_disk_segment", None)
+            if seg is not None and seg.file is not None and seg.file.fd >= 0:
+                try:
+                    seg.file.close()
+                except OSError:
+                    pass
+            os.close(self._lock_fd)
+            if self._syncer is not None and self._syncer is not threading.current_thread():
+                self._syncer.join(timeout=5)
+
+    def __enter__(self) -> "Journal":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Journal {self.path} timeline={self.timeline} lsn={self._state.lsn} sync={self.sync}>"
+
+
+class Transaction:
+    """Transitions collected by `Journal.transaction()`, committed atomically on exit.
+
+    It holds the journal's lock from `taken` on (so allocated ids stay in
+    order); keep transactions short. An exception inside the block writes nothing."""
+
+    def __init__(self, journal: Journal):
+        self._j = journal
+        self._events: list = []
+        self._blobs: dict[bytes, bytes] = {}
+        self._next_gid: int | None = None
+        self._held = False
+
+    def __enter__(self) -> "Transaction":
+        self._j._lock.acquire()
+        self._held = True
+        try:
+            self._j._check_usable()
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def _release(self) -> None:
+        if self._held:
+            self._held = False
+            self._j._lock.release()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None and self._events:
+                self.lsn = self._j._commit(self._events, self._blobs)
+        finally:
+            self._release()
+
+    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None) -> list[int]:
+        if isinstance(refs, GroupRef):
+            raise TypeError("taken() takes a sequence of GroupRef")
+        packed = None
+        if loader_state is not None:
+            packed, blobs = _loader_state.pack(loader_state)
+            self._blobs.update(blobs)
+        nxt = self._j._state.next_group_id if self._next_gid is None else self._next_gid
+        groups = []
+        for ref in refs:
+            if not isinstance(ref, GroupRef):
+                raise TypeError(f"taken() expects GroupRef items, got {type(ref).__name__}")
+            gid = nxt if ref.group_id is None else ref.group_id
+            if gid < nxt:
+                raise OwnershipError(f"taken: explicit group_id {gid} does not exceed every id seen "
+                                     f"so far (next is {nxt})", group_id=gid)
+            groups.append(TakenGroup(gid, ref.idx, ref.task_name, ref.epoch, ref.fingerprint))
+            nxt = gid + 1
+        self._next_gid = nxt
+        self._events.append(Taken(groups, packed))
+        return [g.group_id for g in groups]
+
+    def diverted(self, group_ids: Iterable[int]) -> None:
+        self._events.append(Diverted(list(group_ids)))
+
+    def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
+                 replaces: int | None = None) -> None:
+        self._events.append(Admitted(list(group_ids), target_step, policy_version, replaces))
+
+    def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
+                 locators: Sequence[str] | None = None) -> None:
+        self._events.append(Finished(list(group_ids), policy_version,
+                                     list(locators) if locators is not None else None))
+
+    def trained(self, group_ids: Iterable[int], *, step: int) -> None:
+        self._events.append(Trained(list(group_ids), step))
+
+    def discarded(self, group_ids: Iterable[int], *, reason: str) -> None:
+        self._events.append(Discarded(list(group_ids), reason))
+
+    def begin_checkpoint(self, *, step: int) -> None:
+        self._events.append(CheckpointBegun(step))
+
+    def commit_checkpoint(self, *, step: int) -> None:
+        self._events.append(CheckpointCommitted(step))
+
+
+class AsyncJournal:
+    """Awaitable commits for an asyncio trainer: each call runs in a worker thread, so the
+    event loop keeps running while the fsync happens, and concurrent awaits share fsyncs."""
+
+    def __init__(self, journal: Journal):
+        self.journal = journal
+
+    def __getattr__(self, name: str):
+        if name not in ("taken", "diverted", "admitted", "finished", "trained", "discarded",
+                        "begin_checkpoint", "commit_checkpoint", "flush"):
+            return getattr(self.journal, name)
+        method = getattr(self.journal, name)
+
+        async def call(*args, **kwargs):
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        call.__name__ = name
+        return call
