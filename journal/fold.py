@@ -110,6 +110,12 @@ class LoaderState:
     def decode(self):
         return _loader_state.unpack(self.packed, self.blobs)
 
+    @classmethod
+    def from_object(cls, obj) -> "LoaderState":
+        """Pack a loader `state_dict()` (e.g. one read back from a cut)."""
+        packed, blobs = _loader_state.pack(obj)
+        return cls(packed, blobs)
+
 
 class State:
     """Ownership state after folding commits 1..lsn of one history."""
