@@ -120,12 +120,13 @@ class LoaderState:
 class State:
     """Ownership state after folding commits 1..lsn of one history."""
 
-    __slots__ = ("lsn", "chain", "live", "terminal", "counts", "next_group_id", "loader",
+    __slots__ = ("lsn", "chain", "timeline", "live", "terminal", "counts", "next_group_id", "loader",
                  "pending_checkpoints", "committed_checkpoints")
 
     def __init__(self) -> None:
         self.lsn = 0
         self.chain = 0
+        self.timeline = 0  # the timeline that wrote commit `lsn` (with `chain`: the anchor)
         self.live: dict[int, Group] = {}
         self.terminal = TerminalOwners()
         self.counts = [0] * 7  # indexed by Owner
@@ -156,7 +157,8 @@ class State:
 
     def copy(self) -> "State":
         s = State()
-        s.lsn, s.chain, s.next_group_id, s.loader = self.lsn, self.chain, self.next_group_id, self.loader
+        s.lsn, s.chain, s.timeline = self.lsn, self.chain, self.timeline
+        s.next_group_id, s.loader = self.next_group_id, self.loader
         s.live = {gid: g.copy() for gid, g in self.live.items()}
         s.terminal = self.terminal.copy()
         s.counts = list(self.counts)
@@ -181,7 +183,7 @@ class Undo:
 
     def __init__(self, state: State):
         self.records: list[tuple[int, Group | None, int]] = []  # gid, old live record, old terminal code
-        self.scalars = (state.lsn, state.chain, state.next_group_id, state.loader, list(state.counts),
+        self.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader, list(state.counts),
                         dict(state.pending_checkpoints), dict(state.committed_checkpoints))
 
     def revert(self, state: State) -> None:
@@ -194,7 +196,7 @@ class Undo:
                 state.terminal.set(gid, term)
             else:
                 state.terminal.clear(gid)
-        (state.lsn, state.chain, state.next_group_id, state.loader, state.counts,
+        (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader, state.counts,
          state.pending_checkpoints, state.committed_checkpoints) = self.scalars
 
 
@@ -202,11 +204,12 @@ def _event_name(event) -> str:
     return type(event).__struct_config__.tag
 
 
-def apply(state: State, commit: Commit, *, chain: int = 0,
+def apply(state: State, commit: Commit, *, chain: int = 0, timeline: int = 0,
           blobs: Mapping[bytes, bytes] | None = None) -> Undo:
     """Fold `commit` into `state` atomically; returns the undo record.
 
-    `chain` is the chain checksum after this commit (see `format.py`); `blobs`
+    `chain` is the chain checksum after this commit (see `format.py`) and
+    `timeline` the branch that wrote it (together: the state's anchor); `blobs`
     resolves the loader-state blobs a `taken` references. Raises
     `OwnershipError` (state unchanged) on an illegal transition and
     `JournalCorrupt` when the LSN does not follow or a blob is missing.
@@ -223,6 +226,7 @@ def apply(state: State, commit: Commit, *, chain: int = 0,
         raise
     state.lsn = lsn
     state.chain = chain
+    state.timeline = timeline
     return undo
 
 

@@ -403,7 +403,7 @@ class Reader:
         """The state of the active history (or `timeline`'s) after `stop_lsn` (default: the end)."""
         state = State() if state is None else state
         for rec in self.records(timeline=timeline, start_lsn=state.lsn + 1, stop_lsn=stop_lsn):
-            apply(state, rec.commit, chain=rec.chain, blobs=rec.blobs)
+            apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
         return state
 
     def max_group_id(self) -> int:

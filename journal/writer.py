@@ -129,7 +129,7 @@ class Journal:
         state = State()
         last_blobs: dict = {}
         for rec in reader.records():
-            apply(state, rec.commit, chain=rec.chain, blobs=rec.blobs)
+            apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
             last_blobs = rec.blobs
         # ids are never reused, not even those allocated on a dead tail
         top_gid = reader.max_group_id() if len(reader.timelines) > 1 else state.next_group_id - 1
@@ -339,7 +339,7 @@ class Journal:
         chain_before = state.chain
         chain = fmt.chain_next(chain_before, record)
         table = {d: blobs[d] for d in refs} if refs else None
-        undo = apply(state, Commit(lsn, events), chain=chain, blobs=table)
+        undo = apply(state, Commit(lsn, events), chain=chain, timeline=self.timeline, blobs=table)
         seg.blobs.update(refs)
         seg.size += fmt.FRAME_HEADER_SIZE + 4 + len(record)
         self._segment = seg
