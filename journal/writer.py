@@ -126,39 +126,51 @@ class Journal:
         reader = Reader(self.path, "strict")
         self._repair_torn(reader)
         lineage = reader.lineage() if reader.timelines else []
-        state = State()
-        last_blobs: dict = {}
-        for rec in reader.records():
-            apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
-            last_blobs = rec.blobs
-        # ids are never reused, not even those allocated on a dead tail
-        top_gid = reader.max_group_id() if len(reader.timelines) > 1 else state.next_group_id - 1
-        self.run_id = reader.run_id or secrets.token_bytes(16)
+        first_lsn = lineage[0].segments[0].first_lsn if lineage else 1
+        self.run_id = reader.run_id or getattr(resume, "run_id", None) or secrets.token_bytes(16)
         self.timeline = lineage[-1].timeline if lineage else 1
-        segment = None
-        if resume is not None:
-            rstate = getattr(resume, "fold_state", resume)
-            if not isinstance(rstate, State):
-                raise TypeError("resume= takes a replay.RecoveredState or a journal.State")
-            at = state if rstate.lsn >= state.lsn else reader.fold(stop_lsn=rstate.lsn)
-            if at.lsn != rstate.lsn or at.chain != rstate.chain:
+        if resume is None:
+            if first_lsn > 1:
                 raise JournalError(
-                    f"resume point (LSN {rstate.lsn}, chain {rstate.chain:#010x}) does not match "
-                    f"journal {self.path} (LSN {at.lsn}, chain {at.chain:#010x} there): "
-                    "the state comes from another run or branch")
-            if rstate.lsn < state.lsn:  # the rest of the active history becomes a dead tail
-                parent = self.timeline
-                self.timeline = max(reader.timelines) + 1
-                segment = self._create_segment(fmt.SegmentHeader(
-                    self.run_id, self.timeline, parent, rstate.lsn + 1, rstate.chain))
-            state = rstate.copy()
-        if segment is None:
-            if lineage:
-                last = lineage[-1].segments[-1]
-                f = self.fs.open_append(last.path)
-                segment = _SegmentPlan(last.header, last.path, f.offset, set(last_blobs), f)
-            else:
-                segment = self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0))
+                    f"journal {self.path}: the segments before LSN {first_lsn} were retired; open it "
+                    "with resume=replay.restore(path) so the state comes from a cut")
+            state = State()
+            for rec in reader.records():
+                apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
+            end_lsn, end_blobs = state.lsn, rec.blobs if state.lsn else {}
+            # ids are never reused, not even those allocated on a dead tail
+            top_gid = reader.max_group_id() if len(reader.timelines) > 1 else state.next_group_id - 1
+        else:
+            state = getattr(resume, "fold_state", resume)
+            if not isinstance(state, State):
+                raise TypeError("resume= takes a replay.RecoveredState or a journal.State")
+            end_lsn, end_blobs, anchor = state.lsn if not lineage else first_lsn - 1, {}, None
+            for rec in reader.records():
+                end_lsn, end_blobs = rec.commit.lsn, rec.blobs
+                if end_lsn == state.lsn:
+                    anchor = rec.chain
+            if state.lsn == first_lsn - 1 and lineage:
+                anchor = lineage[0].segments[0].header.chain_seed
+            if lineage and (anchor != state.chain or state.lsn > end_lsn):
+                raise JournalError(
+                    f"resume point (LSN {state.lsn}, chain {state.chain:#010x}) is not on the active "
+                    f"history of journal {self.path} (LSNs {first_lsn}..{end_lsn}): the state comes "
+                    "from another run or branch")
+            state = state.copy()
+            top_gid = reader.max_group_id()
+        segment = None
+        if resume is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0):
+            # a new branch: the rest of the active history becomes a dead tail
+            parent = self.timeline if lineage else 0
+            self.timeline = (max(reader.timelines) if lineage else state.timeline) + 1
+            segment = self._create_segment(fmt.SegmentHeader(
+                self.run_id, self.timeline, parent, state.lsn + 1, state.chain))
+        elif lineage:
+            last = lineage[-1].segments[-1]
+            f = self.fs.open_append(last.path)
+            segment = _SegmentPlan(last.header, last.path, f.offset, set(end_blobs), f)
+        else:
+            segment = self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0))
         state.next_group_id = max(state.next_group_id, top_gid + 1)
         self._state = state
         self._segment = self._disk_segment = segment
