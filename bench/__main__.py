@@ -1,0 +1,53 @@
+"""`python -m bench <name> [--quick] [--json] [--dir DIR]`: run one registered benchmark.
+
+To add a benchmark, write `bench/<name>.py` with `run(args) -> Report` (and
+optionally `add_arguments(parser)`), then add one entry to `REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line summary shown by --help)
+REGISTRY: dict[str, tuple[str, str]] = {
+    "append": ("bench.append", "commit throughput vs raw fdatasync and sqlite, group commit, "
+                               "bulk append, bytes per event"),
+}
+
+
+def build_parser(selected: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmarks for ownership-journal. Every figure is printed beside a reference "
+                    "measured in the same run, as a ratio, with its target and PASS/MISS.",
+        epilog="Run `python -m bench <name> --help` for a benchmark's own options.")
+    sub = parser.add_subparsers(dest="name", metavar="<name>", required=True,
+                                title="benchmarks")
+    for name, (module, summary) in REGISTRY.items():
+        p = sub.add_parser(name, help=summary, description=summary)
+        p.add_argument("--quick", action="store_true", help="short run (well under a minute)")
+        p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+        p.add_argument("--dir", default=None,
+                       help="parent directory for scratch files (default: the system temp dir); "
+                            "put it on the file system you want measured")
+        p.add_argument("--fail-on-miss", action="store_true", help="exit 1 if a target is missed")
+        if name == selected:  # import only the benchmark being run
+            hook = getattr(importlib.import_module(module), "add_arguments", None)
+            if hook is not None:
+                hook(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    selected = next((a for a in argv if a in REGISTRY), None)
+    args = build_parser(selected).parse_args(argv)
+    report = importlib.import_module(REGISTRY[args.name][0]).run(args)
+    print(report.to_json() if args.json else report.to_markdown())
+    return 1 if args.fail_on_miss and not report.all_passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,462 @@
+"""`python -m bench append`: how fast `journal.Journal` makes ownership events durable, and how big they are.
+
+Vocabulary used by every figure:
+
+* **event**: one event record naming one group (e.g. `admitted([g])`); a
+  checkpoint marker names none. Multi-group events (`taken` of 64 refs) are
+  reported separately as **group-transitions/s** (64 per event).
+* **commit**: one atomic append (one LSN). The throughput workloads commit
+  one event per call, cycling each group through its life: `taken` ->
+  `admitted` -> `finished` (with a data-plane locator) -> `trained`.
+* **durable**: the call returned under `sync="always"`, i.e. after the fsync.
+
+Figures, each beside a reference measured in the same run, in interleaved
+rounds (medians over rounds; see `bench.common`):
+
+1. limit: one-event commits, 1 thread, `sync="always"` vs a raw loop of
+   `os.write` + `os.fdatasync` of the journal's average frame size, in the same
+   directory. Target >= 0.85x.
+2. group commit: 8 producer threads, `sync="always"`. Target >= 50,000 durable
+   events/s and >= 5x the 1-thread figure.
+3. peer: stdlib sqlite3 (WAL, `synchronous=FULL`), the same events as rows,
+   one `BEGIN IMMEDIATE` transaction per commit, each thread its own
+   connection (sqlite serialises writers). Targets journal/sqlite >= 1x at 1
+   thread, >= 5x at 8 threads.
+4. bulk append, `sync="none"`: transactions of 64 one-group events. Target
+   >= 300,000 events/s. Also one-event commits and 64-group events
+   (group-transitions/s), informational; their reference is the floor of
+   msgspec-encoding the same `Commit`s, checksumming and `os.write`-ing them.
+5. bytes per event on a trainer-like mix, without and with a real
+   `StatefulDataLoader(shuffle=True).state_dict()` on every `taken`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import pickle
+import random
+import sqlite3
+import zlib
+
+import msgspec
+
+from journal import (Admitted, Commit, Finished, GroupRef, Journal, OsFileSystem, Reader, Taken,
+                     TakenGroup, Trained, list_segments)
+
+from .common import Figure, Report, Rounds, Target, log, scratch_dir, timed_loop, timed_threads
+
+TASK = "math"
+BULK_EVENTS = 64      # one-group events per bulk transaction
+MULTI_GROUPS = 64     # groups per multi-group event
+THREADS = 8
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="seconds per measurement (default 0.4 quick, 2.5 full)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds, medians reported (default 2 quick, 3 full)")
+    parser.add_argument("--threads", type=int, default=THREADS, help="producer threads (default 8)")
+
+
+# -- workloads ---------------------------------------------------------------------------------
+
+class CountingFS(OsFileSystem):
+    """The real file system, counting fsyncs (to report commits per fsync under group commit)."""
+
+    def __init__(self) -> None:
+        self.fsyncs = 0
+
+    def fsync(self, f) -> None:
+        self.fsyncs += 1
+        super().fsync(f)
+
+
+def lifecycle(j: Journal, first_idx: int):
+    """A body for `timed_loop`: one group through taken/admitted/finished/trained, one event per commit."""
+    idx = itertools.count(first_idx)
+
+    def body() -> int:
+        n = next(idx)
+        (g,) = j.taken([GroupRef(idx=n, task_name=TASK, epoch=0)])
+        j.admitted([g], target_step=1, policy_version=1)
+        j.finished([g], policy_version=1, locators=[f"replay/{n:08d}"])
+        j.trained([g], step=1)
+        return 4
+    return body
+
+
+def bulk_transactions(j: Journal):
+    """Transactions of BULK_EVENTS one-group events (BULK_EVENTS/4 groups through their life)."""
+    idx = itertools.count()
+
+    def body() -> int:
+        with j.transaction() as tx:
+            for _ in range(BULK_EVENTS // 4):
+                n = next(idx)
+                (g,) = tx.taken([GroupRef(idx=n, task_name=TASK, epoch=0)])
+                tx.admitted([g], target_step=1, policy_version=1)
+                tx.finished([g], policy_version=1, locators=[f"replay/{n:08d}"])
+                tx.trained([g], step=1)
+        return BULK_EVENTS
+    return body
+
+
+def multi_group(j: Journal):
+    """Four one-event commits, each event naming MULTI_GROUPS groups; counts group-transitions."""
+    idx = itertools.count(step=MULTI_GROUPS)
+
+    def body() -> int:
+        n = next(idx)
+        gs = j.taken([GroupRef(idx=n + i, task_name=TASK, epoch=0) for i in range(MULTI_GROUPS)])
+        j.admitted(gs, target_step=1, policy_version=1)
+        j.finished(gs, policy_version=1, locators=[f"replay/{n + i:08d}" for i in range(MULTI_GROUPS)])
+        j.trained(gs, step=1)
+        return 4 * MULTI_GROUPS
+    return body
+
+
+def raw_floor(fd: int, events_per_commit: int, groups_per_event: int):
+    """The same Commits as the journal workloads, msgspec-encoded, CRC'd and os.write-n: no fold,
+    no lock, no chain. The floor a sync="none" append cannot beat in this process."""
+    enc = msgspec.msgpack.Encoder()
+    lsn = itertools.count(1)
+    gid = itertools.count()
+    k = groups_per_event
+    lives = 1 if events_per_commit == 1 else events_per_commit // 4  # groups' lives per body call
+
+    def write(events: list) -> None:
+        payload = enc.encode(Commit(next(lsn), events))
+        os.write(fd, zlib.crc32(payload).to_bytes(4, "little") + payload)
+
+    def body() -> int:
+        batch = []
+        for _ in range(lives):
+            gs = [next(gid) for _ in range(k)]
+            batch += [Taken([TakenGroup(g, g, TASK, 0) for g in gs]), Admitted(gs, 1, 1),
+                      Finished(gs, 1, [f"replay/{g:08d}" for g in gs]), Trained(gs, 1)]
+        if events_per_commit == 1:
+            for ev in batch:
+                write([ev])
+        else:
+            write(batch)
+        return 4 * lives * k
+    return body
+
+
+def raw_fsync_loop(fd: int, frame: bytes):
+    def body() -> int:
+        os.write(fd, frame)
+        os.fdatasync(fd)
+        return 1
+    return body
+
+
+SQL_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
+    lsn INTEGER PRIMARY KEY, kind TEXT NOT NULL, group_id INTEGER NOT NULL, idx INTEGER,
+    task_name TEXT, epoch INTEGER, step INTEGER, policy_version INTEGER, locator TEXT)"""
+SQL_INSERT = ("INSERT INTO events (kind, group_id, idx, task_name, epoch, step, policy_version, locator) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def sqlite_connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=300, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def sqlite_lifecycle(conn: sqlite3.Connection, gids, first_idx: int):
+    """The journal's lifecycle as rows: one BEGIN IMMEDIATE ... COMMIT per event."""
+    idx = itertools.count(first_idx)
+    ex = conn.execute
+
+    def commit(row) -> None:
+        ex("BEGIN IMMEDIATE")
+        try:
+            ex(SQL_INSERT, row)
+        except BaseException:
+            ex("ROLLBACK")
+            raise
+        ex("COMMIT")
+
+    def body() -> int:
+        n = next(idx)
+        g = next(gids)
+        commit(("taken", g, n, TASK, 0, None, None, None))
+        commit(("admitted", g, None, None, None, 1, 1, None))
+        commit(("finished", g, None, None, None, None, 1, f"replay/{n:08d}"))
+        commit(("trained", g, None, None, None, 1, None, None))
+        return 4
+    return body
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+def journal_bytes(path: str) -> int:
+    return sum(seg.size for seg in list_segments(path))
+
+
+def average_frame_size(parent: str) -> float:
+    """Bytes the journal appends per one-event commit of the lifecycle workload."""
+    with scratch_dir(parent, "frame-") as d:
+        path = os.path.join(d, "j")
+        with Journal.open(path, sync="none") as j:
+            body = lifecycle(j, 0)
+            for _ in range(500):
+                body()
+            before_bytes, before_lsn = journal_bytes(path), j.lsn
+            for _ in range(2000):
+                body()
+            return (journal_bytes(path) - before_bytes) / (j.lsn - before_lsn)
+
+
+def measure_limit(parent: str, frame: bytes, seconds: float) -> float:
+    with scratch_dir(parent, "limit-") as d:
+        fd = os.open(os.path.join(d, "raw.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            return timed_loop(raw_fsync_loop(fd, frame), seconds)
+        finally:
+            os.close(fd)
+
+
+def measure_journal(parent: str, sync: str, threads: int, seconds: float, workload=lifecycle,
+                    fs: OsFileSystem | None = None) -> float:
+    with scratch_dir(parent, "journal-") as d:
+        with Journal.open(os.path.join(d, "j"), sync=sync, fs=fs) as j:
+            if threads == 1:
+                return timed_loop(workload(j, 0) if workload is lifecycle else workload(j), seconds)
+            return timed_threads(lambda i: workload(j, i * 10_000_000), threads, seconds)
+
+
+def measure_sqlite(parent: str, threads: int, seconds: float) -> float:
+    with scratch_dir(parent, "sqlite-") as d:
+        path = os.path.join(d, "events.db")
+        setup = sqlite_connect(path)
+        setup.execute(SQL_SCHEMA)
+        conns = [sqlite_connect(path) for _ in range(threads)]
+        gids = itertools.count()
+        try:
+            if threads == 1:
+                return timed_loop(sqlite_lifecycle(conns[0], gids, 0), seconds)
+            return timed_threads(lambda i: sqlite_lifecycle(conns[i], gids, i * 10_000_000),
+                                 threads, seconds)
+        finally:
+            for c in conns + [setup]:
+                c.close()
+
+
+def measure_raw(parent: str, events_per_commit: int, groups_per_event: int, seconds: float) -> float:
+    with scratch_dir(parent, "raw-") as d:
+        fd = os.open(os.path.join(d, "raw.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            return timed_loop(raw_floor(fd, events_per_commit, groups_per_event), seconds)
+        finally:
+            os.close(fd)
+
+
+# -- the trainer-like mix -----------------------------------------------------------------------
+
+def trainer_mix(path: str, *, steps: int, groups_per_step: int, loader_rows: int | None,
+                groups_per_event: int = 1, seed: int = 0) -> dict:
+    """Run a trainer-like sequence of transitions on a fresh journal; return size statistics.
+
+    Per step: take `groups_per_step` groups (one `taken` per loader batch of
+    `groups_per_event` rows, carrying the loader's `state_dict()` if
+    `loader_rows`), divert ~5% to the spare pool, admit the rest, fail ~2% of
+    the rollouts (discarded + a spare admitted with `replaces=`, one
+    transaction), finish the rest with a locator, train them; every 10 steps a
+    checkpoint_begun/checkpoint_committed pair and expired spares discarded.
+    """
+    rng = random.Random(seed)
+    loader = it = None
+    epoch = 0
+    naive_state_bytes = 0
+    if loader_rows:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torchdata.stateful_dataloader import StatefulDataLoader
+            loader = StatefulDataLoader(list(range(loader_rows)), batch_size=groups_per_event,
+                                        shuffle=True, drop_last=True,
+                                        generator=__import__("torch").Generator().manual_seed(seed))
+            it = iter(loader)
+    counter = itertools.count()
+    spares: list[int] = []
+    k = groups_per_event
+
+    def chunks(xs):
+        return [xs[i:i + k] for i in range(0, len(xs), k)]
+
+    with Journal.open(path, sync="none") as j:
+        for step in range(steps):
+            taken: list[int] = []
+            for _ in range(groups_per_step // k):
+                state = None
+                if loader is not None:
+                    try:
+                        rows = next(it)
+                    except StopIteration:
+                        epoch += 1
+                        it = iter(loader)
+                        rows = next(it)
+                    idxs = [int(r) for r in rows]
+                    state = loader.state_dict()
+                    naive_state_bytes += len(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+                else:
+                    idxs = [next(counter) for _ in range(k)]
+                taken += j.taken([GroupRef(idx=i, task_name=TASK, epoch=epoch) for i in idxs],
+                                 loader_state=state)
+            work = []
+            for g in taken:
+                if rng.random() < 0.05:
+                    j.diverted([g])
+                    spares.append(g)
+                else:
+                    work.append(g)
+            for gs in chunks(work):
+                j.admitted(gs, target_step=step + 1, policy_version=step)
+            done = []
+            for g in work:
+                if rng.random() < 0.02:
+                    with j.transaction() as tx:
+                        tx.discarded([g], reason="rollout_failed")
+                        if spares:
+                            s = spares.pop(0)
+                            tx.admitted([s], target_step=step + 1, policy_version=step, replaces=g)
+                            done.append(s)
+                else:
+                    done.append(g)
+            for gs in chunks(done):
+                j.finished(gs, policy_version=step,
+                           locators=[f"replay/{step:06d}/{g:08d}" for g in gs])
+            for gs in chunks(done):
+                j.trained(gs, step=step + 1)
+            if step % 10 == 9:
+                j.begin_checkpoint(step=step + 1)
+                j.commit_checkpoint(step=step + 1)
+                if len(spares) > 8:
+                    expired, spares[:] = spares[:-8], spares[-8:]
+                    for gs in chunks(expired):
+                        j.discarded(gs, reason="spare_expired")
+    total = journal_bytes(path)
+    enc = msgspec.msgpack.Encoder()
+    events = commits = transitions = bare = taken_events = 0
+    for rec in Reader(path).records():
+        commits += 1
+        for ev in rec.commit.events:
+            events += 1
+            groups = getattr(ev, "groups", None)
+            transitions += len(groups) if groups is not None else 0
+            if type(ev) is Taken:
+                taken_events += 1
+                ev = Taken(ev.groups)  # the bare event without its loader state
+            bare += len(enc.encode(ev))
+    return {"bytes": total, "events": events, "commits": commits, "group_transitions": transitions,
+            "taken_events": taken_events, "bare_event_bytes": bare, "epochs": epoch + 1,
+            "naive_state_bytes": naive_state_bytes}
+
+
+# -- the benchmark -----------------------------------------------------------------------------
+
+def run(args) -> Report:
+    quick = args.quick
+    seconds = args.seconds or (0.4 if quick else 2.5)
+    rounds = args.rounds or (2 if quick else 3)
+    threads = args.threads
+    parent = os.path.abspath(args.dir) if args.dir else None
+    report = Report("append", quick=quick, directory=parent)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+
+    frame_size = average_frame_size(parent)
+    frame = b"\x5a" * round(frame_size)
+    report.meta.update(seconds_per_measurement=seconds, rounds=rounds, threads=threads,
+                       journal_frame_bytes=frame_size, limit_write_bytes=len(frame))
+    log(f"bench append: {rounds} rounds x {seconds:g} s per measurement; journal frame "
+        f"{frame_size:.1f} B per one-event commit, so the raw loop writes {len(frame)} B")
+
+    r = Rounds()
+    fs8 = CountingFS()
+    fsyncs_8 = []
+    for i in range(rounds):
+        log(f"round {i + 1}/{rounds}")
+        r.add("limit", measure_limit(parent, frame, seconds))
+        r.add("j1", measure_journal(parent, "always", 1, seconds))
+        before = fs8.fsyncs
+        j8 = r.add("j8", measure_journal(parent, "always", threads, seconds, fs=fs8))
+        fsyncs_8.append((fs8.fsyncs - before) / seconds)
+        r.add("sq1", measure_sqlite(parent, 1, seconds))
+        r.add("sq8", measure_sqlite(parent, threads, seconds))
+        r.add("raw_bulk", measure_raw(parent, BULK_EVENTS, 1, seconds))
+        r.add("bulk", measure_journal(parent, "none", 1, seconds, workload=bulk_transactions))
+        r.add("raw_one", measure_raw(parent, 1, 1, seconds))
+        r.add("one", measure_journal(parent, "none", 1, seconds))
+        r.add("raw_multi", measure_raw(parent, 1, MULTI_GROUPS, seconds))
+        r.add("multi", measure_journal(parent, "none", 1, seconds, workload=multi_group))
+        log(f"  limit {r.samples['limit'][-1]:,.0f}/s  journal 1t {r.samples['j1'][-1]:,.0f}/s  "
+            f"8t {j8:,.0f}/s  sqlite 1t {r.samples['sq1'][-1]:,.0f}/s  "
+            f"8t {r.samples['sq8'][-1]:,.0f}/s  bulk {r.samples['bulk'][-1]:,.0f}/s")
+
+    fsync_rate = sorted(fsyncs_8)[len(fsyncs_8) // 2]
+    report.add(r.figure(
+        "limit", "1 thread, one-event commits, sync=always", "commits/s", value="j1", reference="limit",
+        reference_label=f"raw os.write+fdatasync of {len(frame)} B", target=Target(min_ratio=0.85)))
+    j8 = report.add(r.figure(
+        "group_commit", f"{threads} threads, one-event commits, sync=always (group commit)",
+        "events/s", value="j8", reference="j1", reference_label="1 thread",
+        target=Target(min_value=50_000, min_ratio=5),
+        note=f"{fsync_rate:,.0f} fsyncs/s, so {r.median('j8') / max(fsync_rate, 1):.1f} commits "
+             f"per fsync (median round); every event is durable when its call returns"))
+    report.add(r.figure(
+        "sqlite_1", "peer: 1 thread vs sqlite3 WAL synchronous=FULL", "events/s", value="j1",
+        reference="sq1", reference_label="sqlite, 1 txn per event", target=Target(min_ratio=1)))
+    report.add(r.figure(
+        "sqlite_8", f"peer: {threads} threads vs sqlite3 WAL synchronous=FULL", "events/s", value="j8",
+        reference="sq8", reference_label=f"sqlite, {threads} connections", target=Target(min_ratio=5)))
+    report.add(r.figure(
+        "bulk", f"bulk append, sync=none, transactions of {BULK_EVENTS} one-group events", "events/s",
+        value="bulk", reference="raw_bulk", reference_label="encode+write floor",
+        target=Target(min_value=300_000)))
+    report.add(r.figure(
+        "one_event_none", "one-event commits, sync=none, 1 thread", "events/s", value="one",
+        reference="raw_one", reference_label="encode+write floor"))
+    report.add(r.figure(
+        "multi_group", f"sync=none, {MULTI_GROUPS}-group events, one per commit", "group-transitions/s",
+        value="multi", reference="raw_multi", reference_label="encode+write floor"))
+
+    # bytes per event
+    steps = 20 if quick else 200
+    rows = 512 if quick else 1024
+    log(f"trainer mix: {steps} steps x 16 groups, with and without loader state")
+    with scratch_dir(parent, "mix-") as d:
+        plain = trainer_mix(os.path.join(d, "plain"), steps=steps, groups_per_step=16, loader_rows=None)
+        loaded = trainer_mix(os.path.join(d, "loaded"), steps=steps, groups_per_step=16, loader_rows=rows)
+        batched = trainer_mix(os.path.join(d, "batched"), steps=steps, groups_per_step=16,
+                              loader_rows=rows, groups_per_event=8)
+    report.meta["trainer_mix"] = {"plain": plain, "with_loader_state": loaded,
+                                  "with_loader_state_8_groups_per_event": batched}
+    report.add(Figure(
+        "bytes_per_event", "trainer mix, bytes per event (no loader state)",
+        plain["bytes"] / plain["events"], "B/event",
+        reference=plain["bare_event_bytes"] / plain["events"],
+        reference_label="bare msgpack of the event",
+        note=f"{plain['events']:,} one-group events (and checkpoint markers) in {plain['commits']:,} "
+             "commits; includes segment header, frame header, LSN, chained CRC"))
+    naive = (plain["bytes"] + loaded["naive_state_bytes"]) / loaded["events"]
+    report.add(Figure(
+        "bytes_per_event_loader", "trainer mix, bytes per event, StatefulDataLoader state on every taken",
+        loaded["bytes"] / loaded["events"], "B/event", reference=naive,
+        reference_label="pickled state on every taken",
+        note=f"{loaded['taken_events']:,} takens over {loaded['epochs']} epochs of a {rows}-row "
+             "shuffled loader; the ~5 KB generator tensor is stored once per segment per epoch"))
+    report.add(Figure(
+        "bytes_per_transition_batched",
+        "trainer mix, loader batches of 8: bytes per group-transition, loader state on every taken",
+        batched["bytes"] / batched["group_transitions"], "B/transition",
+        reference=loaded["bytes"] / loaded["group_transitions"],
+        reference_label="1 group per event",
+        note=f"{batched['events']:,} events naming {batched['group_transitions']:,} groups"))
+    return report
