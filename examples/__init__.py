@@ -1,0 +1,1 @@
+"""examples: a real async GRPO-shaped trainer that embeds the journal, and the chaos driver."""
