@@ -1,4 +1,24 @@
-"""journal: the durable, checksummed ownership log (see README "Format" for the byte layout)."""
+"""journal: the durable, checksummed ownership log of an asynchronous RL trainer.
+
+Every ownership transition of every prompt group (taken, diverted, admitted,
+finished, trained, discarded) and every checkpoint marker is one event; one
+or more events form a commit with the next LSN; `Journal` appends commits to
+segment files and returns only after they are fsynced (sync="always").
+
+Format (byte by byte in README "Format"): segments `<timeline>-<first lsn>.wal`
+with a 64-byte header (magic, version, run id, timeline, parent timeline,
+first LSN, chain seed, CRC); frames of (length, CRC-32 of payload, chain
+checksum) holding length-prefixed msgpack commits (`events.py`). The chain
+checksum runs over every commit of the history, across segments and branch
+points, so a missing, stale or reordered frame is detected.
+
+Recovery rules (`reader.py`): a bad frame in the last segment of a timeline
+with no intact frame after it is a torn tail, never acknowledged: `Journal.open`
+copies it into `torn/` and truncates it. Any other damage is `JournalCorrupt`
+naming segment, offset and LSN (or, for inspection, `point_in_time` and
+`salvage` readers). The state is always rebuilt by `fold.apply`, the same
+function that checked each commit before it was written.
+"""
 
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalLocked,
                      OwnershipError)
