@@ -69,7 +69,9 @@ class TerminalOwners:
         self.sparse: dict[int, int] = {}
 
     def get(self, gid: int) -> Owner | None:
-        if gid < len(self.codes):
+        # 0 <= gid: a negative id must not index the bytearray from its end (owner_of(-1)
+        # would report the last dense group's owner, or raise IndexError on an empty table)
+        if 0 <= gid < len(self.codes):
             code = self.codes[gid]
             return Owner(code) if code else None
         code = self.sparse.get(gid)
@@ -293,7 +295,9 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
                     "stored in its segment", lsn=lsn)
             state.loader = LoaderState(packed, {d: table[d] for d in packed.refs})
     elif kind is Admitted:
-        if event.replaces is not None and not (0 <= event.replaces < state.next_group_id):
+        # "was it ever taken" is whether it has an owner: ids below next_group_id can be holes
+        # (a GroupRef with an explicit group_id may skip ids), so a range check is not enough
+        if event.replaces is not None and state.owner_of(event.replaces) is None:
             raise OwnershipError(f"LSN {lsn}: admitted replaces group {event.replaces}, "
                                  "which was never taken", group_id=event.replaces, lsn=lsn)
         for g in _move(state, event, lsn, undo, _RESERVED_OR_SPARE, Owner.ADMITTED):

@@ -1,0 +1,218 @@
+"""An independent model of the ownership rules (DESIGN section 2) for the journal tests.
+
+Deliberately not built on `journal.fold`: a dict gid -> owner, the next group
+id, the LSN and the checkpoint markers, with the transition table written out
+again. Tests compare the library (writer state, `Reader` folds) against it.
+
+Events are plain tuples:
+    ("taken", [gid, ...], loader_state_or_None)
+    ("diverted" | "trained" | "discarded", [gid, ...])
+    ("admitted", [gid, ...], replaces_or_None)
+    ("finished", [gid, ...], locators_or_None)
+    ("begin" | "commit", step)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
+                     Owner, Taken, Trained)
+
+R, A, P, S, T, D = Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE, Owner.TRAINED, Owner.DROPPED
+LIVE = {R, A, P, S}
+RULES = {  # kind: (allowed from-owners, to-owner)
+    "diverted": ({R}, S),
+    "admitted": ({R, S}, A),
+    "finished": ({A}, P),
+    "trained": ({P}, T),
+    "discarded": (LIVE, D),
+}
+
+
+class Illegal(Exception):
+    """The model rejects a commit (the library must raise OwnershipError)."""
+
+
+class Model:
+    def __init__(self) -> None:
+        self.owners: dict[int, Owner] = {}
+        self.next_gid = 0
+        self.lsn = 0
+        self.pending: dict[int, int] = {}    # step -> checkpoint_begun LSN
+        self.committed: dict[int, int] = {}  # step -> checkpoint_begun LSN
+        self.loader = None                   # the last loader_state a taken carried (as given)
+        self.has_loader = False
+
+    def copy(self) -> "Model":
+        m = Model()
+        m.owners = dict(self.owners)
+        m.next_gid, m.lsn = self.next_gid, self.lsn
+        m.pending, m.committed = dict(self.pending), dict(self.committed)
+        m.loader, m.has_loader = self.loader, self.has_loader
+        return m
+
+    def counts(self) -> dict[Owner, int]:
+        out = {o: 0 for o in Owner}
+        for o in self.owners.values():
+            out[o] += 1
+        return out
+
+    def live(self) -> dict[int, Owner]:
+        return {g: o for g, o in self.owners.items() if o in LIVE}
+
+    def event(self, ev: tuple, lsn: int) -> None:
+        """Apply one event in place (callers work on a copy); raise Illegal if not allowed."""
+        kind = ev[0]
+        if kind == "taken":
+            for g in ev[1]:
+                if g < self.next_gid:
+                    raise Illegal(f"taken {g} < next {self.next_gid}")
+                self.owners[g] = R
+                self.next_gid = g + 1
+            if ev[2] is not None:
+                self.loader, self.has_loader = ev[2], True
+        elif kind in RULES:
+            gids = ev[1]
+            if len(set(gids)) != len(gids):
+                raise Illegal("a group named twice")
+            if kind == "admitted" and ev[2] is not None and ev[2] not in self.owners:
+                raise Illegal(f"replaces {ev[2]} was never taken")
+            if kind == "finished" and ev[2] is not None and len(ev[2]) != len(gids):
+                raise Illegal("locators do not match groups")
+            allowed, to = RULES[kind]
+            for g in gids:
+                if self.owners.get(g) not in allowed:
+                    raise Illegal(f"{kind} {g} from {self.owners.get(g)}")
+                self.owners[g] = to
+        elif kind == "begin":
+            if ev[1] in self.committed:
+                raise Illegal("step already committed")
+            self.pending[ev[1]] = lsn
+        elif kind == "commit":
+            if ev[1] not in self.pending:
+                raise Illegal("no pending begin")
+            self.committed[ev[1]] = self.pending.pop(ev[1])
+        else:
+            raise ValueError(kind)
+
+    def commit(self, events: list[tuple]) -> "Model":
+        """The model after one atomic commit of `events` (self is unchanged); raises Illegal."""
+        m = self.copy()
+        m.lsn += 1
+        for ev in events:
+            m.event(ev, m.lsn)
+        return m
+
+
+def events_of(commit) -> list[tuple]:
+    """A journal `Commit` (as read from disk) in the model's vocabulary (loader state: the
+    packed struct, not decoded)."""
+    out = []
+    for ev in commit.events:
+        t = type(ev)
+        if t is Taken:
+            out.append(("taken", [g.group_id for g in ev.groups], ev.loader_state))
+        elif t is Diverted:
+            out.append(("diverted", list(ev.groups)))
+        elif t is Admitted:
+            out.append(("admitted", list(ev.groups), ev.replaces))
+        elif t is Finished:
+            out.append(("finished", list(ev.groups), ev.locators))
+        elif t is Trained:
+            out.append(("trained", list(ev.groups)))
+        elif t is Discarded:
+            out.append(("discarded", list(ev.groups)))
+        elif t is CheckpointBegun:
+            out.append(("begin", ev.step))
+        elif t is CheckpointCommitted:
+            out.append(("commit", ev.step))
+        else:
+            raise AssertionError(f"unknown event {ev!r}")
+    return out
+
+
+def fold_records(records) -> Model:
+    """The model folded over `Reader.records()` output; LSNs must run 1, 2, 3, ..."""
+    m = Model()
+    for rec in records:
+        assert rec.commit.lsn == m.lsn + 1, f"LSN {rec.commit.lsn} after {m.lsn}"
+        m = m.commit(events_of(rec.commit))
+    return m
+
+
+def assert_journal_matches(j, model: Model, *, probe_extra: int = 2) -> None:
+    """The open journal `j` agrees with `model`: owner map, counts, next id, LSN, checkpoints."""
+    assert j.lsn == model.lsn
+    top = model.next_gid + probe_extra
+    probes = range(-1, top) if top < 5000 else sorted(set(model.owners) | {-1, top - 1, top})
+    for g in probes:
+        assert j.owner_of(g) == model.owners.get(g), f"group {g}"
+    assert j.counts() == model.counts()
+    assert {g.group_id: g.owner for g in j.groups()} == model.live()
+    st = j.state_copy()
+    assert_state_matches(st, model)
+
+
+def assert_state_matches(st, model: Model) -> None:
+    """A `journal.State` (from the writer or a Reader fold) agrees with `model`."""
+    assert st.lsn == model.lsn
+    assert st.next_group_id == model.next_gid
+    assert {g: grp.owner for g, grp in st.live.items()} == model.live()
+    for g, o in model.owners.items():
+        assert st.owner_of(g) == o, f"group {g}"
+    assert st.owner_counts() == model.counts()
+    assert st.pending_checkpoints == model.pending
+    assert st.committed_checkpoints == model.committed
+
+
+def deep_equal(a, b) -> bool:
+    """Exact equality of loader states: same types (tuple is not list, bool is not int),
+    tensors equal in dtype, shape and bytes, NaN equal to NaN, -0.0 distinct from 0.0."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return (a.dtype == b.dtype and a.shape == b.shape
+                and bytes(a.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+                == bytes(b.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()))
+    if isinstance(a, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b and math.copysign(1, a) == math.copysign(1, b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(deep_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return (list(a.keys()) == list(b.keys())
+                and all(type(k1) is type(k2) for k1, k2 in zip(a, b))
+                and all(deep_equal(a[k], b[k]) for k in a))
+    return a == b
+
+
+def tree_bytes(path: str) -> dict[str, bytes]:
+    """{relative path: contents} of every file under `path` (to prove nothing was written)."""
+    out = {}
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as fh:
+                out[os.path.relpath(full, path)] = fh.read()
+    return out
+
+
+def segment_files(path: str) -> list[str]:
+    return sorted(n for n in os.listdir(path) if n.endswith(".wal"))
+
+
+def clone(src: str, dst: str) -> str:
+    """Copy a journal directory (files only, LOCK included) with plain file I/O."""
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+__all__ = ["Model", "Illegal", "events_of", "fold_records", "assert_journal_matches",
+           "assert_state_matches", "deep_equal", "tree_bytes", "segment_files", "clone", "LIVE",
+           "R", "A", "P", "S", "T", "D"]
