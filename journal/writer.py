@@ -160,8 +160,13 @@ class Journal:
             top_gid = reader.max_group_id()
         segment = None
         if resume is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0):
-            # a new branch: the rest of the active history becomes a dead tail
-            parent = self.timeline if lineage else 0
+            # a new branch: the rest of the active history becomes a dead tail. Its parent is
+            # the timeline of the lineage that holds commit state.lsn, which is not the newest
+            # one when the resume point is before the newest branch point (restore(step=S) of
+            # an older checkpoint): a child of the newest timeline would make readers follow
+            # the old timeline past the resume point.
+            parent = next((tl.timeline for tl in reversed(lineage) if tl.branch_lsn < state.lsn),
+                          lineage[0].timeline) if lineage else 0
             self.timeline = (max(reader.timelines) if lineage else state.timeline) + 1
             segment = self._create_segment(fmt.SegmentHeader(
                 self.run_id, self.timeline, parent, state.lsn + 1, state.chain))
