@@ -158,10 +158,14 @@ class State:
         return step, lsn
 
     def copy(self) -> "State":
+        """An independent state. Live `Group` records are shared, not copied: the fold never
+        changes a record once its commit is applied (a transition stores a new record), so
+        sharing is safe as long as callers treat records as read-only (copy one to change it).
+        This keeps `Journal.state_copy`, which blocks appends, at a dict copy."""
         s = State()
         s.lsn, s.chain, s.timeline = self.lsn, self.chain, self.timeline
         s.next_group_id, s.loader = self.next_group_id, self.loader
-        s.live = {gid: g.copy() for gid, g in self.live.items()}
+        s.live = dict(self.live)
         s.terminal = self.terminal.copy()
         s.counts = list(self.counts)
         s.pending_checkpoints = dict(self.pending_checkpoints)
