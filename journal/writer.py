@@ -181,6 +181,11 @@ class Journal:
         self._segment = self._disk_segment = segment
         self._durable_lsn = state.lsn
         if resume is not None and not isinstance(resume, State):
+            # the history on disk starts right after the resume point (a fresh directory, or
+            # the head was retired): the state it starts from must be on disk too, as a cut
+            seed = getattr(resume, "seed_journal", None)
+            if seed is not None and state.lsn > 0 and (not lineage or state.lsn == first_lsn - 1):
+                seed(self.path, self.fs)
             self._reconcile(resume)
 
     def _repair_torn(self, reader: Reader) -> None:

@@ -11,13 +11,17 @@ read only for salvage.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import journal
-from journal import Discarded, Finished, Group, Owner, Reader, State, list_segments
-from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, DataPlane, Skipped, check_anchor, read_cut,
-                      state_at)
+from journal import (Discarded, Finished, Group, LoaderStateError, Owner, OsFileSystem, Reader, State,
+                     list_segments)
+from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, DataPlane, Skipped, check_anchor, cut_dirs,
+                      read_cut, state_at, write_cut)
+from snapshot.manifest import decode as _decode_manifest
+from snapshot.state_at import cut_dir_name
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError
 from .rehydrate import rehydrate
@@ -54,13 +58,13 @@ class RecoveredState:
     salvaged and demoted groups, and moves each demoted group to a fresh group id)."""
 
     loader_state: Any
-    reserved: list[RecoveredGroup]
+    reserved: list[RecoveredGroup]     # ordered by group id
     admitted: list[RecoveredGroup]
     replay: list[RecoveredGroup]
     spare: list[RecoveredGroup]
     lsn: int
     step: int | None
-    counts: dict[str, int]
+    counts: dict[str, int]            # the journal's per-owner counts at `lsn` (before salvage/demotion)
     source: str                       # "journal" or "cut"
     base_cut: str | None              # the cut the state was built on, if any
     skipped: list[Skipped] = field(default_factory=list)    # stale or incomplete cuts passed over
@@ -74,18 +78,59 @@ class RecoveredState:
     def groups(self) -> list[RecoveredGroup]:
         return self.reserved + self.admitted + self.replay + self.spare
 
+    def seed_journal(self, journal_path: str, fs: OsFileSystem | None = None) -> str | None:
+        """Make sure `<journal>/snapshots` holds a cut at `lsn` of this state.
+
+        `Journal.open(path, resume=state)` calls it when the history on disk
+        starts right after `lsn` (a fresh directory resumed from a cut, or one
+        whose head was retired): without such a cut the journal could never be
+        restored or compacted again. Returns the cut written, None if one with
+        the same anchor was already there."""
+        state = self.fold_state
+        if state is None or state.lsn == 0 or self.run_id is None:
+            return None
+        for lsn, _timeline, cut_path in cut_dirs(journal_path):
+            if lsn != state.lsn:
+                continue
+            try:
+                with open(os.path.join(cut_path, MANIFEST_NAME), "rb") as f:
+                    m = _decode_manifest(f.read(), cut_path)
+            except (OSError, RestoreError):
+                continue
+            if m.run_id == self.run_id.hex() and m.chain == state.chain:
+                return None
+        fs = fs or journal.DEFAULT_FS
+        target = os.path.join(journal_path, SNAPSHOTS_DIR, cut_dir_name(state.timeline, state.lsn))
+        if os.path.exists(target):  # a damaged or foreign cut under that name: keep it, aside
+            fs.rename(target, f"{target}.replaced-{int(time.time())}")
+            fs.fsync_dir(os.path.dirname(target))
+        return write_cut(target, state, run_id=self.run_id, timeline=state.timeline, fs=fs)
+
 
 def _is_cut(path: str) -> bool:
     return os.path.isfile(os.path.join(path, MANIFEST_NAME))
 
 
 def _wrap_journal_errors(fn, *args, **kwargs):
+    """Run `fn`, re-raising the journal's own errors as the `RestoreError` subclasses of check 9."""
     try:
         return fn(*args, **kwargs)
+    except RestoreError:
+        raise
     except journal.OwnershipError as exc:
         raise OwnershipError(str(exc), group_id=exc.group_id, lsn=exc.lsn) from exc
     except journal.JournalCorrupt as exc:
         raise JournalCorrupt(str(exc), segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
+
+
+def _decode_loader(state: State, where: str) -> Any:
+    if state.loader is None:
+        return None
+    try:
+        return state.loader.decode()
+    except LoaderStateError as exc:
+        raise JournalCorrupt(f"{where}: the loader state as of LSN {state.lsn} does not decode: {exc}",
+                             lsn=state.lsn) from None
 
 
 def _salvage(reader: Reader, state: State, step: int | None, data_plane: DataPlane) -> dict[int, tuple]:
@@ -101,7 +146,9 @@ def _salvage(reader: Reader, state: State, step: int | None, data_plane: DataPla
                     if g is None or g.owner != Owner.ADMITTED:
                         continue  # taken after the restore point: the loader's again
                     loc = ev.locators[i] if ev.locators is not None else None
-                    found[gid] = (ev.policy_version, loc)
+                    # as the fold records it: the finishing version, else the admitting one
+                    pv = ev.policy_version if ev.policy_version is not None else g.policy_version
+                    found[gid] = (pv, loc)
             elif type(ev) is Discarded:
                 dropped.update(ev.groups)
     limit = step if step is not None else -1
@@ -122,10 +169,11 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     reader = None
     salvaged_ids: dict[int, tuple] = {}
     if _is_cut(path):
-        cut = read_cut(path)
+        cut = read_cut(path)                                                     # 1-7
+        cut.state.timeline = cut.manifest.timeline  # the anchor's timeline (a resume branches off it)
         owner_journal = os.path.dirname(os.path.dirname(path))
         if os.path.basename(os.path.dirname(path)) == SNAPSHOTS_DIR and list_segments(owner_journal):
-            check_anchor(_wrap_journal_errors(Reader, owner_journal, "strict"), cut)  # 8
+            _wrap_journal_errors(lambda: check_anchor(Reader(owner_journal, "strict"), cut))  # 8
         if step is not None and cut.manifest.checkpoint_step != step:
             raise RestoreError(f"{path}: the cut is of step {cut.manifest.checkpoint_step}, not {step}")
         if isinstance(at, int) and not isinstance(at, bool) and at != cut.lsn:
@@ -163,7 +211,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     replay += salvaged
     admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
     result = RecoveredState(
-        loader_state=state.loader.decode() if state.loader is not None else None,
+        loader_state=_decode_loader(state, path),
         reserved=by_owner[Owner.RESERVED], admitted=admitted, replay=replay,
         spare=by_owner[Owner.SPARE], lsn=state.lsn, step=point_step,
         counts={o.name: state.counts[o] for o in Owner}, source=source, base_cut=base,

@@ -147,6 +147,10 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
     if target == 0 and step is None and at == "latest-checkpoint":
         return Point(0, None, State(), None, end, skipped)
     state = base.state.copy() if base is not None else State()
+    if base is not None:
+        # the cut's anchor timeline: a state read from a cut does not carry it, and a resume
+        # or a new cut at exactly this LSN (no tail folded on top) must name the right one
+        state.timeline = base.manifest.timeline
     reader.fold(stop_lsn=target, state=state)
     if state.lsn != target:
         raise JournalCorrupt(f"{journal_path}: the active history ends at LSN {state.lsn}, before the "
