@@ -8,7 +8,8 @@
 
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalCorrupt, JournalMismatch,
                      ManifestMissing, MissingFile, OrphanFile, OwnershipError, RestoreError,
-                     RowChanged, RowMismatch, RowMissing, SchemaMismatch, TwoOwners, UnsafePath)
+                     RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
+                     TwoOwners, UnsafePath)
 from .fingerprint import fingerprint
 from .rehydrate import ROW_CHANGED_POLICIES
 from .restore import RecoveredGroup, RecoveredState, restore
@@ -17,5 +18,5 @@ __all__ = [
     "restore", "RecoveredState", "RecoveredGroup", "fingerprint", "ROW_CHANGED_POLICIES",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
-    "JournalCorrupt", "OwnershipError", "RowMissing", "RowMismatch", "RowChanged",
+    "JournalCorrupt", "OwnershipError", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
 ]

@@ -31,7 +31,11 @@ class RowChanged(RestoreError):
     """10. The row's content fingerprint differs from the one recorded when it was taken."""
 
 
+class RowChangedWarning(UserWarning):
+    """What `on_row_changed="warn"` warns with (the message is `RowChanged`'s)."""
+
+
 __all__ = ["RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile",
            "ChecksumMismatch", "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners",
            "JournalMismatch", "JournalCorrupt", "OwnershipError", "RowMissing", "RowMismatch",
-           "RowChanged"]
+           "RowChanged", "RowChangedWarning"]

@@ -3,10 +3,11 @@ same row that was taken (its idx, its task, its content fingerprint)."""
 
 from __future__ import annotations
 
+import operator
 import warnings
 from typing import Any, Callable, Mapping
 
-from .errors import RowChanged, RowMismatch, RowMissing
+from .errors import RowChanged, RowChangedWarning, RowMismatch, RowMissing
 from .fingerprint import fingerprint
 
 ROW_CHANGED_POLICIES = ("error", "warn", "accept")
@@ -21,6 +22,16 @@ def _field(row: Any, name: str) -> Any:
 _ABSENT = object()
 
 
+def _as_int(value: Any) -> Any:
+    """A row's own idx as an int when it is one (int, numpy or one-element tensor), else as is."""
+    try:
+        if hasattr(value, "numel") and value.numel() == 1:
+            value = value.item()
+        return operator.index(value)
+    except (TypeError, ValueError, RuntimeError):
+        return value
+
+
 def rehydrate(groups: list, dataset: Any, collate_fn: Callable | None, on_row_changed: str,
               changed: list) -> None:
     """Set `prompt` on every group; rows whose fingerprint changed are appended to `changed`."""
@@ -33,7 +44,7 @@ def rehydrate(groups: list, dataset: Any, collate_fn: Callable | None, on_row_ch
             raise RowMissing(f"group {g.group_id}: dataset[{g.idx}] does not exist ({exc!r}); the "
                              "dataset shrank or is not the one the run used") from None
         own_idx = _field(row, "idx")
-        if own_idx is not _ABSENT and own_idx != g.idx:
+        if own_idx is not _ABSENT and _as_int(own_idx) != g.idx:
             raise RowMismatch(f"group {g.group_id}: dataset[{g.idx}] is the row with idx {own_idx!r}; "
                               "the dataset was reordered")
         own_task = _field(row, "task_name")
@@ -48,6 +59,6 @@ def rehydrate(groups: list, dataset: Any, collate_fn: Callable | None, on_row_ch
                 if on_row_changed == "error":
                     raise RowChanged(message)
                 if on_row_changed == "warn":
-                    warnings.warn(message, stacklevel=3)
+                    warnings.warn(message, RowChangedWarning, stacklevel=3)
                 changed.append(g)
         g.prompt = collate_fn([row]) if collate_fn is not None else row
