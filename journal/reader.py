@@ -163,8 +163,11 @@ class Reader:
                 try:
                     seg.header = fmt.decode_header(head)
                 except fmt.HeaderError as exc:
-                    if last and (len(head) < fmt.HEADER_SIZE or not any(head)):
-                        # created but its header never became durable: a torn segment
+                    if last and (len(head) < fmt.HEADER_SIZE or not any(head)) and \
+                            _next_intact_frame(read_segment_bytes(seg), fmt.HEADER_SIZE) is None:
+                        # created but its header never became durable: a torn segment. Not when
+                        # an intact frame follows: frames are written only after the header was
+                        # fsynced, so those are acknowledged commits under a damaged header
                         self.torn[timeline] = TornTail(seg, 0, seg.size)
                         self.problems.append(Problem("torn", seg.name, 0, seg.first_lsn,
                                                      f"segment header incomplete ({exc})", seg.size))

@@ -173,7 +173,11 @@ class Journal:
         elif lineage:
             last = lineage[-1].segments[-1]
             f = self.fs.open_append(last.path)
-            segment = _SegmentPlan(last.header, last.path, f.offset, set(end_blobs), f)
+            # `end_blobs` is the table of the segment holding the last commit; when the last
+            # segment has no commit yet (crash right after a rotation) that is an earlier
+            # segment, and claiming its blobs would leave the next `taken` without them
+            stored = set(end_blobs) if end_lsn >= last.first_lsn else set()
+            segment = _SegmentPlan(last.header, last.path, f.offset, stored, f)
         else:
             segment = self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0))
         state.next_group_id = max(state.next_group_id, top_gid + 1)
@@ -189,7 +193,22 @@ class Journal:
             self._reconcile(resume)
 
     def _repair_torn(self, reader: Reader) -> None:
-        """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes)."""
+        """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes).
+
+        A fresh `Reader` only knows the torn segment *headers*: a torn frame tail is found
+        while the frames are scanned. So scan the last segment of every timeline first;
+        otherwise the torn bytes stay, the writer appends after them, and the next open
+        sees a bad frame followed by good ones (JournalCorrupt). Segments with a torn header
+        are not in `reader.segments`; after they go, the segment before is the last one."""
+        self._cut_torn(reader)
+        for tl in list(reader.timelines.values()):
+            last = tl.segments[-1]
+            if not last.archived:
+                for _ in reader.segment_records(last, last=True):
+                    pass
+        self._cut_torn(reader)
+
+    def _cut_torn(self, reader: Reader) -> None:
         for torn in reader.torn.values():
             seg = torn.segment
             if seg.archived:
@@ -204,11 +223,14 @@ class Journal:
             if torn.offset == 0:
                 self.fs.unlink(seg.path)
                 self.fs.fsync_dir(self.path)
-                reader.segments.remove(seg)
-                tl = reader.timelines[seg.timeline]
-                tl.segments.remove(seg)
-                if not tl.segments:
-                    del reader.timelines[seg.timeline]
+                # a torn header keeps the segment out of the reader's lists (nothing to remove)
+                if seg in reader.segments:
+                    reader.segments.remove(seg)
+                tl = reader.timelines.get(seg.timeline)
+                if tl is not None and seg in tl.segments:
+                    tl.segments.remove(seg)
+                    if not tl.segments:
+                        del reader.timelines[seg.timeline]
             else:
                 f = self.fs.open_append(seg.path)
                 try:

@@ -20,7 +20,7 @@ import os
 import torch
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     Owner, Taken, Trained)
+                     GroupRef, Owner, Taken, Trained)
 
 R, A, P, S, T, D = Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE, Owner.TRAINED, Owner.DROPPED
 LIVE = {R, A, P, S}
@@ -213,6 +213,124 @@ def clone(src: str, dst: str) -> str:
     return dst
 
 
-__all__ = ["Model", "Illegal", "events_of", "fold_records", "assert_journal_matches",
-           "assert_state_matches", "deep_equal", "tree_bytes", "segment_files", "clone", "LIVE",
-           "R", "A", "P", "S", "T", "D"]
+
+
+# -- a random legal workload, shared by the torn-tail, bit-flip, fault and crash tests ----------
+
+
+def loader_state(epoch: int, n: int, nbytes: int = 600) -> dict:
+    """A StatefulDataLoader-like state: a large tensor that changes once per epoch (stored as a
+    blob when >= 512 bytes), small counters that change on every take, a tuple."""
+    gen = torch.arange(nbytes, dtype=torch.int64).remainder(251).to(torch.uint8) + epoch % 5
+    return {"_sampler_iter_state": {"generator": gen.to(torch.uint8), "yielded": n},
+            "_num_yielded": n, "epoch": epoch, "pos": (epoch, n)}
+
+
+def step(j, m: Model, rng, *, loader_every: int = 3, loader_bytes: int = 600, max_take: int = 3,
+         fingerprint_bytes: int = 0, take_weight: int = 3) -> Model:
+    """Issue one random *legal* call on journal `j` (state `m`); return the model after it."""
+    live = m.live()
+    by = {o: [g for g, x in live.items() if x == o] for o in (R, A, P, S)}
+    kinds = ["taken"] * take_weight
+    if by[R]:
+        kinds += ["diverted", "admitted", "admitted"]
+    if by[S]:
+        kinds += ["admitted"]
+    if by[A]:
+        kinds += ["finished", "finished", "tx"]
+    if by[P]:
+        kinds += ["trained", "trained"]
+    if live:
+        kinds += ["discarded"]
+    kinds += ["begin"] if not m.pending else ["commit"]
+    kind = rng.choice(kinds)
+
+    def some(gs):
+        return sorted(rng.sample(gs, rng.randint(1, min(3, len(gs)))))
+
+    if kind == "taken":
+        k = rng.randint(1, max_take)
+        refs = [GroupRef(idx=rng.randrange(10_000), task_name=rng.choice(("math", "code", None)),
+                         epoch=m.next_gid // 20,
+                         fingerprint=rng.randbytes(fingerprint_bytes) if fingerprint_bytes else None)
+                for _ in range(k)]
+        ls = None
+        if loader_every and rng.randrange(loader_every) == 0:
+            ls = loader_state(m.next_gid // 20, m.next_gid, loader_bytes)
+        gids = list(range(m.next_gid, m.next_gid + k))
+        new = m.commit([("taken", gids, ls)])
+        assert j.taken(refs, loader_state=ls) == gids
+        assert j.lsn == new.lsn
+        return new
+    if kind == "tx":  # discard an admitted group and admit a replacement in one commit
+        bad = rng.choice(by[A])
+        spare = [g for g in by[R] + by[S]]
+        evs = [("discarded", [bad])]
+        with j.transaction() as tx:
+            tx.discarded([bad], reason="rollout_failed")
+            if spare:
+                g = rng.choice(spare)
+                tx.admitted([g], target_step=m.lsn, replaces=bad)
+                evs.append(("admitted", [g], bad))
+        new = m.commit(evs)
+        assert tx.lsn == new.lsn
+        return new
+    if kind == "begin":
+        s = rng.choice([x for x in range(m.lsn + 2) if x not in m.committed])
+        new = m.commit([("begin", s)])
+        assert j.begin_checkpoint(step=s) == new.lsn
+        return new
+    if kind == "commit":
+        s = rng.choice(sorted(m.pending))
+        new = m.commit([("commit", s)])
+        assert j.commit_checkpoint(step=s) == new.lsn
+        return new
+    if kind == "diverted":
+        gs = some(by[R])
+        new = m.commit([("diverted", gs)])
+        assert j.diverted(gs) == new.lsn
+    elif kind == "admitted":
+        gs = some(by[R] + by[S])
+        rep = rng.choice([None, None, rng.choice(sorted(m.owners))])
+        new = m.commit([("admitted", gs, rep)])
+        assert j.admitted(gs, target_step=m.lsn, policy_version=rng.randrange(5), replaces=rep) == new.lsn
+    elif kind == "finished":
+        gs = some(by[A])
+        locs = [f"buf/{g}" for g in gs] if rng.random() < 0.5 else None
+        new = m.commit([("finished", gs, locs)])
+        assert j.finished(gs, policy_version=rng.randrange(5), locators=locs) == new.lsn
+    elif kind == "trained":
+        gs = some(by[P])
+        new = m.commit([("trained", gs)])
+        assert j.trained(gs, step=m.lsn) == new.lsn
+    else:
+        gs = some(sorted(live))
+        new = m.commit([("discarded", gs)])
+        assert j.discarded(gs, reason="stale") == new.lsn
+    return new
+
+
+def drive(j, m: Model, rng, n: int, history: list | None = None, **kw) -> Model:
+    """`n` random legal calls; appends the model after each to `history` if given."""
+    for _ in range(n):
+        m = step(j, m, rng, **kw)
+        if history is not None:
+            history.append(m)
+    return m
+
+
+def frames(path: str) -> list[tuple[str, int, int, list[int]]]:
+    """(segment name, start offset, end offset, LSNs) of every frame of a clean journal, in order."""
+    from journal import Reader
+    r = Reader(path)
+    out: list = []
+    for rec in r.records():
+        if out and out[-1][0] == rec.segment and out[-1][1] == rec.offset:
+            out[-1][3].append(rec.commit.lsn)
+        else:
+            out.append([rec.segment, rec.offset, None, [rec.commit.lsn]])
+    assert not r.problems, r.problems
+    for i, f in enumerate(out):
+        nxt = out[i + 1] if i + 1 < len(out) else None
+        f[2] = nxt[1] if nxt is not None and nxt[0] == f[0] else os.path.getsize(os.path.join(path, f[0]))
+    return [tuple(f) for f in out]
