@@ -18,8 +18,9 @@ from typing import Any, Callable
 import journal
 from journal import (Discarded, Finished, Group, LoaderStateError, Owner, OsFileSystem, Reader, State,
                      list_segments)
-from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, DataPlane, Skipped, check_anchor, cut_dirs,
-                      read_cut, state_at, write_cut)
+from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
+                      SNAPSHOTS_DIR, DataPlane, Skipped, check_anchor, cut_dirs, read_cut, state_at,
+                      write_cut)
 from snapshot.manifest import decode as _decode_manifest
 from snapshot.state_at import cut_dir_name
 
@@ -107,8 +108,13 @@ class RecoveredState:
         return write_cut(target, state, run_id=self.run_id, timeline=state.timeline, fs=fs)
 
 
+_CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE)
+
+
 def _is_cut(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, MANIFEST_NAME))
+    """A cut directory (even one whose manifest is gone: that is check 1's error, not an empty
+    journal that restores as "no checkpoint yet")."""
+    return any(os.path.exists(os.path.join(path, name)) for name in _CUT_FILES)
 
 
 def _wrap_journal_errors(fn, *args, **kwargs):
