@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
+import operator
 import os
 import secrets
 import time
@@ -27,7 +29,7 @@ from journal import DEFAULT_FS, Group, LoaderState, Owner, OsFileSystem, State
 from . import manifest as mf
 from .errors import ChecksumMismatch, CountMismatch, CorruptRecord, MissingFile, ManifestMissing, SchemaMismatch, \
     OrphanFile, TwoOwners
-from .tables import decode_table, encode_table
+from .tables import decode_table, decode_terminal, encode_table, encode_terminal
 
 TMP_PREFIX = ".tmp-"
 DATALOADER_FILE = "train_dataloader.pt"
@@ -35,6 +37,9 @@ RECOVERY_FILE = "rollout_recovery.pt"
 REPLAY_FILE = "replay_buffer_metadata.pt"
 RESERVE_FILE = "replacement_reserve.pt"
 DATA_PLANE_DIR = "data_plane"
+TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped
+_OWNER_OF = operator.attrgetter("owner")
+_RECOVERY_OWNERS = frozenset({Owner.RESERVED, Owner.ADMITTED})
 
 
 @runtime_checkable
@@ -76,14 +81,20 @@ def _save_bytes(obj: Any) -> bytes:
 
 
 def _fsync_tree(fs: OsFileSystem, root: str) -> None:
-    """fsync every file and directory the data plane wrote (it may not have)."""
+    """fsync, through the I/O seam, every file and directory the data plane wrote under `root`
+    (it may not have); a symbolic link is refused (a cut never leads outside itself)."""
     for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):
+                raise ValueError(f"the data plane wrote a symbolic link {full}; a cut holds plain "
+                                 "files only")
         for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            f = fs.open_append(os.path.join(dirpath, name))
             try:
-                os.fsync(fd)
+                f.sync()
             finally:
-                os.close(fd)
+                f.close()
         fs.fsync_dir(dirpath)
 
 
@@ -109,10 +120,11 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
     tmp = os.path.join(parent, f"{TMP_PREFIX}{os.path.basename(final_dir)}-{secrets.token_hex(4)}")
     fs.mkdir(tmp)
     fs.fsync_dir(parent)
-    by_owner: dict[Owner, list[Group]] = {o: [] for o in (Owner.RESERVED, Owner.ADMITTED,
-                                                           Owner.REPLAY, Owner.SPARE)}
-    for g in state.groups():
-        by_owner[g.owner].append(g)
+    live = state.live
+    ordered = list(map(live.__getitem__, sorted(live)))  # group-id order (dict order is nearly it)
+    owners = list(map(_OWNER_OF, ordered))
+    by_owner = {o: list(itertools.compress(ordered, map(operator.eq, owners, itertools.repeat(o))))
+                for o in (Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE)}
     files: dict[str, mf.FileEntry] = {}
 
     def put(name: str, data: bytes) -> None:
@@ -126,14 +138,17 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
 
     loader = state.loader.decode() if state.loader is not None else None
     put(DATALOADER_FILE, _save_bytes(loader))
-    put(RECOVERY_FILE, _save_bytes(encode_table(by_owner[Owner.RESERVED] + by_owner[Owner.ADMITTED])))
+    recovery = list(itertools.compress(ordered, map(_RECOVERY_OWNERS.__contains__, owners)))
+    table = encode_table(recovery)
+    table[TERMINAL_KEY] = encode_terminal(state.terminal.codes, state.terminal.sparse)
+    put(RECOVERY_FILE, _save_bytes(table))
     put(REPLAY_FILE, _save_bytes(encode_table(by_owner[Owner.REPLAY])))
     if by_owner[Owner.SPARE]:
         put(RESERVE_FILE, _save_bytes(encode_table(by_owner[Owner.SPARE])))
     if data_plane is not None:
         dp = os.path.join(tmp, DATA_PLANE_DIR)
         fs.mkdir(dp)
-        data_plane.save(dp, by_owner[Owner.REPLAY])
+        data_plane.save(dp, [g.copy() for g in by_owner[Owner.REPLAY]])
         _fsync_tree(fs, dp)
         for dirpath, _, filenames in os.walk(dp):
             for name in filenames:
@@ -214,8 +229,8 @@ def read_cut(cut_dir: str) -> Cut:
             raise MissingFile(f"{cut_dir}: the manifest does not list {required}")
     live_owners = {Owner.RESERVED: RECOVERY_FILE, Owner.ADMITTED: RECOVERY_FILE,
                    Owner.REPLAY: REPLAY_FILE, Owner.SPARE: RESERVE_FILE}
-    groups: list[Group] = []
-    loaded = {}
+    loaded: dict[str, list[Group]] = {}
+    terminal_obj = None
     for name, allowed in ((RECOVERY_FILE, frozenset({Owner.RESERVED, Owner.ADMITTED})),
                           (REPLAY_FILE, frozenset({Owner.REPLAY})),
                           (RESERVE_FILE, frozenset({Owner.SPARE}))):
@@ -223,24 +238,45 @@ def read_cut(cut_dir: str) -> Cut:
             loaded[name] = []
             continue
         where = os.path.join(cut_dir, name)
-        loaded[name] = decode_table(_load_pt(where, contents[name]), where, allowed)
-    for owner, name in live_owners.items():                                 # 6
-        have = sum(1 for g in loaded[name] if g.owner == owner)
+        table = _load_pt(where, contents[name])
+        loaded[name] = decode_table(table, where, allowed)
+        if name == RECOVERY_FILE:
+            terminal_obj = table.get(TERMINAL_KEY)
+            if terminal_obj is None:
+                raise CorruptRecord(f"{where}: no {TERMINAL_KEY!r} entry")
+    if not isinstance(manifest.next_group_id, int) or manifest.next_group_id < 0:
+        raise CorruptRecord(f"{cut_dir}: manifest next group id {manifest.next_group_id!r} is negative")
+    where = os.path.join(cut_dir, RECOVERY_FILE)
+    dense, sparse = decode_terminal(terminal_obj, f"{where} {TERMINAL_KEY}", manifest.next_group_id)
+    have_counts = {owner: 0 for owner in Owner}
+    for owner, name in live_owners.items():
+        have_counts[owner] = sum(1 for g in loaded[name] if g.owner == owner)
+    sparse_codes = list(sparse.values())
+    for owner in (Owner.TRAINED, Owner.DROPPED):
+        have_counts[owner] = dense.count(int(owner)) + sparse_codes.count(int(owner))
+    for owner in Owner:                                                     # 6
         want = manifest.counts.get(owner.name)
-        if have != want:
-            raise CountMismatch(f"{cut_dir}: {name} holds {have} {owner.name} groups, the manifest "
-                                f"says {want}")
+        if have_counts[owner] != want:
+            name = live_owners.get(owner, f"{RECOVERY_FILE} {TERMINAL_KEY}")
+            raise CountMismatch(f"{cut_dir}: {name} holds {have_counts[owner]} {owner.name} groups, "
+                                f"the manifest says {want}")
     state = State()
     seen: dict[int, str] = {}
     for name in (RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE):                 # 7
         for g in loaded[name]:
-            if g.group_id in seen:
-                raise TwoOwners(f"{cut_dir}: group {g.group_id} is in both {seen[g.group_id]} and {name}")
-            if g.group_id >= manifest.next_group_id:
-                raise CorruptRecord(f"{cut_dir}: group {g.group_id} in {name} is not below the "
+            gid = g.group_id
+            if gid in seen:
+                raise TwoOwners(f"{cut_dir}: group {gid} is in both {seen[gid]} and {name}")
+            if gid >= manifest.next_group_id:
+                raise CorruptRecord(f"{cut_dir}: group {gid} in {name} is not below the "
                                     f"manifest's next group id {manifest.next_group_id}")
-            seen[g.group_id] = name
-            state.live[g.group_id] = g
+            if (gid < len(dense) and dense[gid]) or gid in sparse:
+                code = dense[gid] if gid < len(dense) else sparse[gid]
+                raise TwoOwners(f"{cut_dir}: group {gid} is live in {name} and {Owner(code).name} in "
+                                f"{RECOVERY_FILE} {TERMINAL_KEY}")
+            seen[gid] = name
+            state.live[gid] = g
+    state.terminal.codes, state.terminal.sparse = dense, sparse
     loader = _load_pt(os.path.join(cut_dir, DATALOADER_FILE), contents[DATALOADER_FILE])
     if (loader is not None) != manifest.has_loader_state:
         raise CorruptRecord(f"{cut_dir}: {DATALOADER_FILE} disagrees with the manifest about "
@@ -257,6 +293,7 @@ def read_cut(cut_dir: str) -> Cut:
     except ValueError:
         raise CorruptRecord(f"{cut_dir}: manifest checkpoint steps are not integers") from None
     state.lsn, state.chain, state.next_group_id = manifest.lsn, manifest.chain, manifest.next_group_id
+    state.timeline = manifest.timeline  # with lsn and chain: the anchor (a fold on top keeps it)
     return Cut(cut_dir, manifest, state)
 
 

@@ -3,13 +3,21 @@ and replacement_reserve.pt.
 
 Integer columns are int64 tensors (`NONE` marks a missing optional value);
 string and bytes columns are one uint8 tensor of concatenated bytes plus int64
-offsets and a bool `present` mask. Everything loads with
+offsets and a bool `present` mask. `phase` is an int8 column (1 RESERVED,
+2 ADMITTED, 3 REPLAY, 4 SPARE). Everything loads with
 `torch.load(..., weights_only=True)` and no extra globals, and a table of 100k
 groups is a handful of tensors rather than 100k pickled dicts.
+
+Encoding and decoding make one attribute pass over the groups and otherwise
+work column by column in C (`array`, `bytes.join`, tensor ops), so a table of
+100k groups costs tens of milliseconds.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
+from array import array
 from typing import Sequence
 
 import torch
@@ -22,19 +30,57 @@ from .manifest import SCHEMA_VERSION
 NONE = -(2 ** 63)  # int64 sentinel for "no value"
 _INT_COLUMNS = ("group_id", "idx", "epoch", "target_step", "policy_version", "replaces")
 _OPTIONAL_INT = ("epoch", "target_step", "policy_version", "replaces")
+_BYTES_COLUMNS = ("task_name", "fingerprint", "locator")
+_STR_COLUMNS = frozenset({"task_name", "locator"})
 _PHASES = {Owner.RESERVED: 1, Owner.ADMITTED: 2, Owner.REPLAY: 3, Owner.SPARE: 4}
 _PHASE_OWNERS = {v: k for k, v in _PHASES.items()}
+_FIELDS = ("group_id", "idx", "epoch", "target_step", "policy_version", "replaces", "task_name",
+           "fingerprint", "locator", "owner")
+_GETTERS = {name: operator.attrgetter(name) for name in _FIELDS}
 
 
-def _bytes_column(values: Sequence[bytes | None]) -> dict:
-    present = torch.tensor([v is not None for v in values], dtype=torch.bool)
-    lengths = [len(v) if v is not None else 0 for v in values]
-    offsets = torch.zeros(len(values) + 1, dtype=torch.int64)
-    if values:
-        offsets[1:] = torch.tensor(lengths, dtype=torch.int64).cumsum(0)
-    blob = b"".join(v for v in values if v is not None)
+def _int_tensor(values: Sequence[int | None]) -> torch.Tensor:
+    if not values:
+        return torch.empty(0, dtype=torch.int64)
+    if None in values:
+        values = [NONE if v is None else v for v in values]
+    try:
+        return torch.frombuffer(array("q", values), dtype=torch.int64)
+    except OverflowError:
+        raise ValueError("an integer field does not fit in int64") from None
+
+
+def _bytes_column(values: Sequence[bytes | str | None], is_str: bool) -> dict:
+    n = len(values)
+    if None in values:
+        present = torch.frombuffer(bytearray(map(operator.is_not, values, itertools.repeat(None))),
+                                   dtype=torch.bool) if n else torch.empty(0, dtype=torch.bool)
+        empty = "" if is_str else b""
+        values = [empty if v is None else v for v in values]
+    else:
+        present = torch.ones(n, dtype=torch.bool)
+    if is_str:
+        text = "".join(values)
+        if text.isascii():  # one byte per character: lengths in characters are lengths in bytes
+            blob = text.encode("ascii")
+        else:
+            values = [v.encode() for v in values]
+            blob = b"".join(values)
+    else:
+        blob = b"".join(values)
+    offsets = torch.frombuffer(array("q", itertools.accumulate(map(len, values), initial=0)),
+                               dtype=torch.int64)
     data = torch.frombuffer(bytearray(blob), dtype=torch.uint8) if blob else torch.empty(0, dtype=torch.uint8)
     return {"data": data, "offsets": offsets, "present": present}
+
+
+def _tensor_bytes(data: torch.Tensor) -> bytes:
+    """The bytes of a uint8 tensor (a bulk copy; iterating a storage is per element, slow)."""
+    if not data.numel():
+        return b""
+    buf = bytearray(data.numel())
+    torch.frombuffer(buf, dtype=torch.uint8).copy_(data)
+    return bytes(buf)
 
 
 def _read_bytes_column(col, n: int, where: str) -> list[bytes | None]:
@@ -46,32 +92,52 @@ def _read_bytes_column(col, n: int, where: str) -> list[bytes | None]:
             and offsets.shape == (n + 1,) and isinstance(present, torch.Tensor)
             and present.dtype == torch.bool and present.shape == (n,)):
         raise CorruptRecord(f"{where}: column tensors have the wrong dtype or shape")
-    offs = offsets.tolist()
-    if n and (offs[0] != 0 or offs[-1] != data.numel() or any(b < a for a, b in zip(offs, offs[1:]))):
+    if n and (int(offsets[0]) != 0 or int(offsets[-1]) != data.numel()
+              or bool((offsets[1:] < offsets[:-1]).any())):
         raise CorruptRecord(f"{where}: offsets are not increasing within the data")
-    raw = bytes(data.clone().untyped_storage()) if data.numel() else b""
-    pres = present.tolist()
-    return [raw[offs[i]:offs[i + 1]] if pres[i] else None for i in range(n)]
+    if n and bool((~present & (offsets[1:] != offsets[:-1])).any()):
+        raise CorruptRecord(f"{where}: an absent value has bytes")
+    raw = _tensor_bytes(data)
+    offs = offsets.tolist()
+    out = list(map(raw.__getitem__, map(slice, offs[:-1], offs[1:])))
+    if not bool(present.all()):
+        for i in torch.nonzero(~present).flatten().tolist():
+            out[i] = None
+    return out
 
 
 def encode_table(groups: Sequence[Group]) -> dict:
-    """The table of `groups` (live records), in group-id order."""
+    """The table of `groups` (live records of the owners this file holds), in the given order."""
     n = len(groups)
-
-    def ints(name: str) -> torch.Tensor:
-        vals = [getattr(g, name) for g in groups]
-        return torch.tensor([NONE if v is None else v for v in vals], dtype=torch.int64).reshape(n)
-
+    by_name = {name: list(map(getter, groups)) for name, getter in _GETTERS.items()}
     table = {"schema_version": SCHEMA_VERSION, "count": n}
     for name in _INT_COLUMNS:
-        table[name] = ints(name)
-    table["phase"] = torch.tensor([_PHASES[g.owner] for g in groups], dtype=torch.int8).reshape(n)
-    table["task_name"] = _bytes_column([g.task_name.encode() if g.task_name is not None else None
-                                        for g in groups])
-    table["fingerprint"] = _bytes_column([g.fingerprint for g in groups])
-    table["locator"] = _bytes_column([g.locator.encode() if g.locator is not None else None
-                                      for g in groups])
+        table[name] = _int_tensor(by_name[name])
+    owners = by_name["owner"]
+    try:
+        phase = bytes(map(_PHASES.__getitem__, owners))
+    except KeyError:
+        raise ValueError("only live groups (RESERVED, ADMITTED, REPLAY, SPARE) go in a table") from None
+    table["phase"] = torch.frombuffer(bytearray(phase), dtype=torch.int8) if n else torch.empty(0, dtype=torch.int8)
+    for name in _BYTES_COLUMNS:
+        table[name] = _bytes_column(by_name[name], name in _STR_COLUMNS)
     return table
+
+
+def _decode_str(values: list, where: str, name: str) -> list:
+    try:
+        return [v.decode() if v is not None else None for v in values]
+    except UnicodeDecodeError:
+        bad = next(i for i, v in enumerate(values) if v is not None and not _utf8(v))
+        raise CorruptRecord(f"{where}: record {bad} has a {name} that is not UTF-8") from None
+
+
+def _utf8(v: bytes) -> bool:
+    try:
+        v.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def decode_table(table, where: str, allowed: frozenset) -> list[Group]:
@@ -82,39 +148,104 @@ def decode_table(table, where: str, allowed: frozenset) -> list[Group]:
         raise SchemaMismatch(f"{where}: schema version {table.get('schema_version')!r}, this code "
                              f"reads {SCHEMA_VERSION}")
     n = table.get("count")
-    if not isinstance(n, int) or n < 0:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise CorruptRecord(f"{where}: bad count {n!r}")
-    cols = {}
+    tensors = {}
     for name in _INT_COLUMNS:
         t = table.get(name)
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.shape != (n,):
             raise CorruptRecord(f"{where}: column {name!r} is not an int64 tensor of {n} values")
-        cols[name] = t.tolist()
+        tensors[name] = t
     phase = table.get("phase")
     if not isinstance(phase, torch.Tensor) or phase.dtype != torch.int8 or phase.shape != (n,):
         raise CorruptRecord(f"{where}: column 'phase' is not an int8 tensor of {n} values")
-    phases = phase.tolist()
+    gid = tensors["group_id"]
+    ok_phase = torch.zeros(n, dtype=torch.bool)
+    for owner in allowed:
+        ok_phase |= phase == _PHASES[owner]
+    if not bool(ok_phase.all()):
+        i = int(torch.nonzero(~ok_phase)[0])
+        raise CorruptRecord(f"{where}: group {int(gid[i])} has phase {int(phase[i])}, which does not "
+                            "belong in this file")
+    bad = (gid < 0) | (tensors["idx"] < 0)
+    if bool(bad.any()):
+        i = int(torch.nonzero(bad)[0])
+        raise CorruptRecord(f"{where}: group {int(gid[i])} has a negative group id or idx "
+                            f"({int(tensors['idx'][i])})")
+    needs_step = ((phase == _PHASES[Owner.ADMITTED]) | (phase == _PHASES[Owner.REPLAY])) \
+        & (tensors["target_step"] == NONE)
+    if bool(needs_step.any()):
+        i = int(torch.nonzero(needs_step)[0])
+        raise CorruptRecord(f"{where}: group {int(gid[i])} is "
+                            f"{_PHASE_OWNERS[int(phase[i])].name} but has no target_step")
+    cols = {}
+    for name, t in tensors.items():
+        vals = t.tolist()
+        if name in _OPTIONAL_INT and bool((t == NONE).any()):
+            vals = [None if v == NONE else v for v in vals]
+        cols[name] = vals
     tasks = _read_bytes_column(table.get("task_name"), n, f"{where} column 'task_name'")
     fps = _read_bytes_column(table.get("fingerprint"), n, f"{where} column 'fingerprint'")
     locs = _read_bytes_column(table.get("locator"), n, f"{where} column 'locator'")
-    out = []
-    gid_col, idx_col = cols["group_id"], cols["idx"]
-    for i in range(n):
-        gid = gid_col[i]
-        owner = _PHASE_OWNERS.get(phases[i])
-        if owner not in allowed:
-            raise CorruptRecord(f"{where}: group {gid} has phase {phases[i]}, which does not belong "
-                                "in this file")
-        if gid < 0 or idx_col[i] < 0:
-            raise CorruptRecord(f"{where}: group {gid} has a negative group id or idx ({idx_col[i]})")
-        opt = {name: (None if cols[name][i] == NONE else cols[name][i]) for name in _OPTIONAL_INT}
-        if owner in (Owner.ADMITTED, Owner.REPLAY) and opt["target_step"] is None:
-            raise CorruptRecord(f"{where}: group {gid} is {owner.name} but has no target_step")
-        try:
-            task = tasks[i].decode() if tasks[i] is not None else None
-            loc = locs[i].decode() if locs[i] is not None else None
-        except UnicodeDecodeError:
-            raise CorruptRecord(f"{where}: group {gid} has a task_name or locator that is not UTF-8") from None
-        out.append(Group(gid, idx_col[i], task, opt["epoch"], fps[i], owner, opt["target_step"],
-                         opt["policy_version"], loc, opt["replaces"]))
-    return out
+    tasks = _decode_str(tasks, where, "task_name")
+    locs = _decode_str(locs, where, "locator")
+    owners = list(map(_PHASE_OWNERS.__getitem__, phase.tolist()))
+    return list(map(Group, cols["group_id"], cols["idx"], tasks, cols["epoch"], fps, owners,
+                    cols["target_step"], cols["policy_version"], locs, cols["replaces"]))
+
+
+# -- terminal owners -------------------------------------------------------------------------------
+#
+# A cut also records which group ids reached a terminal owner (TRAINED or DROPPED), so the state
+# read back from it is the fold's state exactly: the tail replayed on top can check
+# `admitted(replaces=g)` against a group that was trained or dropped before the cut, and
+# messages name a terminal group's owner. The journal keeps one byte per group id; the cut stores
+# it run-length encoded (a run per change of owner), so its size follows the number of drops, not
+# the length of the history.
+
+_TERMINAL_CODES = (int(Owner.TRAINED), int(Owner.DROPPED))
+
+
+def encode_terminal(codes: bytes | bytearray, sparse: dict[int, int]) -> dict:
+    """Run-length encode the terminal owner codes (one byte per group id, 0 = not terminal) and
+    the ids beyond the dense table (`sparse`: id -> code)."""
+    dense = bytes(codes).rstrip(b"\0")
+    if dense:
+        values, lengths = torch.unique_consecutive(torch.frombuffer(bytearray(dense), dtype=torch.uint8),
+                                                   return_counts=True)
+    else:
+        values, lengths = torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64)
+    ids = sorted(sparse)
+    return {"run_codes": values, "run_lengths": lengths.to(torch.int64),
+            "sparse_ids": _int_tensor(ids),
+            "sparse_codes": torch.tensor([sparse[i] for i in ids], dtype=torch.uint8)}
+
+
+def decode_terminal(obj, where: str, next_group_id: int) -> tuple[bytearray, dict[int, int]]:
+    """(dense codes, sparse id -> code) from `encode_terminal`'s dict, validated."""
+    if not isinstance(obj, dict) or set(obj) != {"run_codes", "run_lengths", "sparse_ids", "sparse_codes"}:
+        raise CorruptRecord(f"{where}: terminal owners: bad layout")
+    codes, lengths, ids, scodes = (obj["run_codes"], obj["run_lengths"], obj["sparse_ids"],
+                                   obj["sparse_codes"])
+    if not (isinstance(codes, torch.Tensor) and codes.dtype == torch.uint8 and codes.dim() == 1
+            and isinstance(lengths, torch.Tensor) and lengths.dtype == torch.int64
+            and lengths.shape == codes.shape and isinstance(ids, torch.Tensor)
+            and ids.dtype == torch.int64 and ids.dim() == 1 and isinstance(scodes, torch.Tensor)
+            and scodes.dtype == torch.uint8 and scodes.shape == ids.shape):
+        raise CorruptRecord(f"{where}: terminal owners: tensors have the wrong dtype or shape")
+    allowed = torch.tensor((0,) + _TERMINAL_CODES, dtype=torch.uint8)
+    if bool((lengths <= 0).any()) or not bool(torch.isin(codes, allowed).all()):
+        raise CorruptRecord(f"{where}: terminal owners: a run is empty or holds a non-terminal owner")
+    total = int(lengths.sum()) if lengths.numel() else 0
+    if total > next_group_id:
+        raise CorruptRecord(f"{where}: terminal owners cover {total} group ids, but the next group id "
+                            f"is {next_group_id}")
+    dense = bytearray(total)
+    if total:
+        torch.frombuffer(dense, dtype=torch.uint8).copy_(torch.repeat_interleave(codes, lengths))
+    if ids.numel():
+        if (int(ids[0]) < total or int(ids[-1]) >= next_group_id or bool((ids[1:] <= ids[:-1]).any())
+                or not bool(torch.isin(scodes, allowed[1:]).all())):
+            raise CorruptRecord(f"{where}: terminal owners: sparse ids out of order or range, or a "
+                                "non-terminal owner")
+    return dense, dict(zip(ids.tolist(), scodes.tolist()))
