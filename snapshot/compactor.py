@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import secrets
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from journal import DEFAULT_FS, Journal, OsFileSystem, Reader
+from journal import DEFAULT_FS, CheckpointBegun, CheckpointCommitted, Journal, OsFileSystem, Reader
 
-from .cut import TMP_PREFIX, DataPlane, read_cut, write_cut
+from .cut import DATA_PLANE_DIR, TMP_PREFIX, Cut, DataPlane, read_cut, write_cut
 from .errors import RestoreError
 from .retention import RETENTION_MODES, remove_leftover_archives, retire, retirable_segments
-from .state_at import SNAPSHOTS_DIR, Skipped, cut_dir_name, state_at, usable_cuts
+from .state_at import SNAPSHOTS_DIR, Skipped, anchor_problem, cut_dir_name, state_at, usable_cuts
 
 
 @dataclass
@@ -34,15 +35,29 @@ class CompactResult:
 
 
 def _remove_tmp_dirs(fs: OsFileSystem, parent: str, prefix: str = TMP_PREFIX) -> None:
+    """Remove what a crashed compaction left under `parent`: unfinished cuts and cuts that were
+    being deleted (both renamed to `.tmp-*` names, which nothing ever reads)."""
     if not os.path.isdir(parent):
         return
     removed = False
-    for name in os.listdir(parent):
-        if name.startswith(prefix) and os.path.isdir(os.path.join(parent, name)):
-            fs.rmtree(os.path.join(parent, name))
+    for name in sorted(os.listdir(parent)):
+        full = os.path.join(parent, name)
+        if name.startswith(prefix) and os.path.isdir(full) and not os.path.islink(full):
+            fs.rmtree(full)
             removed = True
     if removed:
         fs.fsync_dir(parent)
+
+
+def _discard_cut(fs: OsFileSystem, cut_path: str) -> None:
+    """Delete a cut directory crash-safely: rename it to a `.tmp-` name first (atomic, so no half
+    deleted cut is ever listed), fsync the parent, then remove the tree."""
+    parent, name = os.path.split(cut_path)
+    doomed = os.path.join(parent, f"{TMP_PREFIX}del-{name}-{secrets.token_hex(4)}")
+    fs.rename(cut_path, doomed)
+    fs.fsync_dir(parent)
+    fs.rmtree(doomed)
+    fs.fsync_dir(parent)
 
 
 def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = None, *,
@@ -54,51 +69,83 @@ def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = N
     The cut goes to `<path>/snapshots/` or, with `into=`, to that directory
     (which must not exist: e.g. `ckpt/step_8/ownership`). `journal=` is the
     live writer, when compacting from inside the writing process: at "end" its
-    in-memory state is copied (appends wait only for that copy). Retention
-    keeps the newest `keep_cuts` cuts, the cuts of checkpoints in `pin_steps`
-    and the newest cut at or before the latest committed checkpoint; segments
-    wholly covered by the oldest kept cut are archived (`retention="archive"`)
-    or deleted (`"delete"`); `retention=None` retires nothing.
+    in-memory durable state is copied (appends wait only for that copy; all
+    file I/O happens after). `data_plane=` saves the REPLAY groups' rows into
+    the cut's `data_plane/` (hashed in the manifest). Retention then keeps the
+    newest `keep_cuts` cuts, the cuts of committed checkpoints in `pin_steps`
+    and, for the latest committed checkpoint and each pinned one, the newest
+    cut at or before it (what restoring that checkpoint starts from); segments
+    wholly covered by the oldest cut kept are archived (`retention="archive"`,
+    zstd) or deleted (`"delete"`); `retention=None` retires nothing. With no
+    committed checkpoint nothing is retired (a restart resumes from LSN 0).
     """
     fs = fs or (journal.fs if journal is not None else DEFAULT_FS)
     path = os.path.abspath(path)
     if retention is not None and retention not in RETENTION_MODES:
         raise ValueError(f"retention must be one of {RETENTION_MODES} or None, not {retention!r}")
-    if keep_cuts < 1:
-        raise ValueError(f"keep_cuts must be at least 1, not {keep_cuts}")
+    if isinstance(keep_cuts, bool) or not isinstance(keep_cuts, int) or keep_cuts < 1:
+        raise ValueError(f"keep_cuts must be an integer of at least 1, not {keep_cuts!r}")
+    pins = set(pin_steps)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"journal directory {path!r} does not exist")
+    if into is not None:
+        target = os.path.abspath(into)
+        if os.path.lexists(target):
+            raise FileExistsError(f"compact(into={into!r}): {target} already exists; a cut is written "
+                                  "into a directory that does not exist yet (e.g. "
+                                  "ckpt/step_8/ownership), never over or into an existing one")
     snapshots = os.path.join(path, SNAPSHOTS_DIR)
     _remove_tmp_dirs(fs, snapshots)
     remove_leftover_archives(fs, path)
     if journal is not None and at == "end":
-        state = journal.state_copy()
+        state = journal.state_copy()  # the only moment appends wait
         step = next((s for s, lsn in state.committed_checkpoints.items() if lsn == state.lsn), None)
         run_id, skipped = journal.run_id, []
     else:
-        point = state_at(path, at)
+        reader = Reader(path, "strict")
+        point = state_at(path, at, reader=reader)
         state, step, skipped = point.state, point.step, point.skipped
-        run_id = Reader(path).run_id or b""
-        if journal is not None:
-            run_id = journal.run_id
+        run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
     if into is not None:
-        target = os.path.abspath(into)
         _remove_tmp_dirs(fs, os.path.dirname(target), f"{TMP_PREFIX}{os.path.basename(target)}-")
+        write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs)
     else:
         target = os.path.join(snapshots, cut_dir_name(timeline, state.lsn))
-    if into is None and os.path.isdir(target):
-        try:
-            read_cut(target)
-        except RestoreError:
-            fs.rmtree(target)  # a damaged cut at the same point: rewrite it
-            fs.fsync_dir(snapshots)
-    if not os.path.isdir(target) or into is not None:
-        write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs)
+        if os.path.lexists(target) and not _reusable(path, target, data_plane):
+            _discard_cut(fs, target)  # damaged, stale, or without the data plane asked for
+        if not os.path.lexists(target):
+            write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs)
     result = CompactResult(target, state.lsn, step, skipped=skipped)
     if retention is not None:
-        _apply_retention(fs, path, keep_cuts, set(pin_steps), retention, result)
+        _apply_retention(fs, path, keep_cuts, pins, retention, result)
     return result
+
+
+def _reusable(journal_path: str, cut_path: str, data_plane: DataPlane | None) -> bool:
+    """Whether an existing cut at the same point can stand for the one being asked for."""
+    try:
+        cut = read_cut(cut_path)
+    except RestoreError:
+        return False
+    if anchor_problem(Reader(journal_path, "strict"), cut) is not None:
+        return False  # same timeline and LSN, other chain: LSNs reused after a lost tail
+    has_dp = any(name.startswith(DATA_PLANE_DIR + "/") for name in cut.manifest.files) or \
+        os.path.isdir(os.path.join(cut_path, DATA_PLANE_DIR))
+    return data_plane is None or has_dp
+
+
+def _committed_at_end(reader: Reader, newest: Cut) -> dict[int, int]:
+    """step -> checkpoint_begun LSN of every checkpoint committed on the active history."""
+    pending = dict(newest.state.pending_checkpoints)
+    committed = dict(newest.state.committed_checkpoints)
+    for rec in reader.records(start_lsn=newest.lsn + 1):
+        for ev in rec.commit.events:
+            if type(ev) is CheckpointBegun:
+                pending[ev.step] = rec.commit.lsn
+            elif type(ev) is CheckpointCommitted and ev.step in pending:
+                committed[ev.step] = pending.pop(ev.step)
+    return committed
 
 
 def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int], mode: str,
@@ -108,32 +155,28 @@ def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int]
     cuts = list(usable_cuts(reader, path, ignored))  # newest first
     if not cuts:
         return
-    latest = None
-    committed = cuts[0].state.committed_checkpoints
-    if committed:
-        latest = max(committed.values())
-    keep = set(id(c) for c in cuts[:keep_cuts])
-    for c in cuts:
-        if c.manifest.checkpoint_step is not None and c.manifest.checkpoint_step in pins:
-            keep.add(id(c))
-    if latest is not None:
-        restore_base = next((c for c in cuts if c.lsn <= latest), None)
-        if restore_base is not None:
-            keep.add(id(restore_base))
-    else:
-        keep.add(id(cuts[-1]))
+    committed = _committed_at_end(reader, cuts[0])
+    latest = max(committed.values()) if committed else 0  # no checkpoint: a restart resumes at 0
+    points = {latest} | {committed[s] for s in pins if s in committed}
+    keep = {c.path for c in cuts[:keep_cuts]}
+    keep |= {c.path for c in cuts if c.manifest.checkpoint_step is not None
+             and c.manifest.checkpoint_step in pins and c.lsn == committed.get(c.manifest.checkpoint_step)}
+    boundary = None
+    for p in sorted(points):
+        base = next((c for c in cuts if c.lsn <= p), None)
+        if base is None:
+            boundary = 0  # restoring this point folds from LSN 1: retire nothing
+        else:
+            keep.add(base.path)
     snapshots = os.path.join(path, SNAPSHOTS_DIR)
     for c in cuts:
-        if id(c) not in keep:
-            fs.rmtree(c.path)
-            fs.fsync_dir(snapshots)
+        if c.path not in keep:
+            _discard_cut(fs, c.path)
             result.removed_cuts.append(os.path.basename(c.path))
-    kept = [c for c in cuts if id(c) in keep]
-    boundary = min(c.lsn for c in kept)
-    if latest is None:
-        return  # nothing committed yet: the history from LSN 1 may still be what restore needs
-    boundary = min(boundary, latest)
-    result.retired_segments = retire(fs, path, retirable_segments(reader, boundary), mode)
+    if boundary is None:
+        boundary = min(c.lsn for c in cuts if c.path in keep)
+    if boundary > 0:
+        result.retired_segments = retire(fs, path, retirable_segments(reader, boundary), mode)
 
 
 class BackgroundCompactor:
