@@ -163,11 +163,14 @@ class Reader:
                 try:
                     seg.header = fmt.decode_header(head)
                 except fmt.HeaderError as exc:
-                    if last and (len(head) < fmt.HEADER_SIZE or not any(head)) and \
+                    if last and (len(head) < fmt.HEADER_SIZE or not any(head)
+                                 or (not seg.archived and seg.size <= fmt.HEADER_SIZE)) and \
                             _next_intact_frame(read_segment_bytes(seg), fmt.HEADER_SIZE) is None:
                         # created but its header never became durable: a torn segment. Not when
                         # an intact frame follows: frames are written only after the header was
-                        # fsynced, so those are acknowledged commits under a damaged header
+                        # fsynced, so those are acknowledged commits under a damaged header.
+                        # A header-only file whose header is garbage is torn too: a crash before
+                        # the header's fsync can leave any bytes there (ALICE "garbage" state)
                         self.torn[timeline] = TornTail(seg, 0, seg.size)
                         self.problems.append(Problem("torn", seg.name, 0, seg.first_lsn,
                                                      f"segment header incomplete ({exc})", seg.size))
