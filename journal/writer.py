@@ -33,6 +33,7 @@ SYNC_MODES = ("always", "batch", "none")
 DEFAULT_SEGMENT_BYTES = 64 << 20
 LOCK_NAME = "LOCK"
 TORN_DIR = "torn"
+UNPUBLISHED_SUFFIX = ".new"  # a new branch's first segment until its first commit is durable
 
 
 class _SegmentPlan:
@@ -168,8 +169,10 @@ class Journal:
             parent = next((tl.timeline for tl in reversed(lineage) if tl.branch_lsn < state.lsn),
                           lineage[0].timeline) if lineage else 0
             self.timeline = (max(reader.timelines) if lineage else state.timeline) + 1
+            # the branch is published (renamed to its segment name) only once its first commit
+            # is durable in it, see `_publish`
             segment = self._create_segment(fmt.SegmentHeader(
-                self.run_id, self.timeline, parent, state.lsn + 1, state.chain))
+                self.run_id, self.timeline, parent, state.lsn + 1, state.chain), publish=False)
         elif lineage:
             last = lineage[-1].segments[-1]
             f = self.fs.open_append(last.path)
@@ -191,6 +194,8 @@ class Journal:
             if seed is not None and state.lsn > 0 and (not lineage or state.lsn == first_lsn - 1):
                 seed(self.path, self.fs)
             self._reconcile(resume)
+        if segment.file is not None and segment.file.path != segment.path:
+            self._publish(segment)
 
     def _repair_torn(self, reader: Reader) -> None:
         """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes).
@@ -241,17 +246,38 @@ class Journal:
                 seg.size = torn.offset
         reader.torn.clear()
 
-    def _create_segment(self, header: fmt.SegmentHeader) -> _SegmentPlan:
+    def _create_segment(self, header: fmt.SegmentHeader, *, publish: bool = True) -> _SegmentPlan:
+        """Create a segment holding `header`. `publish=False`: under a temporary name that no
+        reader lists (`<name>.new`), to be renamed into place by `_publish`."""
         path = os.path.join(self.path, fmt.segment_name(header.timeline, header.first_lsn))
-        f = self.fs.create(path)
+        if not publish:
+            tmp = path + UNPUBLISHED_SUFFIX
+            if os.path.exists(tmp):  # left by a resume that crashed before publishing it
+                self.fs.unlink(tmp)
+        f = self.fs.create(path if publish else tmp)
         try:
             f.write(fmt.encode_header(header))
             f.sync()
-            self.fs.fsync_dir(self.path)
+            if publish:
+                self.fs.fsync_dir(self.path)
         except BaseException:
             f.close()
             raise
         return _SegmentPlan(header, path, fmt.HEADER_SIZE, set(), f)
+
+    def _publish(self, seg: _SegmentPlan) -> None:
+        """Make a new branch's first segment visible: fsync it (whatever the sync mode), rename
+        it to its segment name, fsync the directory.
+
+        A resume is atomic this way. The branch's first commit re-marks the restored
+        checkpoint as committed (its `checkpoint_committed` is on the dead tail); were the
+        segment visible with only its header, a crash before that commit is durable would
+        leave an active history on which the checkpoint is not committed, and the next
+        restore would go back to an older checkpoint (or to nothing)."""
+        seg.file.sync()
+        self.fs.rename(seg.file.path, seg.path)
+        seg.file.path = seg.path
+        self.fs.fsync_dir(self.path)
 
     def _reconcile(self, resume: Any) -> None:
         """First commit of a resumed history: make the journal say what the trainer was handed.
