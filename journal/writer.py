@@ -309,7 +309,13 @@ class Journal:
 
     @property
     def lsn(self) -> int:
-        """LSN of the last commit (acknowledged or being made durable by another thread)."""
+        """LSN of the last commit (acknowledged or being made durable by another thread).
+
+        Fail-stop covers reads too: after a failed write or fsync the LSN in memory says
+        nothing about what is on disk, so this raises JournalFailed like every other call
+        (it stays readable after a clean close)."""
+        if self._failed is not None:
+            self._check_usable()
         return self._state.lsn
 
     def owner_of(self, group_id: int) -> Owner | None:

@@ -136,11 +136,15 @@ def events_of(commit) -> list[tuple]:
 
 
 def fold_records(records) -> Model:
-    """The model folded over `Reader.records()` output; LSNs must run 1, 2, 3, ..."""
+    """The model folded over `Reader.records()` output; LSNs must run 1, 2, 3, ...
+    (loader states are decoded, so `.loader` compares with what the writer was given)."""
+    from journal.loader_state import unpack
     m = Model()
     for rec in records:
         assert rec.commit.lsn == m.lsn + 1, f"LSN {rec.commit.lsn} after {m.lsn}"
-        m = m.commit(events_of(rec.commit))
+        evs = [("taken", ev[1], unpack(ev[2], rec.blobs)) if ev[0] == "taken" and ev[2] is not None
+               else ev for ev in events_of(rec.commit)]
+        m = m.commit(evs)
     return m
 
 
@@ -334,3 +338,21 @@ def frames(path: str) -> list[tuple[str, int, int, list[int]]]:
         nxt = out[i + 1] if i + 1 < len(out) else None
         f[2] = nxt[1] if nxt is not None and nxt[0] == f[0] else os.path.getsize(os.path.join(path, f[0]))
     return [tuple(f) for f in out]
+
+
+def append_and_verify(path: str, m: Model) -> None:
+    """Reopened journal at state `m`: two more commits (one reusing the last loader state, so
+    its blob must be stored again if the segment does not hold it), then a strict read."""
+    from journal import Journal, Reader
+    with Journal.open(path, segment_bytes=4096) as j:
+        assert_journal_matches(j, m)
+        gids = j.taken([GroupRef(idx=7)], loader_state=m.loader)
+        assert gids == [m.next_gid]
+        m = m.commit([("taken", gids, m.loader)])
+        j.diverted(gids)
+        m = m.commit([("diverted", gids)])
+        assert j.lsn == m.lsn
+    reader = Reader(path)
+    assert fold_records(reader.records()).owners == m.owners
+    assert not reader.problems
+    assert_state_matches(Reader(path).fold(), m)

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from journal import GroupRef, Journal, JournalCorrupt, Reader
 from journal.format import HEADER_SIZE
-from journal_model import (Model, assert_journal_matches, assert_state_matches, drive,
-                           fold_records, frames, segment_files, tree_bytes)
+from journal_model import (Model, append_and_verify, assert_journal_matches, assert_state_matches,
+                           drive, fold_records, frames, segment_files, tree_bytes)
 
 TORN = "torn"
 
@@ -41,23 +41,6 @@ def torn_files(path: str) -> dict[str, bytes]:
 def read(path: str) -> bytes:
     with open(path, "rb") as fh:
         return fh.read()
-
-
-def append_and_verify(path: str, m: Model) -> None:
-    """Reopened journal at state `m`: two more commits (one reusing the last loader state, so
-    its blob must be stored again if the segment does not hold it), then a strict read."""
-    with Journal.open(path, segment_bytes=4096) as j:
-        assert_journal_matches(j, m)
-        gids = j.taken([GroupRef(idx=7)], loader_state=m.loader)
-        assert gids == [m.next_gid]
-        m = m.commit([("taken", gids, m.loader)])
-        j.diverted(gids)
-        m = m.commit([("diverted", gids)])
-        assert j.lsn == m.lsn
-    reader = Reader(path)
-    assert fold_records(reader.records()).owners == m.owners
-    assert not reader.problems
-    assert_state_matches(Reader(path).fold(), m)
 
 
 # -- test 2: every truncation point inside the last three commits ---------------------------
