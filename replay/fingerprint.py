@@ -5,7 +5,8 @@ dict items sorted by their encoded key, tensors by dtype, shape and
 little-endian bytes, floats by their IEEE-754 bits) and hashed with
 BLAKE2b-128. Never pickle: pickle output changes between versions.
 Lists and tuples encode alike, so a row that round-trips through JSON or a
-collate step keeps its fingerprint.
+collate step keeps its fingerprint; a numpy array encodes as the tensor it
+converts to and a numpy scalar as its Python value.
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ def _encode(value: Any, out: list[bytes]) -> None:
             out.append(kb)
             _encode(v, out)
     elif type(value).__module__ == "numpy" and hasattr(value, "dtype"):
-        _encode(torch.as_tensor(value), out)
+        if type(value).__name__ == "ndarray":
+            _encode(torch.as_tensor(value), out)  # an array is the tensor it converts to
+        else:
+            _encode(value.item(), out)            # a scalar is its Python value: np.int64(5) is 5
     else:
         raise TypeError(f"cannot fingerprint a {type(value).__name__}: rows may hold dict, list, "
                         "tuple, str, int, float, bool, None, bytes, torch.Tensor or numpy values")
