@@ -123,3 +123,14 @@ def run_group(j: Journal, row: dict, *, step: int, policy_version: int, dp: Fake
     j.finished([g], policy_version=policy_version, locators=[loc])
     j.trained([g], step=step)
     return g
+
+
+def assert_same(got: dict, want: dict) -> None:
+    """Compare two views key by key (tensors by value), with a readable failure."""
+    assert got.keys() == want.keys()
+    for k in got:
+        if k == "live" and got[k] != want[k]:
+            g, w = got[k], want[k]
+            diff = {gid: (g.get(gid), w.get(gid)) for gid in sorted(set(g) | set(w)) if g.get(gid) != w.get(gid)}
+            raise AssertionError(f"live groups differ (got, want): {diff}")
+        assert deep_equal(got[k], want[k]), f"{k}: got {got[k]!r}, want {want[k]!r}"
