@@ -590,11 +590,20 @@ class Transaction:
             self._j._lock.release()
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        j, pending = self._j, None
         try:
             if exc_type is None and self._events:
-                self.lsn = self._j._commit(self._events, self._blobs)
+                j._check_usable()
+                pending = j._enqueue(self._events, self._blobs)
         finally:
             self._release()
+        if pending is not None:
+            # Wait for durability only after letting go of the transaction's hold. The
+            # leader releases the lock once while it writes and fsyncs; with this hold still
+            # taken (an RLock acquired twice) it kept the lock, so every taken() and
+            # transaction paid its own fsync and blocked all other committers meanwhile.
+            with j._cond:
+                self.lsn = j._wait(pending.lsn)
 
     def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None) -> list[int]:
         if isinstance(refs, GroupRef):
