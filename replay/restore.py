@@ -209,7 +209,8 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     replay = []
     for g in by_owner[Owner.REPLAY]:
         if data_plane is not None and (g.locator is None or not data_plane.has(g.locator)):
-            g.owner = Owner.ADMITTED
+            # regenerate it: no rows, so no data-plane locator (as the journal will record it)
+            g.owner, g.locator = Owner.ADMITTED, None
             demoted.append(g)
             admitted.append(g)
         else:
