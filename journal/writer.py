@@ -20,11 +20,14 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
+import msgspec
+
 from . import format as fmt
 from . import loader_state as _loader_state
 from .errors import JournalClosed, JournalError, JournalFailed, JournalLocked, OwnershipError
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, Taken, TakenGroup, Trained, commit_encoder)
+from .events import commit_decoder as _commit_decoder
 from .fold import Group, State, Undo, apply
 from .reader import Reader
 from .vfs import DEFAULT_FS, OsFileSystem
@@ -111,6 +114,7 @@ class Journal:
         self._closed = False
         self._dirty = False
         self._syncer: threading.Thread | None = None
+        self._sealed: list = []  # sync="none": sealed segments not fsynced yet (flush() does it)
         fs.makedirs(self.path)
         self._lock_fd = _acquire_lock(self.path, fs)
         try:
@@ -412,10 +416,19 @@ class Journal:
             seg = _SegmentPlan(header, os.path.join(self.path, fmt.segment_name(self.timeline, lsn)),
                                fmt.HEADER_SIZE, set())
             record = self._encode(lsn, events, refs, blobs, seg)
+        # Encoding does not check field types; decoding does. Without this, admitted([1.0])
+        # moved group 1 in memory and wrote a record every later open rejects (JournalCorrupt),
+        # and step="3", target_step=None, reason=None, GroupRef(idx="7") ... did the same. The
+        # fold then runs on the decoded commit: exactly what every reader will fold.
+        try:
+            commit = _commit_decoder.decode(record)
+        except msgspec.ValidationError as exc:
+            raise TypeError(f"journal {self.path}: commit LSN {lsn} has a field of the wrong type "
+                            f"({exc}); nothing was written") from None
         chain_before = state.chain
         chain = fmt.chain_next(chain_before, record)
         table = {d: blobs[d] for d in refs} if refs else None
-        undo = apply(state, Commit(lsn, events), chain=chain, timeline=self.timeline, blobs=table)
+        undo = apply(state, commit, chain=chain, timeline=self.timeline, blobs=table)
         seg.blobs.update(refs)
         seg.size += fmt.FRAME_HEADER_SIZE + 4 + len(record)
         self._segment = seg
@@ -485,7 +498,9 @@ class Journal:
         old = self._disk_segment
         if self.sync != "none":
             old.file.sync()
-        old.file.close()
+            old.file.close()
+        else:  # not fsynced now, but flush() must still make its commits durable
+            self._sealed.append(old.file)
         seg.file = self._create_segment(seg.header).file
         self._disk_segment = seg
 
@@ -516,6 +531,8 @@ class Journal:
             self._cond.release()
             error = None
             try:
+                for f in self._sealed:
+                    f.sync()
                 self._disk_segment.file.sync()
             except BaseException as exc:
                 error = exc
@@ -528,6 +545,9 @@ class Journal:
                 raise JournalFailed(f"journal {self.path}: fsync failed: {error!r}; the journal now "
                                     "refuses every call") from error
             self._dirty = False
+            sealed, self._sealed = self._sealed, []
+            for f in sealed:
+                f.close()
             self._cond.notify_all()
 
     def close(self) -> None:
@@ -542,11 +562,15 @@ class Journal:
                 self._closed = True
                 self._cond.notify_all()
             seg = getattr(self, "_disk_segment", None)
-            if seg is not None and seg.file is not None and seg.file.fd >= 0:
-                try:
-                    seg.file.close()
-                except OSError:
-                    pass
+            files = list(getattr(self, "_sealed", ()))
+            if seg is not None and seg.file is not None:
+                files.append(seg.file)
+            for f in files:
+                if f.fd >= 0:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
             os.close(self._lock_fd)
             if self._syncer is not None and self._syncer is not threading.current_thread():
                 self._syncer.join(timeout=5)
