@@ -1,0 +1,501 @@
+"""What a workload was told, and the checks every crash image / error run must pass.
+
+Shared by `test_crash_states.py` and `test_io_error_sweep.py`. A `Run` drives a
+real `Journal` through `FaultFS` and records, independently of the library:
+
+* `expected[(timeline, lsn)]`: the events the workload committed there (the
+  journal's own event structs, loader states kept as the objects given);
+* `acks`: (number of recorded ops when the call returned, timeline, LSN) of
+  every acknowledged commit, and `branches`: acknowledged resumes.
+
+`check_journal(path, run, point)` then verifies a directory (a crash image or
+the real one after an injected error): the strict reader opens it, every
+commit acknowledged by `point` is on the active history (or on a dead tail an
+acknowledged resume made dead) with exactly the events written, nothing else
+is there, `restore` equals an independent fold (`journal_model.Model`) of
+those events up to the latest committed checkpoint's `checkpoint_begun` LSN,
+every cut reads, and the journal reopens (repairing a torn tail) and appends.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
+                     GroupRef, Journal, JournalCorrupt, Reader, Taken, TakenGroup, Trained)
+from journal.loader_state import unpack
+from journal_model import Model, deep_equal
+from replay import restore
+from snapshot import SNAPSHOTS_DIR, compact, read_cut
+
+try:  # faultfs is another engineer's; only its FaultFS is needed here
+    from faultfs import FaultFS
+except ImportError:  # pragma: no cover
+    FaultFS = None
+
+
+def model_events(events: list, loaders: list) -> list[tuple]:
+    """Journal event structs (+ the loader state objects of the `taken`s) in the model's vocabulary."""
+    out = []
+    li = iter(loaders)
+    for ev in events:
+        t = type(ev)
+        if t is Taken:
+            out.append(("taken", [g.group_id for g in ev.groups], next(li)))
+        elif t is Diverted:
+            out.append(("diverted", list(ev.groups)))
+        elif t is Admitted:
+            out.append(("admitted", list(ev.groups), ev.replaces))
+        elif t is Finished:
+            out.append(("finished", list(ev.groups), ev.locators))
+        elif t is Trained:
+            out.append(("trained", list(ev.groups)))
+        elif t is Discarded:
+            out.append(("discarded", list(ev.groups)))
+        elif t is CheckpointBegun:
+            out.append(("begin", ev.step))
+        elif t is CheckpointCommitted:
+            out.append(("commit", ev.step))
+    return out
+
+
+@dataclass
+class Run:
+    """A workload's record of what it did. `fs` is the FaultFS every call goes through."""
+
+    root: str
+    fs: object = None
+    expected: dict = field(default_factory=dict)   # (timeline, lsn) -> (events, loader states)
+    acks: list = field(default_factory=list)       # (op index, timeline, lsn)
+    branches: list = field(default_factory=list)   # (op index, timeline, branch lsn)
+    segment_bytes: int = 4096
+    ack_on_flush: bool = False   # sync="batch"/"none": a commit is acknowledged by flush()
+    unflushed: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.fs is None:
+            self.fs = FaultFS(root=self.root)
+
+    def mark(self) -> int:
+        return len(self.fs.ops)
+
+    def open(self, **kw) -> Journal:
+        kw.setdefault("segment_bytes", self.segment_bytes)
+        return Journal.open(self.root, fs=self.fs, **kw)
+
+    # -- calls that record what they commit ------------------------------------------------
+
+    def _done(self, j: Journal, events: list, loaders: list) -> None:
+        self.expected[(j.timeline, j.lsn)] = (events, loaders)
+        if self.ack_on_flush:
+            self.unflushed.append((j.timeline, j.lsn))
+        else:
+            self.acks.append((self.mark(), j.timeline, j.lsn))
+
+    def flush(self, j: Journal) -> None:
+        j.flush()
+        self.acks += [(self.mark(), t, lsn) for t, lsn in self.unflushed]
+        self.unflushed = []
+
+    def taken(self, j: Journal, idxs: list[int], loader_state=None, *, epoch: int = 0) -> list[int]:
+        refs = [GroupRef(idx=i, task_name="math", epoch=epoch, fingerprint=b"fp%d" % i) for i in idxs]
+        gids = j.taken(refs, loader_state=loader_state)
+        ev = Taken([TakenGroup(g, r.idx, r.task_name, r.epoch, r.fingerprint) for g, r in zip(gids, refs)])
+        self._done(j, [ev], [loader_state])
+        return gids
+
+    def call(self, j: Journal, kind: str, *args, **kw) -> int:
+        """One single-event commit; `kind` is a Journal method name."""
+        lsn = getattr(j, kind)(*args, **kw)
+        ev = _event(kind, args, kw)
+        self._done(j, [ev], [])
+        assert lsn == j.lsn
+        return lsn
+
+    def transaction(self, j: Journal, calls: list[tuple]) -> int:
+        """`calls`: (method name, args, kwargs); `taken` entries take (idxs, loader_state)."""
+        events, loaders = [], []
+        with j.transaction() as tx:
+            for kind, args, kw in calls:
+                if kind == "taken":
+                    idxs, ls = args
+                    refs = [GroupRef(idx=i, task_name="math", epoch=0, fingerprint=b"fp%d" % i)
+                            for i in idxs]
+                    gids = tx.taken(refs, loader_state=ls)
+                    events.append(Taken([TakenGroup(g, r.idx, r.task_name, r.epoch, r.fingerprint)
+                                         for g, r in zip(gids, refs)]))
+                    loaders.append(ls)
+                else:
+                    getattr(tx, kind)(*args, **kw)
+                    events.append(_event(kind, args, kw))
+        self._done(j, events, loaders)
+        return j.lsn
+
+    def resumed(self, j: Journal, branch_lsn: int, reconcile: list | None = None) -> None:
+        """`j` was just opened with resume= at `branch_lsn`; `reconcile` is the events of its
+        first commit (re-marking the restored checkpoint) when there is one."""
+        self.branches.append((self.mark(), j.timeline, branch_lsn, bool(reconcile)))
+        if reconcile:
+            assert j.lsn == branch_lsn + 1
+            self._done(j, reconcile, [])
+        else:
+            assert j.lsn == branch_lsn
+
+
+def _event(kind: str, args: tuple, kw: dict):
+    if kind == "diverted":
+        return Diverted(list(args[0]))
+    if kind == "admitted":
+        return Admitted(list(args[0]), kw["target_step"], kw.get("policy_version"), kw.get("replaces"))
+    if kind == "finished":
+        loc = kw.get("locators")
+        return Finished(list(args[0]), kw.get("policy_version"), list(loc) if loc is not None else None)
+    if kind == "trained":
+        return Trained(list(args[0]), kw["step"])
+    if kind == "discarded":
+        return Discarded(list(args[0]), kw["reason"])
+    if kind == "begin_checkpoint":
+        return CheckpointBegun(kw["step"])
+    if kind == "commit_checkpoint":
+        return CheckpointCommitted(kw["step"])
+    raise ValueError(kind)
+
+
+def loader(i: int, big: bool = True) -> dict:
+    """A loader state like StatefulDataLoader's: small counters and a large generator tensor
+    (stored as a blob once per segment)."""
+    st = {"_num_yielded": i, "_sampler_iter_yielded": (i, "x"),
+          "_snapshot": {"_main_snapshot": {"fetcher": [i, None, 1.5]}}}
+    if big:
+        st["generator"] = torch.arange(160, dtype=torch.int32) + (i // 4)  # 640 bytes: a blob
+    return st
+
+
+# -- workloads (recorded runs the crash states and the error sweep start from) ------------
+
+
+def w_rotation(run: Run) -> None:
+    """Appends across several segment rotations (4 KiB segments), a checkpoint in the middle."""
+    j = run.open()
+    for i in range(9):
+        g = run.taken(j, [2 * i, 2 * i + 1], loader(i))
+        run.call(j, "admitted", g, target_step=i, policy_version=i)
+        run.call(j, "finished", g[:1], policy_version=i, locators=[f"dp/{g[0]}"])
+        if i == 5:
+            run.call(j, "begin_checkpoint", step=5)
+            run.call(j, "commit_checkpoint", step=5)
+        run.call(j, "trained", g[:1], step=i)
+    j.close()
+
+
+def w_transaction(run: Run) -> None:
+    """Multi-event transactions: a spare replacing a failed group, a checkpoint inside one."""
+    j = run.open()
+    g = run.taken(j, [0, 1, 2, 3], loader(0))
+    run.call(j, "admitted", g[:2], target_step=1, policy_version=0)
+    run.transaction(j, [("diverted", ([g[2]],), {}), ("discarded", ([g[0]],), {"reason": "rollout_failed"}),
+                        ("admitted", ([g[2]],), {"target_step": 1, "policy_version": 0, "replaces": g[0]})])
+    run.transaction(j, [("taken", ([4, 5], loader(1)), {}), ("finished", ([g[1], g[2]],),
+                                                             {"policy_version": 0, "locators": ["a", "b"]}),
+                        ("begin_checkpoint", (), {"step": 1})])
+    run.call(j, "commit_checkpoint", step=1)
+    run.transaction(j, [("trained", ([g[1]],), {"step": 2}), ("diverted", ([g[3]],), {}),
+                        ("taken", ([6], loader(2)), {}), ("begin_checkpoint", (), {"step": 2}),
+                        ("commit_checkpoint", (), {"step": 2})])
+    run.transaction(j, [("trained", ([g[2]],), {"step": 3}), ("begin_checkpoint", (), {"step": 3})])
+    j.close()
+
+
+def w_checkpoint(run: Run) -> None:
+    """Checkpoint begin/commit pairs, one begun and never committed, one committed late."""
+    j = run.open()
+    for s in range(1, 5):
+        g = run.taken(j, [s * 10, s * 10 + 1], loader(s, big=False))
+        run.call(j, "admitted", g, target_step=s)
+        run.call(j, "begin_checkpoint", step=s)
+        run.call(j, "finished", g, locators=["x", "y"])
+        if s != 3:
+            run.call(j, "commit_checkpoint", step=s)
+        run.call(j, "trained", g[:1], step=s)
+    run.call(j, "begin_checkpoint", step=9)
+    j.close()
+
+
+def _compaction(run: Run, mode: str) -> None:
+    j = run.open()
+    done = []
+    for i in range(14):
+        g = run.taken(j, [i], loader(i))
+        run.call(j, "admitted", g, target_step=i)
+        if i % 2:
+            run.call(j, "finished", g, locators=[f"r{i}"])
+            done += g
+        if i == 9:
+            run.call(j, "begin_checkpoint", step=1)
+            run.call(j, "commit_checkpoint", step=1)
+    compact(run.root, journal=j, keep_cuts=1, retention=mode, fs=run.fs)  # retires segments
+    run.call(j, "trained", done[:3], step=2)
+    for i in range(14, 22):
+        g = run.taken(j, [i], loader(i))
+        run.call(j, "admitted", g, target_step=3)
+    run.call(j, "begin_checkpoint", step=2)
+    run.call(j, "commit_checkpoint", step=2)
+    run.call(j, "trained", done[3:5], step=3)
+    j.close()
+    compact(run.root, keep_cuts=1, retention=mode, fs=run.fs)  # replaces the cut, retires more
+
+
+def w_compact_archive(run: Run) -> None:
+    """Two compactions with retention="archive" (cuts replaced, segments archived to .zst)."""
+    _compaction(run, "archive")
+
+
+def w_compact_delete(run: Run) -> None:
+    """Two compactions with retention="delete" (the head of the history is removed)."""
+    _compaction(run, "delete")
+
+
+def w_resume(run: Run) -> None:
+    """A crashed run (checkpoint 2 committed, a dead tail after it) resumed onto timeline 2."""
+    j = run.open()
+    g = run.taken(j, [0, 1, 2], loader(0))
+    run.call(j, "admitted", g, target_step=1)
+    run.call(j, "begin_checkpoint", step=1)
+    run.call(j, "commit_checkpoint", step=1)
+    run.call(j, "finished", g[:2], policy_version=1, locators=["a", "b"])
+    run.call(j, "trained", g[:1], step=2)
+    run.call(j, "begin_checkpoint", step=2)
+    g2 = run.taken(j, [3, 4], loader(1))        # the dead tail: after checkpoint 2's begin
+    run.call(j, "commit_checkpoint", step=2)
+    run.call(j, "admitted", g2, target_step=3)
+    run.call(j, "trained", g[1:2], step=3)
+    j.close()
+    rs = restore(run.root)
+    j = run.open(resume=rs)
+    run.resumed(j, rs.lsn, [CheckpointCommitted(2)])
+    g3 = run.taken(j, [3, 4], loader(2))
+    assert min(g3) > max(g2), "a group id of the dead tail was reused"
+    run.call(j, "admitted", g3, target_step=3)
+    run.call(j, "begin_checkpoint", step=3)
+    run.call(j, "commit_checkpoint", step=3)
+    j.close()
+
+
+def _unsynced(run: Run, sync: str) -> None:
+    run.ack_on_flush = True
+    j = run.open(sync=sync, sync_interval=0.2)  # the flushes here come long before a timed one
+    for i in range(16):
+        g = run.taken(j, [i], loader(i))
+        run.call(j, "admitted", g, target_step=i)
+        run.call(j, "finished", g, locators=[f"r{i}"])
+        if i in (2, 5, 10, 13):  # flushes at irregular points: one falls after a rotation
+            run.call(j, "begin_checkpoint", step=i)
+            run.call(j, "commit_checkpoint", step=i)
+            run.flush(j)
+    run.flush(j)
+    j.close()
+
+
+def w_batch(run: Run) -> None:
+    """sync="batch": several frames per fsync window, acknowledged by flush() (the states
+    where a later frame persisted without an earlier one are the README's limitation)."""
+    _unsynced(run, "batch")
+
+
+def w_sync_none(run: Run) -> None:
+    """sync="none" with explicit flush() calls, across segment rotations."""
+    _unsynced(run, "none")
+
+
+WORKLOADS = {
+    "rotation": w_rotation,
+    "transaction": w_transaction,
+    "checkpoint": w_checkpoint,
+    "compact-archive": w_compact_archive,
+    "compact-delete": w_compact_delete,
+    "resume": w_resume,
+    "batch": w_batch,
+    "sync-none": w_sync_none,
+}
+
+
+# -- the checks --------------------------------------------------------------------------
+
+
+class Violation(AssertionError):
+    pass
+
+
+def _same_events(rec, events: list, loaders: list) -> bool:
+    got = rec.commit.events
+    if len(got) != len(events):
+        return False
+    li = iter(loaders)
+    for g, e in zip(got, events):
+        if type(g) is not type(e):
+            return False
+        if type(g) is Taken:
+            if list(g.groups) != list(e.groups):
+                return False
+            want = next(li)
+            have = unpack(g.loader_state, rec.blobs) if g.loader_state is not None else None
+            if not deep_equal(have, want):
+                return False
+        elif g != e:
+            return False
+    return True
+
+
+def history_keys(reader: Reader, end: int) -> list[tuple[int, int]]:
+    """(timeline, lsn) of LSNs 1..end of the active history, from the lineage's branch points."""
+    lineage = reader.lineage()
+    keys = []
+    for lsn in range(1, end + 1):
+        tl = lineage[0].timeline
+        for t in lineage[1:]:
+            if t.branch_lsn < lsn:
+                tl = t.timeline
+        keys.append((tl, lsn))
+    return keys
+
+
+def model_at(run: Run, keys: list[tuple[int, int]]) -> tuple[Model, Model, int | None]:
+    """(model at the end, model at the latest committed checkpoint, its step) of a history."""
+    m = Model()
+    states = [m]
+    for key in keys:
+        if key not in run.expected:
+            raise Violation(f"commit {key} (timeline, LSN) is on the history but was never written")
+        events, loaders = run.expected[key]
+        m = m.commit(model_events(events, loaders))
+        states.append(m)
+    if not m.committed:
+        return m, Model(), None
+    step, lsn = max(m.committed.items(), key=lambda kv: kv[1])
+    return m, states[lsn], step
+
+
+def check_restore(path: str, model: Model, step: int | None) -> None:
+    rs = restore(path)
+    if rs.lsn != model.lsn:
+        raise Violation(f"restore at LSN {rs.lsn}, the model's latest committed checkpoint is at {model.lsn}")
+    if rs.step != step:
+        raise Violation(f"restore says step {rs.step}, the model {step}")
+    got = {g.group_id: g.owner for g in rs.groups}
+    want = model.live()
+    if got != want:
+        raise Violation(f"restored owners {sorted(got.items())} != model {sorted(want.items())}")
+    counts = {k: v for k, v in rs.counts.items()}
+    want_counts = {o.name: n for o, n in model.counts().items()}
+    if counts != want_counts:
+        raise Violation(f"restored counts {counts} != model {want_counts}")
+    if model.has_loader:
+        if not deep_equal(rs.loader_state, model.loader):
+            raise Violation("restored loader state differs from the last one taken before the checkpoint")
+    elif rs.loader_state is not None:
+        raise Violation("restore returned a loader state where the model has none")
+    if rs.fold_state is not None and rs.fold_state.next_group_id < model.next_gid:
+        raise Violation(f"next group id {rs.fold_state.next_group_id} < model's {model.next_gid}")
+
+
+def _check_unsynced_damage(path: str, run: Run, point: int) -> dict:
+    """sync="batch"/"none": a later frame of an fsync window reached the disk, an earlier one
+    did not. README (Limitations): a strict open reports corruption; the frames after the
+    damage were never acknowledged, so the `point_in_time` history holds every flushed commit."""
+    reader = Reader(path, "point_in_time")
+    have = {}
+    for rec in reader.records():
+        key = (rec.timeline, rec.commit.lsn)
+        if key not in run.expected or not _same_events(rec, *run.expected[key]):
+            raise Violation(f"commit {key} on disk was never written as it is")
+        have[key] = rec
+    for i, tl, lsn in run.acks:
+        if i <= point and (tl, lsn) not in have:
+            raise Violation(f"flushed commit LSN {lsn} (acked at op {i}) is not in the point-in-time "
+                            "history of a journal damaged in an unsynced window")
+    try:
+        Journal.open(path).close()
+    except JournalCorrupt:
+        pass
+    else:
+        raise Violation("a strict reader saw damage that Journal.open accepted")
+    return {"damaged": True}
+
+
+def _max_gid(events) -> int:
+    return max([-1] + [ev.groups[-1].group_id for ev in events if type(ev) is Taken and ev.groups])
+
+
+def check_journal(path: str, run: Run, point: int | None = None, *, reopen: bool = True,
+                  append: bool = True) -> dict:
+    """Every guarantee on the directory `path` for a crash (or failure) after `point` recorded
+    ops (None: all). Raises `Violation` (or the library's exception) on the first broken one."""
+    point = len(run.fs.ops) if point is None else point
+    try:
+        reader = Reader(path)  # strict: a crash of sync="always" writes never leaves corruption
+        records = list(reader.records())
+    except JournalCorrupt:
+        if not run.ack_on_flush:
+            raise
+        return _check_unsynced_damage(path, run, point)
+    end = records[-1].commit.lsn if records else (
+        reader.lineage()[0].segments[0].first_lsn - 1 if reader.timelines else 0)
+    lineage = reader.lineage() if reader.timelines else []
+    present = {}
+    for rec in records:
+        key = (rec.timeline, rec.commit.lsn)
+        if key not in run.expected:
+            raise Violation(f"commit {key} (timeline, LSN) is on disk but was never written")
+        if not _same_events(rec, *run.expected[key]):
+            raise Violation(f"commit {key} on disk differs from what was written")
+        present[key] = rec
+    keys = history_keys(reader, end) if lineage else []
+    on_history = set(keys)
+    # a resume is atomic: its branch either is not on disk, or it is with its first commit (the
+    # one re-marking the restored checkpoint); then the commits it left behind may be dead
+    done_branches = [(t, b) for (i, t, b, first) in run.branches
+                     if i <= point or (not first or (t, b + 1) in on_history)]
+    active_tls = {tl.timeline for tl in lineage}
+    for i, tl, lsn in run.acks:
+        if i > point:
+            continue
+        if (tl, lsn) in on_history:
+            continue
+        if any(t in active_tls and b < lsn and t > tl for t, b in done_branches):
+            continue  # on a dead tail that a (complete) resume left behind
+        raise Violation(f"acknowledged commit LSN {lsn} of timeline {tl} (acked at op {i}) is not on the "
+                        f"active history (timelines {sorted(active_tls)}, end LSN {end})")
+    for i, t, b, _ in run.branches:
+        if i <= point and t not in reader.timelines:
+            raise Violation(f"the acknowledged branch to timeline {t} at LSN {b} is gone")
+    full, at_ckpt, step = model_at(run, keys)
+    check_restore(path, at_ckpt, step)
+    snaps = os.path.join(path, SNAPSHOTS_DIR)
+    cuts = 0
+    if os.path.isdir(snaps):
+        for name in sorted(os.listdir(snaps)):
+            if name.startswith("cut-"):
+                read_cut(os.path.join(snaps, name))  # renamed into place only once complete
+                cuts += 1
+    if reopen:
+        head_retired = bool(lineage) and lineage[0].segments[0].first_lsn > 1
+        resume = restore(path) if head_retired else None
+        j = Journal.open(path, segment_bytes=run.segment_bytes, resume=resume)
+        try:
+            if resume is None and j.lsn != end:
+                raise Violation(f"reopened journal is at LSN {j.lsn}, the strict reader saw {end}")
+            if append:
+                (gid,) = j.taken([GroupRef(idx=10_000)])
+                used = max([-1] + [_max_gid(run.expected[(t, l)][0]) for i, t, l in run.acks if i <= point]
+                           + [_max_gid(r.commit.events) for r in records])
+                if gid <= used:
+                    raise Violation(f"group id {gid} allocated after the crash was already used (up to {used})")
+        finally:
+            j.close()
+        after = {(r.timeline, r.commit.lsn) for r in Reader(path).records()}
+        if resume is None and not set(present) <= after:
+            raise Violation("reopening lost commits that were on disk")
+    return {"end": end, "cuts": cuts, "step": step}
