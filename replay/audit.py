@@ -1,0 +1,455 @@
+"""`audit`: was every dataset row trained exactly once? Per loader epoch, on the active history.
+
+A *row* is (epoch, task_name, idx): one row of one pass of the loader. Each
+row taken on the active history ends up in exactly one class:
+
+* trained once / trained more than once (a problem: listed with its groups);
+* in flight: not trained, a group of it is live at the end (RESERVED, ADMITTED,
+  REPLAY or SPARE);
+* dropped: not trained, not live, its groups were discarded (by reason of the
+  last discard); a group dropped and re-taken under a new id (a demoted group)
+  counts by what became of the row, not of the group;
+* lost (a problem: listed): taken, never trained, not dropped and not live.
+
+Rows can also be lost *across* a restore: a row taken on a dead tail (after
+the checkpoint the run resumed from) belongs to the loader again, which must
+yield it anew. If the active history never took it again although the loader
+has since moved past it, it is lost - the classic "dataloader checkpoint newer
+than the ledger" bug. "Moved past it" means the resumed run has taken at least
+as many new rows of that epoch as the dead tail had before this one (a loader
+restored to the same state yields them in the same order), or has started a
+later epoch. A row not reached yet is *pending*, not lost.
+
+Per restore (per dead tail) the audit reports the work thrown away: rollouts
+finished on the tail, how many of them the resume salvaged (finished again in
+the resumed branch's first commit) and how many had to be regenerated, groups
+trained on the tail (retrained after the resume) and groups taken there.
+
+Memory: the fold (live groups) plus a few bytes per row in dense per-(epoch,
+task) tables indexed by idx; rows taken only on dead tails are kept in a dict
+(bounded by the dead tails). Listing problem rows takes a second pass over the
+active history, made only when there are problems.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+import torch
+
+from journal import Admitted, Discarded, Finished, Taken, Trained
+
+from . import output, tables
+from .inspect_source import PROBLEMS, Source
+from .walk import Fold, active_lineage, dead_branches, dead_records, unique_problems
+
+_DENSE_GAP = 1 << 20
+_OTHER_REASON = 255
+LIST_LIMIT = 1000
+
+
+class Bytes:
+    """Saturating byte counters indexed by a non-negative int; outliers in a dict."""
+
+    __slots__ = ("dense", "sparse")
+
+    def __init__(self) -> None:
+        self.dense = bytearray()
+        self.sparse: dict[int, int] = {}
+
+    def _slot(self, i: int) -> bool:
+        n = len(self.dense)
+        if 0 <= i < n:
+            return True
+        if n <= i < n + _DENSE_GAP:
+            self.dense.extend(bytes(i - n + 1 + (n >> 1)))
+            return True
+        return False
+
+    def add(self, i: int) -> int:
+        """Increment; returns the value before."""
+        if self._slot(i):
+            v = self.dense[i]
+            if v < 255:
+                self.dense[i] = v + 1
+            return v
+        v = self.sparse.get(i, 0)
+        self.sparse[i] = min(v + 1, 255)
+        return v
+
+    def set(self, i: int, v: int) -> None:
+        if self._slot(i):
+            self.dense[i] = v
+        else:
+            self.sparse[i] = v
+
+    def get(self, i: int) -> int:
+        if 0 <= i < len(self.dense):
+            return self.dense[i]
+        return self.sparse.get(i, 0)
+
+
+class Rows:
+    """Per-row counters of one (epoch, task): takes and trains on the active history, last drop."""
+
+    __slots__ = ("taken", "trained", "dropped")
+
+    def __init__(self) -> None:
+        self.taken, self.trained, self.dropped = Bytes(), Bytes(), Bytes()
+
+
+def _key_text(epoch, task) -> str:
+    return f"epoch {'-' if epoch is None else epoch}" + (f" task {task}" if task is not None else "")
+
+
+class Audit:
+    def __init__(self, src: Source):
+        self.src = src
+        self.reader = src.reader
+        self.tables: dict[tuple, Rows] = {}
+        self.reasons: list[str] = []
+        self.reason_code: dict[str, int] = {}
+        self.branches = dead_branches(self.reader)
+        self.divs = sorted({b.divergence for b in self.branches})
+        self.new_after: dict[int, dict] = {d: {} for d in self.divs}   # div -> epoch -> new rows taken
+        self.max_epoch_after: dict[int, int | None] = {d: None for d in self.divs}
+        self.first_commit_finished: dict[int, set[int]] = {}  # LSN -> groups finished in that commit
+        self.dead_only: dict[tuple, tuple] = {}  # (epoch, task, idx) -> (timeline, lsn, gid, pos, div)
+        self.groups = {"taken": 0, "trained": 0, "dropped": 0}
+        self.fold = Fold(tolerant=src.mode == "salvage")
+        self.first_lsn = None
+
+    def _rows(self, epoch, task) -> Rows:
+        key = (epoch, task)
+        t = self.tables.get(key)
+        if t is None:
+            t = self.tables[key] = Rows()
+        return t
+
+    def _reason(self, reason: str) -> int:
+        code = self.reason_code.get(reason)
+        if code is None:
+            if len(self.reasons) >= _OTHER_REASON - 1:
+                return _OTHER_REASON
+            self.reasons.append(reason)
+            code = self.reason_code[reason] = len(self.reasons)
+        return code
+
+    # -- pass 1: the active history ------------------------------------------------------------
+
+    def scan_active(self, bar) -> None:
+        fold = self.fold
+        live = fold.state.live
+        divs = self.divs
+        first_lsns = {b.cut + 1 for b in self.branches if b.child is not None}
+        for rec in bar.records(self.reader.records(), self.src.sizes):
+            lsn = rec.commit.lsn
+            if self.first_lsn is None:
+                self.first_lsn = lsn
+            pending = []  # (kind, args) applied once the commit folded
+            for ev in rec.commit.events:
+                t = type(ev)
+                if t is Taken:
+                    pending.append((0, [(g.epoch, g.task_name, g.idx) for g in ev.groups]))
+                elif t is Trained:
+                    pending.append((1, [(g.epoch, g.task_name, g.idx) for g in map(live.get, ev.groups)
+                                        if g is not None]))
+                elif t is Discarded:
+                    pending.append((2, ([(g.epoch, g.task_name, g.idx) for g in map(live.get, ev.groups)
+                                         if g is not None], ev.reason)))
+                elif t is Finished and lsn in first_lsns:
+                    self.first_commit_finished.setdefault(lsn, set()).update(ev.groups)
+            if not fold.add(rec) or not pending:
+                continue
+            for kind, arg in pending:
+                if kind == 0:
+                    self.groups["taken"] += len(arg)
+                    for epoch, task, idx in arg:
+                        before = self._rows(epoch, task).taken.add(idx)
+                        if before == 0 and divs:
+                            for d in divs:
+                                if lsn > d:
+                                    na = self.new_after[d]
+                                    na[epoch] = na.get(epoch, 0) + 1
+                                    if epoch is not None and (self.max_epoch_after[d] is None
+                                                              or epoch > self.max_epoch_after[d]):
+                                        self.max_epoch_after[d] = epoch
+                elif kind == 1:
+                    self.groups["trained"] += len(arg)
+                    for epoch, task, idx in arg:
+                        self._rows(epoch, task).trained.add(idx)
+                else:
+                    rows, reason = arg
+                    self.groups["dropped"] += len(rows)
+                    code = self._reason(reason)
+                    for epoch, task, idx in rows:
+                        self._rows(epoch, task).dropped.set(idx, code)
+
+    # -- pass 2: dead tails ----------------------------------------------------------------------
+
+    def scan_dead(self, bar) -> list[dict]:
+        out = []
+        for b in self.branches:
+            st = {"timeline": b.timeline, "restored_at_lsn": b.cut, "diverged_at_lsn": b.divergence,
+                  "resumed_on_timeline": b.child, "first_lsn": None, "last_lsn": None, "commits": 0,
+                  "taken": 0, "admitted": 0, "finished": 0, "salvaged": None, "regenerated": None,
+                  "trained": 0, "discarded": 0}
+            finished: set[int] = set()
+            pos: dict = {}
+            for rec in bar.records(dead_records(self.reader, b), self.src.sizes):
+                lsn = rec.commit.lsn
+                st["commits"] += 1
+                st["first_lsn"] = st["first_lsn"] or lsn
+                st["last_lsn"] = lsn
+                for ev in rec.commit.events:
+                    t = type(ev)
+                    if t is Taken:
+                        st["taken"] += len(ev.groups)
+                        for g in ev.groups:
+                            p = pos.get(g.epoch, 0)
+                            pos[g.epoch] = p + 1
+                            row = (g.epoch, g.task_name, g.idx)
+                            tab = self.tables.get((g.epoch, g.task_name))
+                            if (tab is None or tab.taken.get(g.idx) == 0) and row not in self.dead_only:
+                                self.dead_only[row] = (b.timeline, lsn, g.group_id, p, b.divergence)
+                    elif t is Admitted:
+                        st["admitted"] += len(ev.groups)
+                    elif t is Finished:
+                        st["finished"] += len(ev.groups)
+                        finished.update(ev.groups)
+                    elif t is Trained:
+                        st["trained"] += len(ev.groups)
+                    elif t is Discarded:
+                        st["discarded"] += len(ev.groups)
+            if b.child is not None:
+                salvaged = finished & self.first_commit_finished.get(b.cut + 1, set())
+                st["salvaged"] = len(salvaged)
+                st["regenerated"] = len(finished) - len(salvaged)
+            out.append(st)
+        return out
+
+    # -- classification ------------------------------------------------------------------------------
+
+    def classify(self) -> dict:
+        live_rows: dict[tuple, int] = {}
+        for g in self.fold.state.live.values():
+            key = (g.epoch, g.task_name, g.idx)
+            live_rows[key] = live_rows.get(key, 0) + 1
+        epochs: dict = {}
+
+        def ep(e) -> dict:
+            d = epochs.get(e)
+            if d is None:
+                d = epochs[e] = {"epoch": e, "rows_taken": 0, "trained_once": 0, "trained_more": [],
+                                 "trained_more_count": 0, "in_flight": 0, "dropped": {}, "lost": [],
+                                 "lost_count": 0, "pending_retake": 0, "trained_and_live_again": []}
+            return d
+
+        for (epoch, task), rows in self.tables.items():
+            d = ep(epoch)
+            plain, other = _rows_of(rows)
+            d["rows_taken"] += plain
+            d["trained_once"] += plain
+            for idx, taken, trained, dropped in other:
+                d["rows_taken"] += 1
+                row = {"epoch": epoch, "task_name": task, "idx": idx}
+                if trained == 1:
+                    d["trained_once"] += 1
+                elif trained >= 2:
+                    d["trained_more_count"] += 1
+                    if len(d["trained_more"]) < LIST_LIMIT:
+                        d["trained_more"].append({**row, "times": trained})
+                if trained:
+                    continue
+                if live_rows.get((epoch, task, idx)):
+                    d["in_flight"] += 1
+                elif dropped:
+                    reason = self.reasons[dropped - 1] if dropped != _OTHER_REASON else "(other reasons)"
+                    d["dropped"][reason] = d["dropped"].get(reason, 0) + 1
+                else:
+                    d["lost_count"] += 1
+                    if len(d["lost"]) < LIST_LIMIT:
+                        d["lost"].append({**row, "where": "active history",
+                                          "why": "taken, never trained, not dropped, not live"})
+        for (epoch, task, idx), live in sorted(live_rows.items(), key=lambda kv: repr(kv[0])):
+            tab = self.tables.get((epoch, task))
+            if tab is not None and tab.trained.get(idx):
+                ep(epoch)["trained_and_live_again"].append(
+                    {"epoch": epoch, "task_name": task, "idx": idx, "live_groups": live})
+        for (epoch, task, idx), (tl, lsn, gid, p, div) in self.dead_only.items():
+            d = ep(epoch)
+            d["rows_taken"] += 1
+            n_new = self.new_after.get(div, {}).get(epoch, 0)
+            later = self.max_epoch_after.get(div)
+            overdue = n_new > p or (epoch is not None and later is not None and later > epoch)
+            if not overdue:
+                d["pending_retake"] += 1
+                continue
+            d["lost_count"] += 1
+            if len(d["lost"]) < LIST_LIMIT:
+                why = (f"taken as group {gid} at LSN {lsn} on the dead tail of timeline {tl}; the resumed "
+                       + (f"run started epoch {later}" if later is not None and epoch is not None and later > epoch
+                          else f"run took {n_new} new row(s) of this epoch since LSN {div} but not this one "
+                               f"(the dead tail had taken it as its new row #{p + 1})"))
+                d["lost"].append({"epoch": epoch, "task_name": task, "idx": idx, "where": "dead tail",
+                                  "timeline": tl, "lsn": lsn, "group_id": gid, "why": why})
+        order = sorted(epochs, key=lambda e: (e is None, e if e is not None else 0))
+        return {"epochs": [epochs[e] for e in order]}
+
+    # -- pass 3 (only with problems): which groups made the problem rows ---------------------------
+
+    def details(self, epochs: list[dict], bar) -> None:
+        want = {}
+        for d in epochs:
+            for r in d["trained_more"] + d["lost"] + d["trained_and_live_again"]:
+                if r.get("where") == "dead tail":
+                    continue
+                want.setdefault((r["epoch"], r["task_name"], r["idx"]), []).append(r)
+        if not want:
+            return
+        rowof: dict[int, tuple] = {}
+        for rec in bar.records(self.reader.records(), self.src.sizes):
+            lsn = rec.commit.lsn
+            for ev in rec.commit.events:
+                t = type(ev)
+                if t is Taken:
+                    for g in ev.groups:
+                        key = (g.epoch, g.task_name, g.idx)
+                        if key in want:
+                            rowof[g.group_id] = key
+                            for r in want[key]:
+                                r.setdefault("groups", []).append(
+                                    {"group_id": g.group_id, "taken_lsn": lsn, "timeline": rec.timeline})
+                elif t is Trained or t is Discarded:
+                    for gid in ev.groups:
+                        key = rowof.get(gid)
+                        if key is None:
+                            continue
+                        for r in want[key]:
+                            for g in r["groups"]:
+                                if g["group_id"] == gid:
+                                    if t is Trained:
+                                        g["trained_step"], g["trained_lsn"] = ev.step, lsn
+                                    else:
+                                        g["dropped_reason"], g["dropped_lsn"] = ev.reason, lsn
+
+
+def _rows_of(rows: Rows) -> tuple[int, list[tuple[int, int, int, int]]]:
+    """(rows taken and trained exactly once, [(idx, taken, trained, dropped) of every other row
+    with a counter set]); vectorised over the dense tables with torch, then the sparse outliers."""
+    plain, other = 0, []
+    n = max(len(rows.taken.dense), len(rows.trained.dense), len(rows.dropped.dense))
+    if n:
+        def tensor(b: Bytes) -> torch.Tensor:
+            return torch.frombuffer(bytearray(bytes(b.dense) + bytes(n - len(b.dense))), dtype=torch.uint8)
+        taken, trained, dropped = tensor(rows.taken), tensor(rows.trained), tensor(rows.dropped)
+        once = (trained == 1) & (taken > 0)
+        plain = int(once.sum())
+        for i in ((taken > 0) & ~once).nonzero().flatten().tolist():
+            other.append((i, int(taken[i]), int(trained[i]), int(dropped[i])))
+    for i in sorted(set(rows.taken.sparse) | set(rows.trained.sparse) | set(rows.dropped.sparse)):
+        t, tr, dr = rows.taken.sparse.get(i, 0), rows.trained.sparse.get(i, 0), rows.dropped.sparse.get(i, 0)
+        if t and tr == 1:
+            plain += 1
+        elif t:
+            other.append((i, t, tr, dr))
+    return plain, other
+
+
+def run(src: Source) -> dict:
+    reader = src.need_journal("audit")
+    a = Audit(src)
+    bar = src.progress("audit")
+    try:
+        a.scan_active(bar)
+        tails = a.scan_dead(bar)
+        result = a.classify()
+        problems = sum(d["trained_more_count"] + d["lost_count"] for d in result["epochs"])
+        if problems:
+            a.details(result["epochs"], bar)
+    finally:
+        bar.close()
+    lineage = active_lineage(reader)
+    totals = {k: sum(d[k] for d in result["epochs"]) for k in
+              ("rows_taken", "trained_once", "trained_more_count", "in_flight", "lost_count", "pending_retake")}
+    totals["dropped"] = sum(sum(d["dropped"].values()) for d in result["epochs"])
+    return {"path": src.path, "mode": src.mode,
+            "active": {"timeline": lineage[-1].timeline if lineage else None,
+                       "first_lsn": a.first_lsn, "end_lsn": a.fold.state.lsn},
+            "clean": problems == 0, "epochs": result["epochs"], "totals": totals, "groups": a.groups,
+            "dead_tails": tails,
+            "reader_problems": [{"kind": p.kind, "segment": p.segment, "offset": p.offset, "lsn": p.lsn,
+                                 "message": p.message} for p in unique_problems(reader)],
+            "skipped_commits": [s._asdict() for s in a.fold.skipped]}
+
+
+def _row_text(r: dict) -> str:
+    head = f"{_key_text(r['epoch'], r['task_name'])} idx {r['idx']}"
+    parts = []
+    for g in r.get("groups", []):
+        s = f"group {g['group_id']} taken at LSN {g['taken_lsn']}"
+        if "trained_step" in g:
+            s += f", trained at step {g['trained_step']} (LSN {g['trained_lsn']})"
+        if "dropped_reason" in g:
+            s += f", dropped ({g['dropped_reason']}) at LSN {g['dropped_lsn']}"
+        parts.append(s)
+    return head + (f" ({r['times']} times)" if "times" in r else "") + ": " + (
+        "; ".join(parts) if parts else r.get("why", ""))
+
+
+def render(doc: dict) -> list[str]:
+    a = doc["active"]
+    lines = [f"exactly-once audit of {doc['path']}",
+             f"active history: timeline {a['timeline']}, LSN {a['first_lsn']}..{a['end_lsn']} "
+             f"({doc['groups']['taken']} groups taken, {doc['groups']['trained']} trained, "
+             f"{doc['groups']['dropped']} dropped)", ""]
+    rows = []
+    for d in doc["epochs"]:
+        rows.append([d["epoch"], d["rows_taken"], d["trained_once"], d["trained_more_count"], d["lost_count"],
+                     sum(d["dropped"].values()), d["in_flight"], d["pending_retake"]])
+    t = doc["totals"]
+    rows.append(["total", t["rows_taken"], t["trained_once"], t["trained_more_count"], t["lost_count"],
+                 t["dropped"], t["in_flight"], t["pending_retake"]])
+    lines += tables.table(["epoch", "rows taken", "trained once", "trained 2+", "lost", "dropped",
+                           "in flight", "pending re-take"], rows, right=[True] * 8)
+    dropped = [(d["epoch"], r, n) for d in doc["epochs"] for r, n in sorted(d["dropped"].items())]
+    if dropped:
+        lines += ["", "dropped rows by reason"]
+        lines += tables.table(["epoch", "reason", "rows"], dropped, indent="  ")
+    for key, title in (("trained_more", "rows trained more than once"),
+                       ("lost", "lost rows (taken, never trained, not dropped, not live at the end)"),
+                       ("trained_and_live_again", "rows trained and taken again (will be trained twice)")):
+        items = [r for d in doc["epochs"] for r in d[key]]
+        if items:
+            lines += ["", f"{title}: {len(items)}"]
+            lines += [f"  {_row_text(r)}" for r in items]
+    if doc["dead_tails"]:
+        lines += ["", "work held by dead tails (one per restore)"]
+        lines += tables.table(
+            ["timeline", "restored at LSN", "dead LSNs", "commits", "taken", "rollouts finished",
+             "salvaged", "regenerated", "trained (retrained)", "discarded"],
+            [[x["timeline"], x["restored_at_lsn"],
+              f"{x['first_lsn']}..{x['last_lsn']}" if x["commits"] else "-", x["commits"], x["taken"],
+              x["finished"], x["salvaged"], x["regenerated"], x["trained"], x["discarded"]]
+             for x in doc["dead_tails"]], indent="  ")
+    if doc["reader_problems"] or doc["skipped_commits"]:
+        lines += ["", "read problems (the audit covers what could be read):"]
+        lines += [f"  {p['kind']}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: {p['message']}"
+                  for p in doc["reader_problems"]]
+        lines += [f"  skipped commit: {s['segment']} offset {s['offset']} LSN {s['lsn']}: {s['message']}"
+                  for s in doc["skipped_commits"]]
+    if doc["clean"]:
+        lines += ["", "CLEAN: no row trained twice, no row lost"]
+    else:
+        lines += ["", f"PROBLEMS: {t['trained_more_count']} row(s) trained more than once, "
+                      f"{t['lost_count']} row(s) lost"]
+    return lines
+
+
+def command(src: Source, args, out: TextIO) -> int:
+    doc = run(src)
+    if args.json:
+        output.json_document(doc, out)
+    else:
+        output.text(render(doc), out)
+    return 0 if doc["clean"] else PROBLEMS

@@ -1,0 +1,152 @@
+"""Each cut of a journal and whether restore may use it: valid, stale, incomplete, or which
+check of the chain (DESIGN 6.1) it fails.
+
+A cut is read with `snapshot.read_cut` (checks 1-7: manifest, files, orphans,
+sha256, schema, counts, records) and anchored with `snapshot.anchor_problem`
+(check 8: run, timeline, LSN and chain on the active history). Temporary
+directories of an unfinished compaction are listed as incomplete; restore never
+reads them.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+from journal import CheckpointBegun, CheckpointCommitted, Reader
+from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, ChecksumMismatch, CorruptRecord,
+                      CountMismatch, Cut, JournalMismatch, ManifestMissing, MissingFile, OrphanFile,
+                      RestoreError, SchemaMismatch, anchor_problem, cut_dirs, read_cut)
+import journal
+
+from . import output, tables
+from .inspect_source import Source
+
+# the number of each check in DESIGN 6.1, most specific class first
+CHECKS = ((ManifestMissing, 1, "manifest"), (MissingFile, 2, "listed file missing"),
+          (OrphanFile, 3, "file not in manifest"), (ChecksumMismatch, 4, "sha256"),
+          (SchemaMismatch, 5, "schema version"), (CountMismatch, 6, "group counts"),
+          (CorruptRecord, 7, "records"), (JournalMismatch, 8, "anchor on the journal"))
+
+
+def check_of(exc: BaseException) -> tuple[int | None, str]:
+    for cls, number, what in CHECKS:
+        if isinstance(exc, cls):
+            return number, what
+    return None, "unknown"
+
+
+def _entry(path: str, lsn: int | None, timeline: int | None) -> dict:
+    return {"name": os.path.basename(path), "path": path, "lsn": lsn, "timeline": timeline,
+            "step": None, "status": None, "check": None, "error": None, "reason": None,
+            "restore_base": False, "counts": None, "created": None}
+
+
+def classify_cut(path: str, reader: Reader | None, entry: dict | None = None) -> tuple[dict, Cut | None]:
+    """Read one cut through the chain of checks; returns its entry and the cut when valid or stale."""
+    e = entry or _entry(path, None, None)
+    if not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
+        e["status"] = "incomplete"
+        e["reason"] = f"no {MANIFEST_NAME}: an unfinished or foreign cut (restore skips it)"
+        e["check"], e["error"] = 1, "ManifestMissing"
+        return e, None
+    try:
+        cut = read_cut(path)
+    except RestoreError as exc:
+        number, what = check_of(exc)
+        e["status"], e["check"], e["error"] = "invalid", number, type(exc).__name__
+        e["reason"] = f"check {number} ({what}) fails: {exc}"
+        return e, None
+    m = cut.manifest
+    e.update(lsn=m.lsn, timeline=m.timeline, step=m.checkpoint_step, counts=dict(m.counts),
+             created=(datetime.fromtimestamp(m.created_unix, timezone.utc).isoformat(timespec="seconds")
+                      if m.created_unix else None))
+    problem = None
+    if reader is not None:
+        try:
+            problem = anchor_problem(reader, cut)
+        except journal.JournalCorrupt as exc:
+            problem = f"the anchor cannot be checked: the journal is damaged there ({exc})"
+    if problem is not None:
+        e["status"], e["check"], e["error"] = "stale", 8, "JournalMismatch"
+        e["reason"] = problem
+        return e, cut
+    e["status"] = "valid"
+    return e, cut
+
+
+def latest_checkpoint_lsn(reader: Reader, cut: Cut | None) -> int | None:
+    """The checkpoint_begun LSN of the newest committed checkpoint of the active history, scanning
+    only the tail after `cut` (markers only)."""
+    pending = dict(cut.state.pending_checkpoints) if cut else {}
+    committed = dict(cut.state.committed_checkpoints) if cut else {}
+    for rec in reader.records(start_lsn=(cut.lsn + 1) if cut else 1):
+        for ev in rec.commit.events:
+            t = type(ev)
+            if t is CheckpointBegun:
+                pending[ev.step] = rec.commit.lsn
+            elif t is CheckpointCommitted and ev.step in pending:
+                committed[ev.step] = pending.pop(ev.step)
+    return max(committed.values()) if committed else None
+
+
+def list_cuts(src: Source, restore_lsn: int | None = None, *, find_restore: bool = True) -> list[dict]:
+    """Every cut of the source, newest LSN first, temporary directories last."""
+    if src.kind == "cut":
+        parent = os.path.dirname(src.path)
+        reader = None
+        if os.path.basename(parent) == SNAPSHOTS_DIR and journal.list_segments(os.path.dirname(parent)):
+            reader = Reader(os.path.dirname(parent), "salvage")
+        e, _ = classify_cut(src.path, reader)
+        return [e]
+    out, valid = [], []
+    for lsn, timeline, path in cut_dirs(src.path):
+        e, cut = classify_cut(path, src.reader, _entry(path, lsn, timeline))
+        out.append(e)
+        if e["status"] == "valid":
+            valid.append((e, cut))
+    root = os.path.join(src.path, SNAPSHOTS_DIR)
+    if os.path.isdir(root):
+        for name in sorted(os.listdir(root)):
+            if name.startswith(TMP_PREFIX) and os.path.isdir(os.path.join(root, name)):
+                e = _entry(os.path.join(root, name), None, None)
+                e["status"] = "incomplete"
+                e["reason"] = "temporary directory of a compaction that did not finish (never read)"
+                out.append(e)
+    if restore_lsn is None and find_restore and valid:
+        restore_lsn = latest_checkpoint_lsn(src.reader, valid[0][1])
+    if restore_lsn is not None:
+        base = next((e for e, c in valid if c.lsn <= restore_lsn), None)
+        if base is not None:
+            base["restore_base"] = True
+    return out
+
+
+def tally(entries: list[dict]) -> dict[str, int]:
+    counts = {"valid": 0, "stale": 0, "incomplete": 0, "invalid": 0}
+    for e in entries:
+        counts[e["status"]] += 1
+    return counts
+
+
+def render(entries: list[dict], src: Source) -> list[str]:
+    if not entries:
+        return [f"no cuts under {os.path.join(src.path, SNAPSHOTS_DIR)}"]
+    rows = []
+    for e in entries:
+        status = e["status"] + (" (restore base)" if e["restore_base"] else "")
+        rows.append([e["name"], e["lsn"], e["timeline"], e["step"], status, e["reason"] or ""])
+    lines = tables.table(["cut", "LSN", "timeline", "step", "status", "why"], rows)
+    c = tally(entries)
+    lines += ["", f"{c['valid']} valid, {c['stale']} stale, {c['incomplete']} incomplete, "
+                  f"{c['invalid']} invalid"]
+    return lines
+
+
+def command(src: Source, args, out) -> int:
+    entries = list_cuts(src)
+    if args.json:
+        output.json_document({"path": src.path, "cuts": entries, "counts": tally(entries)}, out)
+    else:
+        output.text(render(entries, src), out)
+    return 0

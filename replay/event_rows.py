@@ -1,0 +1,129 @@
+"""Journal events as flat rows: a JSON-ready dict per event and a one-line text form.
+
+Used by `log`, `group` and `export`. A row names the commit (`lsn`, `timeline`,
+`segment`, `offset`), the event's position in the commit (`index`), its `kind`,
+the `groups` it names and the event's own fields. Bytes (fingerprints) are hex.
+
+    {"lsn": 7, "timeline": 1, "segment": "...", "offset": 912, "index": 0,
+     "kind": "taken", "groups": [4, 5],
+     "locators": [{"group_id": 4, "idx": 40, "task_name": "math", "epoch": 0,
+                   "fingerprint": null}, ...], "loader_state": true}
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
+                     Record, Taken, Trained)
+
+from .tables import id_list
+
+
+def groups_of(event) -> list[int]:
+    """The group ids an event names (taken: the allocated ids; markers: none)."""
+    t = type(event)
+    if t is Taken:
+        return [g.group_id for g in event.groups]
+    if t is CheckpointBegun or t is CheckpointCommitted:
+        return []
+    return list(event.groups)
+
+
+def names_group(event, gid: int) -> bool:
+    t = type(event)
+    if t is Taken:
+        gs = event.groups
+        return bool(gs) and gs[0].group_id <= gid <= gs[-1].group_id and any(
+            g.group_id == gid for g in gs)
+    if t is CheckpointBegun or t is CheckpointCommitted:
+        return False
+    return gid in event.groups
+
+
+def _hex(b: bytes | None) -> str | None:
+    return b.hex() if b is not None else None
+
+
+def event_dict(rec: Record, index: int, event) -> dict:
+    c = rec.commit
+    d = {"lsn": c.lsn, "timeline": rec.timeline, "segment": rec.segment, "offset": rec.offset,
+         "index": index, "kind": type(event).__struct_config__.tag, "groups": groups_of(event)}
+    t = type(event)
+    if t is Taken:
+        d["locators"] = [{"group_id": g.group_id, "idx": g.idx, "task_name": g.task_name,
+                          "epoch": g.epoch, "fingerprint": _hex(g.fingerprint)} for g in event.groups]
+        d["loader_state"] = event.loader_state is not None
+    elif t is Admitted:
+        d["target_step"] = event.target_step
+        d["policy_version"] = event.policy_version
+        d["replaces"] = event.replaces
+    elif t is Finished:
+        d["policy_version"] = event.policy_version
+        d["locators"] = event.locators
+    elif t is Trained:
+        d["step"] = event.step
+    elif t is Discarded:
+        d["reason"] = event.reason
+    elif t is CheckpointBegun or t is CheckpointCommitted:
+        d["step"] = event.step
+    elif t is Diverted:
+        pass
+    return d
+
+
+def record_events(rec: Record) -> Iterator[tuple[int, object]]:
+    return enumerate(rec.commit.events)
+
+
+def details(event) -> str:
+    """The event's own fields as `key=value` text."""
+    t = type(event)
+    if t is Taken:
+        gs = event.groups
+        idxs = [g.idx for g in gs]
+        if len(idxs) == 1:
+            parts = [f"idx={idxs[0]}"]
+        elif idxs == list(range(idxs[0], idxs[0] + len(idxs))):
+            parts = [f"idx={idxs[0]}..{idxs[-1]}"]
+        else:
+            parts = ["idx=" + ",".join(map(str, idxs[:8])) + (f" (+{len(idxs) - 8} more)" if len(idxs) > 8 else "")]
+        tasks = sorted({g.task_name for g in gs}, key=lambda x: (x is None, x or ""))
+        if tasks != [None]:
+            parts.append("task=" + ",".join("-" if x is None else x for x in tasks))
+        epochs = sorted({g.epoch for g in gs}, key=lambda x: (x is None, x or 0))
+        if epochs != [None]:
+            parts.append("epoch=" + ",".join("-" if x is None else str(x) for x in epochs))
+        if event.loader_state is not None:
+            parts.append("loader_state")
+        return " ".join(parts)
+    if t is Admitted:
+        parts = [f"target_step={event.target_step}"]
+        if event.policy_version is not None:
+            parts.append(f"policy={event.policy_version}")
+        if event.replaces is not None:
+            parts.append(f"replaces={event.replaces}")
+        return " ".join(parts)
+    if t is Finished:
+        parts = []
+        if event.policy_version is not None:
+            parts.append(f"policy={event.policy_version}")
+        if event.locators:
+            loc = event.locators
+            parts.append("locator=" + ",".join(loc[:3]) + (f" (+{len(loc) - 3} more)" if len(loc) > 3 else ""))
+        return " ".join(parts)
+    if t is Trained or t is CheckpointBegun or t is CheckpointCommitted:
+        return f"step={event.step}"
+    if t is Discarded:
+        return f"reason={event.reason}"
+    return ""
+
+
+LINE_HEADER = f"{'LSN':>10}  {'TL':>3}  {'KIND':<20}  {'GROUPS':<24}  DETAILS"
+
+
+def event_line(rec: Record, event, *, note: str = "") -> str:
+    kind = type(event).__struct_config__.tag
+    line = (f"{rec.commit.lsn:>10}  {rec.timeline:>3}  {kind:<20}  {id_list(groups_of(event), 4):<24}  "
+            f"{details(event)}")
+    return (line + ("  " + note if note else "")).rstrip()

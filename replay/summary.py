@@ -1,0 +1,226 @@
+"""`summary`: what a journal holds, in one pass over its active history.
+
+Runs, branches (timelines, where each one branched, its dead tail), the LSN
+range, segments live and archived, cuts, checkpoints, owner counts, events by
+kind, size on disk, and every problem the reader met (torn tails; in salvage
+mode the damaged frames and commits it skipped).
+
+The fold starts at LSN 1 when the first segment is still there (archived
+segments are read too), otherwise from the oldest valid cut that covers the
+retired segments.
+"""
+
+from __future__ import annotations
+
+import os
+
+from journal import EVENT_KINDS, Owner, State
+from snapshot import Skipped, read_cut, usable_cuts
+
+from . import cuts_view, output, tables
+from .inspect_source import InspectError, PROBLEMS, Source
+from .walk import Fold, active_lineage, dead_branches, dead_records, unique_problems
+
+
+def _disk(path: str) -> dict[str, int]:
+    out = {"total": 0, "snapshots": 0, "torn": 0}
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                n = os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+            out["total"] += n
+            rel = os.path.relpath(dirpath, path).split(os.sep)[0]
+            if rel in ("snapshots", "torn"):
+                out[rel] += n
+    return out
+
+
+def problem_dicts(reader) -> list[dict]:
+    return [{"kind": p.kind, "segment": p.segment, "offset": p.offset, "lsn": p.lsn,
+             "message": p.message, "bytes": p.length} for p in unique_problems(reader)]
+
+
+def _cut_summary(src: Source) -> dict:
+    cut = read_cut(src.path)
+    m = cut.manifest
+    return {"path": src.path, "kind": "cut", "run_id": m.run_id, "timeline": m.timeline, "lsn": m.lsn,
+            "chain": m.chain, "step": m.checkpoint_step, "owners": dict(m.counts),
+            "next_group_id": m.next_group_id,
+            "checkpoints": {"committed": {k: v for k, v in m.committed_checkpoints.items()},
+                            "pending": {k: v for k, v in m.pending_checkpoints.items()}},
+            "loader_state": m.has_loader_state,
+            "files": {k: {"size": v.size, "sha256": v.sha256} for k, v in m.files.items()},
+            "disk_bytes": _disk(src.path)["total"]}
+
+
+def summarize(src: Source) -> dict:
+    if src.kind == "cut":
+        return _cut_summary(src)
+    reader = src.reader
+    tolerant = src.mode == "salvage"
+    lineage = active_lineage(reader)
+    first_lsn = lineage[0].segments[0].first_lsn if lineage else 1
+    base_cut = None
+    state = State()
+    if first_lsn > 1:
+        skipped: list[Skipped] = []
+        covering = [c for c in usable_cuts(reader, src.path, skipped) if c.lsn >= first_lsn - 1]
+        if not covering:
+            raise InspectError(f"{src.path}: the segments before LSN {first_lsn} were retired and no "
+                               "valid cut covers them, so the owner counts cannot be rebuilt",
+                               PROBLEMS)
+        base_cut = min(covering, key=lambda c: c.lsn)
+        state = base_cut.state.copy()
+    fold = Fold(state, tolerant=tolerant)
+    events = {k: 0 for k in EVENT_KINDS}
+    commits = 0
+    lsn_range: dict[int, list[int]] = {}
+    bar = src.progress("summary")
+    scanned_from = state.lsn + 1
+    try:
+        for rec in bar.records(reader.records(start_lsn=state.lsn + 1), src.sizes):
+            fold.add(rec)
+            commits += 1
+            for ev in rec.commit.events:
+                events[type(ev).__struct_config__.tag] += 1
+            r = lsn_range.get(rec.timeline)
+            if r is None:
+                lsn_range[rec.timeline] = [rec.commit.lsn, rec.commit.lsn]
+            else:
+                r[1] = rec.commit.lsn
+        tails = []
+        for b in dead_branches(reader):
+            n, lo, hi = 0, None, None
+            for rec in bar.records(dead_records(reader, b), src.sizes):
+                n += 1
+                lo = rec.commit.lsn if lo is None else lo
+                hi = rec.commit.lsn
+            tails.append({"timeline": b.timeline, "after_lsn": b.cut, "diverged_at": b.divergence,
+                          "first_lsn": lo, "last_lsn": hi, "commits": n})
+    finally:
+        bar.close()
+    state = fold.state
+    on_active = {tl.timeline for tl in lineage}
+    timelines = []
+    for t, tl in sorted(reader.timelines.items()):
+        segs = tl.segments
+        r = lsn_range.get(t)
+        tail = next((x for x in tails if x["timeline"] == t), None)
+        timelines.append({
+            "timeline": t, "parent": tl.parent or None, "branch_lsn": tl.branch_lsn,
+            "segments": len(segs), "archived": sum(1 for s in segs if s.archived),
+            "bytes": sum(s.size for s in segs),
+            "active_lsns": r, "status": "active" if t in on_active and r else "dead",
+            "dead_tail": None if tail is None else [tail["first_lsn"], tail["last_lsn"], tail["commits"]]})
+    live = [s for s in reader.segments if not s.archived]
+    arch = [s for s in reader.segments if s.archived]
+    cuts = cuts_view.list_cuts(src, restore_lsn=_latest(state), find_restore=False)
+    newest = next((c for c in cuts if c["status"] == "valid"), None)
+    latest = state.latest_committed_checkpoint()
+    return {
+        "path": src.path, "kind": "journal", "mode": src.mode,
+        "run_id": reader.run_id.hex() if reader.run_id else None,
+        "active": {"timeline": lineage[-1].timeline if lineage else None, "first_lsn": first_lsn,
+                   "end_lsn": state.lsn, "scanned_from_lsn": scanned_from, "commits_scanned": commits,
+                   "base_cut": base_cut.path if base_cut else None, "events": events},
+        "timelines": timelines, "dead_tails": tails,
+        "segments": {"live": len(live), "live_bytes": sum(s.size for s in live),
+                     "archived": len(arch), "archived_bytes": sum(s.size for s in arch)},
+        "disk": _disk(src.path),
+        "cuts": {**cuts_view.tally(cuts), "newest_valid_lsn": newest["lsn"] if newest else None,
+                 "restore_base": next((c["name"] for c in cuts if c["restore_base"]), None)},
+        "checkpoints": {
+            "committed": [{"step": s, "lsn": l} for s, l in sorted(state.committed_checkpoints.items(),
+                                                                   key=lambda kv: kv[1])],
+            "pending": [{"step": s, "lsn": l} for s, l in sorted(state.pending_checkpoints.items(),
+                                                                 key=lambda kv: kv[1])],
+            "latest_committed": None if latest is None else {"step": latest[0], "lsn": latest[1]}},
+        "owners": {o.name: state.counts[o] for o in Owner},
+        "live_groups": len(state.live), "next_group_id": state.next_group_id,
+        "loader_state": state.loader is not None,
+        "problems": problem_dicts(reader),
+        "skipped_commits": [s._asdict() for s in fold.skipped],
+    }
+
+
+def _latest(state: State) -> int | None:
+    latest = state.latest_committed_checkpoint()
+    return latest[1] if latest else None
+
+
+def render(s: dict) -> list[str]:
+    if s["kind"] == "cut":
+        lines = tables.keyvalues([
+            ("cut", s["path"]), ("run", s["run_id"]), ("timeline", s["timeline"]), ("LSN", s["lsn"]),
+            ("checkpoint step", s["step"]), ("next group id", s["next_group_id"]),
+            ("loader state", s["loader_state"]), ("size on disk", tables.size(s["disk_bytes"]))])
+        lines += ["", "owners"] + tables.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
+        lines += ["", "files"] + tables.table(["file", "size", "sha256"], [
+            [k, v["size"], v["sha256"][:16] + "..."] for k, v in sorted(s["files"].items())], indent="  ")
+        return lines
+    a = s["active"]
+    seg, disk = s["segments"], s["disk"]
+    ck = s["checkpoints"]
+    latest = ck["latest_committed"]
+    scanned = (f"LSN {a['scanned_from_lsn']}..{a['end_lsn']} scanned" if a["commits_scanned"] else "nothing to scan")
+    if a["base_cut"]:
+        scanned += f", on top of cut {os.path.basename(a['base_cut'])}"
+    lines = tables.keyvalues([
+        ("journal", s["path"]),
+        ("run", s["run_id"]),
+        ("mode", s["mode"]),
+        ("active history", f"timeline {a['timeline']}, LSN {a['first_lsn'] if a['first_lsn'] > 1 else 1}.."
+                           f"{a['end_lsn']} ({scanned})"),
+        ("branches", f"{len(s['timelines'])} timeline(s), {len(s['dead_tails'])} dead tail(s)"),
+        ("segments", f"{seg['live']} live ({tables.size(seg['live_bytes'])}), {seg['archived']} archived "
+                     f"({tables.size(seg['archived_bytes'])})"),
+        ("size on disk", f"{tables.size(disk['total'])} (snapshots {tables.size(disk['snapshots'])}, "
+                         f"torn tails kept aside {tables.size(disk['torn'])})"),
+        ("cuts", f"{s['cuts']['valid']} valid, {s['cuts']['stale']} stale, {s['cuts']['incomplete']} "
+                 f"incomplete, {s['cuts']['invalid']} invalid"
+                 + (f"; restore base {s['cuts']['restore_base']}" if s["cuts"]["restore_base"] else "")),
+        ("latest checkpoint", "none committed" if latest is None else
+         f"step {latest['step']} at LSN {latest['lsn']} (what restore returns)"),
+        ("checkpoints", ", ".join(f"step {c['step']}@{c['lsn']}" for c in ck["committed"]) or "-"),
+        ("pending", ", ".join(f"step {c['step']}@{c['lsn']} (begun, never committed)" for c in ck["pending"]) or "-"),
+        ("live groups", f"{s['live_groups']} (next group id {s['next_group_id']}); loader state "
+                        f"{'recorded' if s['loader_state'] else 'none'}"),
+    ])
+    lines += ["", "owners at the end of the active history"]
+    lines += tables.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
+    lines += ["", f"events on the active history (LSN {a['scanned_from_lsn']}..{a['end_lsn']})"]
+    ev = {k: v for k, v in a["events"].items()}
+    lines += tables.table(list(ev), [list(ev.values())], indent="  ")
+    lines += ["", "timelines"]
+    rows = []
+    for t in s["timelines"]:
+        act = t["active_lsns"]
+        tail = t["dead_tail"]
+        rows.append([t["timeline"], t["parent"], t["branch_lsn"], t["segments"], t["archived"],
+                     tables.size(t["bytes"]), f"{act[0]}..{act[1]}" if act else "-",
+                     f"{tail[0]}..{tail[1]} ({tail[2]} commits)" if tail and tail[2] else "-"])
+    lines += tables.table(["timeline", "parent", "branched at", "segments", "archived", "bytes",
+                           "active LSNs", "dead tail"], rows, indent="  ")
+    probs = s["problems"]
+    skipped = s["skipped_commits"]
+    if probs or skipped:
+        lines += ["", "problems" + (" (skipped in salvage mode)" if s["mode"] == "salvage" else "")]
+        for p in probs:
+            what = "torn tail (never acknowledged; the writer cuts it off on open)" if p["kind"] == "torn" \
+                else p["kind"]
+            lines.append(f"  {what}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: {p['message']} "
+                         f"({p['bytes']} bytes)")
+        for k in skipped:
+            lines.append(f"  skipped commit: {k['segment']} offset {k['offset']} (LSN {k['lsn']}): {k['message']}")
+    return lines
+
+
+def command(src: Source, args, out) -> int:
+    s = summarize(src)
+    if args.json:
+        output.json_document(s, out)
+    else:
+        output.text(render(s), out)
+    return 0

@@ -1,0 +1,88 @@
+"""Plain-text rendering for `journal-inspect`: aligned tables, key/value blocks, sizes.
+
+Pure functions from values to lines of text; nothing here reads a journal.
+Numbers are right-aligned, everything else left-aligned; `None` shows as `-`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+
+def cell(value: Any) -> str:
+    """How one value looks in a table."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, indent: str = "",
+          right: Sequence[bool] | None = None) -> list[str]:
+    """Lines of an aligned table: a header, a rule, one line per row. Columns whose values are
+    all numbers are right-aligned unless `right` says otherwise."""
+    rows = [list(r) for r in rows]
+    n = len(headers)
+    if right is None:
+        right = [bool(rows) and all(_is_number(r[i]) or r[i] is None for r in rows) for i in range(n)]
+    texts = [[cell(v) for v in r] for r in rows]
+    widths = [max([len(headers[i])] + [len(t[i]) for t in texts]) for i in range(n)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(widths[i]) if right[i] else v.ljust(widths[i]) for i, v in enumerate(values)]
+        return (indent + "  ".join(parts)).rstrip()
+
+    out = [line(list(headers)), indent + "  ".join("-" * w for w in widths)]
+    out += [line(t) for t in texts]
+    return out
+
+
+def keyvalues(pairs: Iterable[tuple[str, Any]], *, indent: str = "") -> list[str]:
+    """`key: value` lines with the values aligned."""
+    pairs = [(k, cell(v)) for k, v in pairs]
+    if not pairs:
+        return []
+    width = max(len(k) for k, _ in pairs) + 1
+    return [f"{indent}{(k + ':').ljust(width)} {v}".rstrip() for k, v in pairs]
+
+
+def size(n: int | None) -> str:
+    """Bytes as a human size (binary units)."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def id_list(ids, limit: int = 8) -> str:
+    """Group ids compactly: runs as `a-b`, at most `limit` runs, then `(+N more)` ids."""
+    if not ids:
+        return "-"
+    runs: list[list[int]] = []
+    for x in ids:
+        if runs and x == runs[-1][1] + 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:limit])
+    rest = sum(b - a + 1 for a, b in runs[limit:])
+    return text + (f" (+{rest} more)" if rest else "")
+
+
+def section(title: str) -> list[str]:
+    return ["", title]

@@ -1,0 +1,273 @@
+"""`verify`: the whole chain of checks over a journal and its cuts, in one pass per timeline.
+
+1. Every segment header (magic, version, checksum, run id, name) - `Reader`.
+2. Every frame of every timeline: checksum, chain link, LSN continuity, segment
+   seeds (read as salvage reads, so all damage is found, not just the first).
+3. Each branch continues its parent's history: its first segment's chain seed
+   is the chain after its branch LSN.
+4. The ownership rules (the journal's own `apply`) over the active history and
+   every dead tail: each timeline's own commits are folded once, starting from
+   a copy of the state at its branch point taken while its parent was folded.
+5. Every cut: checks 1-8 of DESIGN 6.1 (`cuts_view`), and a valid cut's live
+   groups, counts and checkpoints equal the fold at its LSN.
+6. The restore point (latest committed checkpoint) is on an undamaged part of
+   the active history.
+
+A torn tail (never acknowledged), a stale cut and a leftover temporary
+directory are warnings; everything else is a problem (exit 1). Rehydration
+(check 10) needs the dataset and is restore's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TextIO
+
+import journal
+from journal import Owner, Reader, State
+
+from . import cuts_view, output, tables
+from .inspect_source import PROBLEMS, Source
+from .walk import active_lineage, unique_problems
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.checks: list[dict] = []
+        self.problems: list[dict] = []
+        self.warnings: list[dict] = []
+
+    def check(self, name: str, target: str, ok: bool | None, detail: str = "") -> None:
+        self.checks.append({"check": name, "target": target,
+                            "result": "ok" if ok else ("warn" if ok is None else "FAIL"), "detail": detail})
+
+    def problem(self, kind: str, message: str, segment=None, offset=None, lsn=None, warn=False) -> None:
+        d = {"kind": kind, "segment": segment, "offset": offset, "lsn": lsn, "message": message}
+        (self.warnings if warn else self.problems).append(d)
+
+
+def _differs(cut_state: State, fold: State) -> str | None:
+    """How a cut's state differs from the journal's fold at the same LSN (None: it does not)."""
+    if cut_state.counts != fold.counts:
+        diff = {o.name: (cut_state.counts[o], fold.counts[o]) for o in Owner
+                if cut_state.counts[o] != fold.counts[o]}
+        return f"owner counts differ (cut, journal): {diff}"
+    if cut_state.live.keys() != fold.live.keys():
+        extra = sorted(cut_state.live.keys() - fold.live.keys())[:5]
+        missing = sorted(fold.live.keys() - cut_state.live.keys())[:5]
+        return f"live groups differ: in the cut only {extra}, in the journal only {missing}"
+    for gid, g in fold.live.items():
+        if cut_state.live[gid] != g:
+            return f"group {gid} differs: cut {cut_state.live[gid].as_dict()}, journal {g.as_dict()}"
+    if cut_state.committed_checkpoints != fold.committed_checkpoints or \
+            cut_state.pending_checkpoints != fold.pending_checkpoints:
+        return "checkpoint markers differ"
+    if cut_state.next_group_id < fold.next_group_id:
+        return (f"next group id {cut_state.next_group_id} is below the journal's "
+                f"{fold.next_group_id} (ids would be reused)")
+    if (cut_state.loader is None) != (fold.loader is None):
+        return "one holds a loader state, the other does not"
+    return None
+
+
+def _owner_of(timelines: dict, t: int, x: int) -> int | None:
+    """The timeline whose own commits include LSN x of timeline t's parent history."""
+    o = timelines[t].parent
+    while o in timelines and timelines[o].branch_lsn >= x:
+        o = timelines[o].parent
+    return o if o in timelines else None
+
+
+def verify_journal(src: Source) -> _Report:
+    rep = _Report()
+    reader = Reader(src.path, "salvage")  # finds every damage, not only the first
+    tls = reader.timelines
+    segs = reader.segments
+    header_problems = [p for p in reader.problems]
+    rep.check("segment headers", f"{len(segs)} segment(s), {sum(s.archived for s in segs)} archived",
+              not any(p.kind != "torn" for p in header_problems))
+    lineage = active_lineage(reader)
+    active_limit = {tl.timeline: (lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None)
+                    for i, tl in enumerate(lineage)}
+    cuts = cuts_view.list_cuts(Source(src.path, "journal", "salvage", reader, src.sizes), find_restore=False)
+    valid_cuts = {}
+    for e in cuts:
+        if e["status"] == "valid":
+            valid_cuts.setdefault(e["lsn"], e)
+    loaded = {}  # lsn -> Cut (for the content check)
+    from snapshot import read_cut
+    # where each child timeline starts: (owner timeline, LSN) -> children
+    wanted: dict[int, dict[int, list[int]]] = {}
+    roots = []
+    for t, tl in sorted(tls.items()):
+        if not tl.parent or tl.parent not in tls:
+            roots.append(t)
+            continue
+        o = _owner_of(tls, t, tl.branch_lsn)
+        if o is None:
+            rep.problem("branch", f"timeline {t} branches at LSN {tl.branch_lsn} from timeline "
+                        f"{tl.parent}, whose history does not hold that LSN", tl.segments[0].name, 0,
+                        tl.branch_lsn)
+            continue
+        wanted.setdefault(o, {}).setdefault(tl.branch_lsn, []).append(t)
+    # cuts compared while their timeline is folded
+    compare: dict[int, dict[int, list[dict]]] = {}
+    for lsn, e in valid_cuts.items():
+        owner = next((tl.timeline for tl in lineage if tl.branch_lsn < lsn and (
+            active_limit[tl.timeline] is None or lsn <= active_limit[tl.timeline])), None)
+        if owner is not None:
+            compare.setdefault(owner, {}).setdefault(lsn, []).append(e)
+    starts: dict[int, tuple[State | None, int | None]] = {}  # timeline -> (state at branch, chain)
+    first_root = lineage[0].timeline if lineage else None
+    for t in roots:
+        tl = tls[t]
+        if tl.branch_lsn == 0:
+            starts[t] = (State(), 0)
+        elif t == first_root:
+            base = min((lsn for lsn in valid_cuts if lsn >= tl.branch_lsn), default=None)
+            if base is None:
+                rep.check("ownership rules", f"timeline {t}", None,
+                          f"the segments before LSN {tl.branch_lsn + 1} were retired and no valid cut "
+                          "covers them: ownership not checked")
+                starts[t] = (None, None)
+            else:
+                cut = read_cut(valid_cuts[base]["path"])
+                starts[t] = (cut.state.copy(), None)
+        else:
+            starts[t] = (None, None)
+    bar = src.progress("verify")
+    end_state = None
+    try:
+        for t, tl in sorted(tls.items()):
+            if t not in starts:
+                continue
+            state, seed_expected = starts[t]
+            first_seg = tl.segments[0]
+            if seed_expected is not None and first_seg.header.chain_seed != seed_expected:
+                rep.problem("chain", f"timeline {t} does not continue its parent's chain at LSN "
+                            f"{tl.branch_lsn} (seed {first_seg.header.chain_seed:#010x}, expected "
+                            f"{seed_expected:#010x})", first_seg.name, 0, tl.branch_lsn)
+            children = wanted.get(t, {})
+            cut_here = compare.get(t, {})
+            n, lo, hi = 0, None, None
+            broken = None
+            for rec in bar.records(reader.timeline_records(t, start_lsn=tl.branch_lsn + 1), src.sizes):
+                lsn = rec.commit.lsn
+                n += 1
+                lo = lsn if lo is None else lo
+                hi = lsn
+                if state is not None and lsn > state.lsn:
+                    if lsn != state.lsn + 1:
+                        broken = f"LSNs {state.lsn + 1}..{lsn - 1} unreadable"
+                        state = None
+                    else:
+                        try:
+                            journal.apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline,
+                                          blobs=rec.blobs)
+                        except (journal.OwnershipError, journal.JournalCorrupt) as exc:
+                            rep.problem("ownership", str(exc), rec.segment, rec.offset, lsn)
+                            broken = f"stopped at LSN {lsn}"
+                            state = None
+                if lsn in children:
+                    for c in children[lsn]:
+                        starts[c] = (state.copy() if state is not None else None, rec.chain)
+                if lsn in cut_here and state is not None:
+                    for e in cut_here[lsn]:
+                        cut = loaded.get(lsn) or read_cut(e["path"])
+                        why = _differs(cut.state, state)
+                        if why:
+                            rep.problem("cut", f"{e['name']}: does not match the journal at LSN {lsn}: {why}",
+                                        None, None, lsn)
+                            e["status"], e["reason"] = "invalid", f"does not match the journal: {why}"
+            for x, cs in children.items():
+                for c in cs:
+                    if c not in starts:
+                        rep.problem("branch", f"timeline {c} branches at LSN {x}, but timeline {t} "
+                                    f"ends at LSN {hi}", tls[c].segments[0].name, 0, x)
+                        starts[c] = (None, None)
+            span = f"LSN {lo}..{hi}, {n} commit(s)" if n else "no commits"
+            role = "active" if t in active_limit else "dead branch"
+            ok_frames = not any(p.kind != "torn" and p.segment in {s.name for s in tl.segments}
+                                for p in reader.problems)
+            rep.check("frames, checksums, chain, LSNs", f"timeline {t} ({role})", ok_frames, span)
+            if starts[t][0] is not None or state is not None:
+                rep.check("ownership rules", f"timeline {t} ({role})", broken is None,
+                          "ok" if broken is None else broken)
+            else:
+                rep.check("ownership rules", f"timeline {t} ({role})", None,
+                          "not checked: the state at its branch point is unknown (damage or retired "
+                          "segments before it)")
+            if lineage and t == lineage[-1].timeline:
+                end_state = state
+    finally:
+        bar.close()
+    for p in unique_problems(reader):
+        if p.kind == "torn":
+            rep.problem("torn", f"torn tail: {p.message} ({p.length} bytes never acknowledged; the "
+                        "writer cuts it off when it opens the journal)", p.segment, p.offset, p.lsn, warn=True)
+        else:
+            rep.problem(p.kind, p.message + f" ({p.length} bytes)", p.segment, p.offset, p.lsn)
+    for e in cuts:
+        target = e["name"]
+        if e["status"] == "valid":
+            rep.check("cut: checks 1-8 and content", target, True, f"LSN {e['lsn']}")
+        elif e["status"] in ("stale", "incomplete"):
+            rep.check(f"cut ({e['status']})", target, None, e["reason"])
+            rep.problem("cut", f"{target}: {e['status']}: {e['reason']}", warn=True)
+        else:
+            rep.check("cut: checks 1-8 and content", target, False, e["reason"])
+            if not any(p["kind"] == "cut" and p["message"].startswith(target) for p in rep.problems):
+                rep.problem("cut", f"{target}: {e['reason']}", None, None, e["lsn"])
+    for name in sorted(os.listdir(src.path)):
+        if name.endswith(".wal.zst.tmp"):
+            rep.problem("leftover", f"{name}: temporary archive of a compaction that crashed", name,
+                        None, None, warn=True)
+    if end_state is not None:
+        latest = end_state.latest_committed_checkpoint()
+        damaged = [p for p in reader.problems if p.kind != "torn"]
+        if latest is None:
+            rep.check("restore point", "latest committed checkpoint", True,
+                      "none committed: restore starts empty")
+        else:
+            step, lsn = latest
+            base = next((e for e in cuts if e["status"] == "valid" and e["lsn"] <= lsn), None)
+            rep.check("restore point", "latest committed checkpoint", not damaged,
+                      f"step {step} at LSN {lsn}, from " + (f"cut {base['name']} + tail" if base else
+                                                            "the journal from LSN 1"))
+    elif lineage:
+        rep.check("restore point", "latest committed checkpoint", False,
+                  "the active history could not be folded to its end")
+    return rep
+
+
+def verify_cut(src: Source) -> _Report:
+    rep = _Report()
+    (e,) = cuts_view.list_cuts(src)
+    ok = e["status"] == "valid"
+    rep.check("cut: checks 1-8" if e["check"] != 8 or ok else "cut: anchor", e["name"], ok,
+              e["reason"] or f"LSN {e['lsn']}")
+    if not ok:
+        rep.problem("cut", f"{e['name']}: {e['status']}: {e['reason']}", None, None, e["lsn"])
+    return rep
+
+
+def command(src: Source, args, out: TextIO) -> int:
+    rep = verify_cut(src) if src.kind == "cut" else verify_journal(src)
+    clean = not rep.problems
+    if args.json:
+        output.json_document({"path": src.path, "clean": clean, "checks": rep.checks,
+                              "problems": rep.problems, "warnings": rep.warnings}, out)
+        return 0 if clean else PROBLEMS
+    lines = tables.table(["check", "target", "result", "detail"],
+                         [[c["check"], c["target"], c["result"], c["detail"]] for c in rep.checks])
+    for title, items in (("problems", rep.problems), ("warnings", rep.warnings)):
+        if items:
+            lines += ["", f"{title}:"]
+            for p in items:
+                where = ", ".join(x for x in (p["segment"] and f"segment {p['segment']}",
+                                              p["offset"] is not None and f"offset {p['offset']}",
+                                              p["lsn"] is not None and f"LSN {p['lsn']}") if x)
+                lines.append(f"  {p['kind']}: " + (f"{where}: " if where else "") + p["message"])
+    lines += ["", "clean" if clean else f"{len(rep.problems)} problem(s) found"]
+    output.text(lines, out)
+    return 0 if clean else PROBLEMS
