@@ -17,6 +17,7 @@ epoch, so a segment holds it a handful of times instead of on every `taken`.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 from typing import Any, Mapping
 
@@ -36,9 +37,14 @@ class LoaderStateError(ValueError):
 
 
 def _tensor_payload(t: torch.Tensor) -> bytes:
-    t = t.detach().to("cpu").contiguous()
+    # A fresh row-major copy: a conjugate or negative view cannot be viewed as bytes, and
+    # `.contiguous()` keeps odd strides on size-1 dims (zeros(1, 3)[:, 0] has stride 3 and
+    # counts as contiguous), which `.view(torch.uint8)` rejects.
+    t = t.detach().to("cpu").resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
     raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
-    data = bytes(raw.clone().untyped_storage()) if raw.numel() else b""
+    # one copy of the contiguous bytes; bytes(untyped_storage()) iterated element by element
+    # in Python (~36 ms for StatefulDataLoader's 5 KB generator state, on every taken)
+    data = ctypes.string_at(raw.data_ptr(), raw.numel()) if raw.numel() else b""
     return _encoder.encode([str(t.dtype).removeprefix("torch."), list(t.shape), data])
 
 

@@ -173,15 +173,18 @@ def assert_state_matches(st, model: Model) -> None:
     assert st.committed_checkpoints == model.committed
 
 
+def _tensor_bytes(t) -> bytes:
+    t = t.detach().resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
 def deep_equal(a, b) -> bool:
     """Exact equality of loader states: same types (tuple is not list, bool is not int),
     tensors equal in dtype, shape and bytes, NaN equal to NaN, -0.0 distinct from 0.0."""
     if type(a) is not type(b):
         return False
     if isinstance(a, torch.Tensor):
-        return (a.dtype == b.dtype and a.shape == b.shape
-                and bytes(a.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-                == bytes(b.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()))
+        return a.dtype == b.dtype and a.shape == b.shape and _tensor_bytes(a) == _tensor_bytes(b)
     if isinstance(a, float):
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)
