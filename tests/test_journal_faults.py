@@ -13,6 +13,7 @@ import errno
 import os
 import random
 import threading
+import time
 
 import pytest
 
@@ -290,3 +291,50 @@ def test_owner_enum_is_what_calls_return(journal_with_fs):
     path, fs, j, m = journal_with_fs
     for g, o in m.owners.items():
         assert isinstance(j.owner_of(g), Owner) and j.owner_of(g) is o
+
+
+def test_background_fsync_failure_in_batch_mode(fast_tmp):
+    """sync="batch": commits return before their fsync; when the background fsync fails the
+    journal is failed for every later call, and a reopen shows what is on disk."""
+    path = str(fast_tmp / "j")
+    fs = FaultFS(root=path)
+    j = Journal.open(path, fs=fs, sync="batch", sync_interval=0.001)
+    m = drive(j, Model(), random.Random(15), 10)
+    j.flush()
+    fault = fs.inject("fsync", nth=1, error=errno.EIO)
+    m2 = step(j, m, random.Random(16))  # returns before its fsync
+    deadline = time.monotonic() + 60  # waits for the background thread; not a timing check
+    while fault.fired == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert fault.fired == 1
+    (failed,) = [i for i, o in enumerate(fs.ops) if o.failed]
+    for name, call in every_call(j, m2).items():
+        with pytest.raises(JournalFailed):
+            call()
+    j.close()
+    assert all(o.kind == "close" for o in fs.ops[failed + 1:])
+    img = fs.crash_image(str(fast_tmp / "img"))
+    with Journal.open(img) as j2:
+        assert_journal_matches(j2, m)  # the unsynced commit did not survive the power loss
+    with Journal.open(path) as j3:
+        assert_journal_matches(j3, m2)  # but it is in the file
+
+
+@pytest.mark.parametrize("kind", ["write", "fsync", "truncate", "fsync_dir", "create", "mkdir"])
+def test_fault_while_open_repairs_a_torn_tail(fast_tmp, kind):
+    """An I/O error while open copies a torn tail aside and cuts it: the open raises, nothing
+    acknowledged is lost, and the next open (without faults) repairs and continues."""
+    path = str(fast_tmp / "j")
+    with Journal.open(path) as j:
+        m = drive(j, Model(), random.Random(17), 12)
+    (seg,) = segment_files(path)
+    with open(os.path.join(path, seg), "ab") as fh:
+        fh.write(b"\x07" * 33)
+    fs = FaultFS(root=path)
+    fs.inject(kind, nth=1, error=errno.EIO)
+    with pytest.raises(OSError):
+        Journal.open(path, fs=fs)
+    assert fs.count(kind, failed=True) == 1
+    with Journal.open(path) as j:  # the lock was released, the repair happens now
+        assert_journal_matches(j, m)
+    append_and_verify(path, m)

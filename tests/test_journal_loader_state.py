@@ -19,6 +19,8 @@ from journal_model import deep_equal, segment_files
 warnings.filterwarnings("ignore", message=".*set_vital.*")
 from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 
+pytestmark = pytest.mark.filterwarnings("ignore:.*set_vital")
+
 DATASET = list(range(40))
 
 
