@@ -72,7 +72,7 @@ def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = N
     in-memory durable state is copied (appends wait only for that copy; all
     file I/O happens after). `data_plane=` saves the REPLAY groups' rows into
     the cut's `data_plane/` (hashed in the manifest). Retention then keeps the
-    newest `keep_cuts` cuts, the cuts of committed checkpoints in `pin_steps`
+    newest `keep_cuts` cuts, the cut just written, the cuts of committed checkpoints in `pin_steps`
     and, for the latest committed checkpoint and each pinned one, the newest
     cut at or before it (what restoring that checkpoint starts from); segments
     wholly covered by the oldest cut kept are archived (`retention="archive"`,
@@ -118,7 +118,7 @@ def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = N
             write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs)
     result = CompactResult(target, state.lsn, step, skipped=skipped)
     if retention is not None:
-        _apply_retention(fs, path, keep_cuts, pins, retention, result)
+        _apply_retention(fs, path, keep_cuts, pins, retention, result, protect=target)
     return result
 
 
@@ -149,7 +149,7 @@ def _committed_at_end(reader: Reader, newest: Cut) -> dict[int, int]:
 
 
 def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int], mode: str,
-                     result: CompactResult) -> None:
+                     result: CompactResult, protect: str) -> None:
     reader = Reader(path, "strict")
     ignored: list[Skipped] = []
     cuts = list(usable_cuts(reader, path, ignored))  # newest first
@@ -158,7 +158,7 @@ def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int]
     committed = _committed_at_end(reader, cuts[0])
     latest = max(committed.values()) if committed else 0  # no checkpoint: a restart resumes at 0
     points = {latest} | {committed[s] for s in pins if s in committed}
-    keep = {c.path for c in cuts[:keep_cuts]}
+    keep = {c.path for c in cuts[:keep_cuts]} | {protect}  # never the cut just asked for
     keep |= {c.path for c in cuts if c.manifest.checkpoint_step is not None
              and c.manifest.checkpoint_step in pins and c.lsn == committed.get(c.manifest.checkpoint_step)}
     boundary = None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import operator
 import os
 import secrets
@@ -39,7 +38,6 @@ RESERVE_FILE = "replacement_reserve.pt"
 DATA_PLANE_DIR = "data_plane"
 TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped
 _OWNER_OF = operator.attrgetter("owner")
-_RECOVERY_OWNERS = frozenset({Owner.RESERVED, Owner.ADMITTED})
 
 
 @runtime_checkable
@@ -118,13 +116,16 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
     parent = os.path.dirname(final_dir)
     fs.makedirs(parent)
     tmp = os.path.join(parent, f"{TMP_PREFIX}{os.path.basename(final_dir)}-{secrets.token_hex(4)}")
-    fs.mkdir(tmp)
-    fs.fsync_dir(parent)
+    fs.mkdir(tmp)  # its entry needs no fsync of its own: the rename below is fsynced
     live = state.live
+    recovery: list[Group] = []
+    replay: list[Group] = []
+    spare: list[Group] = []
+    add = {Owner.RESERVED: recovery.append, Owner.ADMITTED: recovery.append,
+           Owner.REPLAY: replay.append, Owner.SPARE: spare.append}
     ordered = list(map(live.__getitem__, sorted(live)))  # group-id order (dict order is nearly it)
-    owners = list(map(_OWNER_OF, ordered))
-    by_owner = {o: list(itertools.compress(ordered, map(operator.eq, owners, itertools.repeat(o))))
-                for o in (Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE)}
+    for g, owner in zip(ordered, map(_OWNER_OF, ordered)):
+        add[owner](g)
     files: dict[str, mf.FileEntry] = {}
 
     def put(name: str, data: bytes) -> None:
@@ -138,17 +139,16 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
 
     loader = state.loader.decode() if state.loader is not None else None
     put(DATALOADER_FILE, _save_bytes(loader))
-    recovery = list(itertools.compress(ordered, map(_RECOVERY_OWNERS.__contains__, owners)))
     table = encode_table(recovery)
     table[TERMINAL_KEY] = encode_terminal(state.terminal.codes, state.terminal.sparse)
     put(RECOVERY_FILE, _save_bytes(table))
-    put(REPLAY_FILE, _save_bytes(encode_table(by_owner[Owner.REPLAY])))
-    if by_owner[Owner.SPARE]:
-        put(RESERVE_FILE, _save_bytes(encode_table(by_owner[Owner.SPARE])))
+    put(REPLAY_FILE, _save_bytes(encode_table(replay, owner=Owner.REPLAY)))
+    if spare:
+        put(RESERVE_FILE, _save_bytes(encode_table(spare, owner=Owner.SPARE)))
     if data_plane is not None:
         dp = os.path.join(tmp, DATA_PLANE_DIR)
         fs.mkdir(dp)
-        data_plane.save(dp, [g.copy() for g in by_owner[Owner.REPLAY]])
+        data_plane.save(dp, [g.copy() for g in replay])
         _fsync_tree(fs, dp)
         for dirpath, _, filenames in os.walk(dp):
             for name in filenames:
@@ -213,7 +213,13 @@ def read_cut(cut_dir: str) -> Cut:
         else:
             try:
                 with open(path, "rb") as f:
-                    data = f.read(entry.size + 1)
+                    # the size on disk first: `entry.size` is the manifest's word and must not
+                    # size a read (2^62 raised MemoryError, 2^30 allocated a GiB)
+                    size = os.fstat(f.fileno()).st_size
+                    if size != entry.size:
+                        raise ChecksumMismatch(f"{cut_dir}: {name} has size {size}, the manifest "
+                                               f"says size {entry.size}")
+                    data = f.read(size + 1)
             except PermissionError as exc:
                 raise MissingFile(f"{cut_dir}: {name} cannot be read: {exc}") from None
             size, digest = len(data), hashlib.sha256(data).hexdigest()

@@ -44,7 +44,10 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
         if mode == "archive":
             if seg.archived:
                 continue
-            data = zstandard.ZstdCompressor(level=ARCHIVE_LEVEL).compress(read_segment_bytes(seg))
+            raw = read_segment_bytes(seg)
+            data = zstandard.ZstdCompressor(level=ARCHIVE_LEVEL).compress(raw)
+            if zstandard.ZstdDecompressor().decompress(data) != raw:  # never unlink on a bad archive
+                raise OSError(f"{seg.path}: the zstd archive does not decompress to the segment")
             final = seg.path + ".zst"
             tmp = final + ".tmp"
             if os.path.exists(tmp):

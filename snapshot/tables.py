@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import re
 from array import array
 from typing import Sequence
 
@@ -58,7 +59,8 @@ def _bytes_column(values: Sequence[bytes | str | None], is_str: bool) -> dict:
         empty = "" if is_str else b""
         values = [empty if v is None else v for v in values]
     else:
-        present = torch.ones(n, dtype=torch.bool)
+        present = torch.frombuffer(bytearray(b"\x01") * n, dtype=torch.bool) if n else \
+            torch.empty(0, dtype=torch.bool)
     if is_str:
         text = "".join(values)
         if text.isascii():  # one byte per character: lengths in characters are lengths in bytes
@@ -92,30 +94,32 @@ def _read_bytes_column(col, n: int, where: str) -> list[bytes | None]:
             and offsets.shape == (n + 1,) and isinstance(present, torch.Tensor)
             and present.dtype == torch.bool and present.shape == (n,)):
         raise CorruptRecord(f"{where}: column tensors have the wrong dtype or shape")
-    if n and (int(offsets[0]) != 0 or int(offsets[-1]) != data.numel()
-              or bool((offsets[1:] < offsets[:-1]).any())):
-        raise CorruptRecord(f"{where}: offsets are not increasing within the data")
-    if n and bool((~present & (offsets[1:] != offsets[:-1])).any()):
-        raise CorruptRecord(f"{where}: an absent value has bytes")
-    raw = _tensor_bytes(data)
     offs = offsets.tolist()
+    if offs[0] != 0 or offs[-1] != data.numel() or not all(map(operator.le, offs, offs[1:])):
+        raise CorruptRecord(f"{where}: offsets are not increasing within the data")
+    raw = _tensor_bytes(data)
     out = list(map(raw.__getitem__, map(slice, offs[:-1], offs[1:])))
-    if not bool(present.all()):
-        for i in torch.nonzero(~present).flatten().tolist():
+    pres = present.tolist()
+    if False in pres:
+        for i in itertools.compress(range(n), map(operator.not_, pres)):
+            if out[i]:
+                raise CorruptRecord(f"{where}: record {i} is absent but has bytes")
             out[i] = None
     return out
 
 
-def encode_table(groups: Sequence[Group]) -> dict:
-    """The table of `groups` (live records of the owners this file holds), in the given order."""
+def encode_table(groups: Sequence[Group], owner: Owner | None = None) -> dict:
+    """The table of `groups` (live records of the owners this file holds), in the given order.
+    `owner`: every group has this owner (the caller partitioned them), so its phase is constant."""
     n = len(groups)
-    by_name = {name: list(map(getter, groups)) for name, getter in _GETTERS.items()}
+    by_name = {name: list(map(getter, groups)) for name, getter in _GETTERS.items()
+               if owner is None or name != "owner"}
     table = {"schema_version": SCHEMA_VERSION, "count": n}
     for name in _INT_COLUMNS:
         table[name] = _int_tensor(by_name[name])
-    owners = by_name["owner"]
     try:
-        phase = bytes(map(_PHASES.__getitem__, owners))
+        phase = bytes((_PHASES[owner],)) * n if owner is not None else \
+            bytes(map(_PHASES.__getitem__, by_name["owner"]))
     except KeyError:
         raise ValueError("only live groups (RESERVED, ADMITTED, REPLAY, SPARE) go in a table") from None
     table["phase"] = torch.frombuffer(bytearray(phase), dtype=torch.int8) if n else torch.empty(0, dtype=torch.int8)
@@ -159,37 +163,34 @@ def decode_table(table, where: str, allowed: frozenset) -> list[Group]:
     phase = table.get("phase")
     if not isinstance(phase, torch.Tensor) or phase.dtype != torch.int8 or phase.shape != (n,):
         raise CorruptRecord(f"{where}: column 'phase' is not an int8 tensor of {n} values")
-    gid = tensors["group_id"]
-    ok_phase = torch.zeros(n, dtype=torch.bool)
-    for owner in allowed:
-        ok_phase |= phase == _PHASES[owner]
-    if not bool(ok_phase.all()):
-        i = int(torch.nonzero(~ok_phase)[0])
-        raise CorruptRecord(f"{where}: group {int(gid[i])} has phase {int(phase[i])}, which does not "
+    cols = {name: t.tolist() for name, t in tensors.items()}
+    phases = phase.tolist()
+    gids = cols["group_id"]
+    allowed_codes = {_PHASES[o] for o in allowed}
+    if n and not set(phases) <= allowed_codes:
+        i = next(i for i, p in enumerate(phases) if p not in allowed_codes)
+        raise CorruptRecord(f"{where}: group {gids[i]} has phase {phases[i]}, which does not "
                             "belong in this file")
-    bad = (gid < 0) | (tensors["idx"] < 0)
-    if bool(bad.any()):
-        i = int(torch.nonzero(bad)[0])
-        raise CorruptRecord(f"{where}: group {int(gid[i])} has a negative group id or idx "
-                            f"({int(tensors['idx'][i])})")
-    needs_step = ((phase == _PHASES[Owner.ADMITTED]) | (phase == _PHASES[Owner.REPLAY])) \
-        & (tensors["target_step"] == NONE)
-    if bool(needs_step.any()):
-        i = int(torch.nonzero(needs_step)[0])
-        raise CorruptRecord(f"{where}: group {int(gid[i])} is "
-                            f"{_PHASE_OWNERS[int(phase[i])].name} but has no target_step")
-    cols = {}
-    for name, t in tensors.items():
-        vals = t.tolist()
-        if name in _OPTIONAL_INT and bool((t == NONE).any()):
-            vals = [None if v == NONE else v for v in vals]
-        cols[name] = vals
+    if n and (min(gids) < 0 or min(cols["idx"]) < 0):
+        i = next(i for i in range(n) if gids[i] < 0 or cols["idx"][i] < 0)
+        raise CorruptRecord(f"{where}: group {gids[i]} has a negative group id or idx "
+                            f"({cols['idx'][i]})")
+    for name in _OPTIONAL_INT:
+        vals = cols[name]
+        if NONE in vals:
+            cols[name] = [None if v == NONE else v for v in vals]
+    steps = cols["target_step"]
+    if None in steps:
+        for i in itertools.compress(range(n), map(operator.is_, steps, itertools.repeat(None))):
+            if phases[i] in (_PHASES[Owner.ADMITTED], _PHASES[Owner.REPLAY]):
+                raise CorruptRecord(f"{where}: group {gids[i]} is {_PHASE_OWNERS[phases[i]].name} "
+                                    "but has no target_step")
     tasks = _read_bytes_column(table.get("task_name"), n, f"{where} column 'task_name'")
     fps = _read_bytes_column(table.get("fingerprint"), n, f"{where} column 'fingerprint'")
     locs = _read_bytes_column(table.get("locator"), n, f"{where} column 'locator'")
     tasks = _decode_str(tasks, where, "task_name")
     locs = _decode_str(locs, where, "locator")
-    owners = list(map(_PHASE_OWNERS.__getitem__, phase.tolist()))
+    owners = list(map(_PHASE_OWNERS.__getitem__, phases))
     return list(map(Group, cols["group_id"], cols["idx"], tasks, cols["epoch"], fps, owners,
                     cols["target_step"], cols["policy_version"], locs, cols["replaces"]))
 
@@ -206,17 +207,21 @@ def decode_table(table, where: str, allowed: frozenset) -> list[Group]:
 _TERMINAL_CODES = (int(Owner.TRAINED), int(Owner.DROPPED))
 
 
+_RUN = re.compile(rb"\x00+|\x05+|\x06+|[\x01-\x04\x07-\xff]")  # runs of 0/TRAINED/DROPPED
+
+
 def encode_terminal(codes: bytes | bytearray, sparse: dict[int, int]) -> dict:
     """Run-length encode the terminal owner codes (one byte per group id, 0 = not terminal) and
     the ids beyond the dense table (`sparse`: id -> code)."""
     dense = bytes(codes).rstrip(b"\0")
-    if dense:
-        values, lengths = torch.unique_consecutive(torch.frombuffer(bytearray(dense), dtype=torch.uint8),
-                                                   return_counts=True)
-    else:
-        values, lengths = torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64)
+    values, lengths = array("B"), array("q")
+    for m in _RUN.finditer(dense):  # C-speed scan; one Python step per run, not per group
+        values.append(dense[m.start()])
+        lengths.append(m.end() - m.start())
     ids = sorted(sparse)
-    return {"run_codes": values, "run_lengths": lengths.to(torch.int64),
+    return {"run_codes": torch.frombuffer(values, dtype=torch.uint8) if values else
+            torch.empty(0, dtype=torch.uint8),
+            "run_lengths": _int_tensor(lengths.tolist()),
             "sparse_ids": _int_tensor(ids),
             "sparse_codes": torch.tensor([sparse[i] for i in ids], dtype=torch.uint8)}
 
@@ -233,19 +238,20 @@ def decode_terminal(obj, where: str, next_group_id: int) -> tuple[bytearray, dic
             and ids.dtype == torch.int64 and ids.dim() == 1 and isinstance(scodes, torch.Tensor)
             and scodes.dtype == torch.uint8 and scodes.shape == ids.shape):
         raise CorruptRecord(f"{where}: terminal owners: tensors have the wrong dtype or shape")
-    allowed = torch.tensor((0,) + _TERMINAL_CODES, dtype=torch.uint8)
-    if bool((lengths <= 0).any()) or not bool(torch.isin(codes, allowed).all()):
+    run_codes, run_lengths = codes.tolist(), lengths.tolist()
+    if run_codes and (min(run_lengths) <= 0 or not set(run_codes) <= {0, *_TERMINAL_CODES}):
         raise CorruptRecord(f"{where}: terminal owners: a run is empty or holds a non-terminal owner")
-    total = int(lengths.sum()) if lengths.numel() else 0
+    total = sum(run_lengths)
     if total > next_group_id:
         raise CorruptRecord(f"{where}: terminal owners cover {total} group ids, but the next group id "
                             f"is {next_group_id}")
-    dense = bytearray(total)
-    if total:
-        torch.frombuffer(dense, dtype=torch.uint8).copy_(torch.repeat_interleave(codes, lengths))
-    if ids.numel():
-        if (int(ids[0]) < total or int(ids[-1]) >= next_group_id or bool((ids[1:] <= ids[:-1]).any())
-                or not bool(torch.isin(scodes, allowed[1:]).all())):
-            raise CorruptRecord(f"{where}: terminal owners: sparse ids out of order or range, or a "
-                                "non-terminal owner")
-    return dense, dict(zip(ids.tolist(), scodes.tolist()))
+    dense = bytearray(b"".join(map(bytes.__mul__, map(_BYTE.__getitem__, run_codes), run_lengths)))
+    sids, scs = ids.tolist(), scodes.tolist()
+    if sids and (sids[0] < total or sids[-1] >= next_group_id
+                 or not all(map(operator.lt, sids, sids[1:])) or not set(scs) <= set(_TERMINAL_CODES)):
+        raise CorruptRecord(f"{where}: terminal owners: sparse ids out of order or range, or a "
+                            "non-terminal owner")
+    return dense, dict(zip(sids, scs))
+
+
+_BYTE = [bytes((i,)) for i in range(256)]
