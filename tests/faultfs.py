@@ -53,7 +53,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from journal.vfs import File, OsFileSystem

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from journal import GroupRef, Journal, JournalCorrupt, Reader
+from journal import Journal, JournalCorrupt, Reader
 from journal.format import HEADER_SIZE
 from journal_model import (Model, append_and_verify, assert_journal_matches, assert_state_matches,
                            drive, fold_records, frames, segment_files, tree_bytes)
