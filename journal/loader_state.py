@@ -105,6 +105,17 @@ def _tensor_from_payload(data: bytes | memoryview) -> torch.Tensor:
     dtype = getattr(torch, str(dtype_name), None)
     if not isinstance(dtype, torch.dtype) or not isinstance(shape, list) or not isinstance(raw, bytes):
         raise LoaderStateError(f"bad tensor leaf: dtype {dtype_name!r}, shape {shape!r}")
+    # The shape must account for exactly the bytes stored: it is read from the file and must
+    # not size an allocation (an empty leaf claiming [2**28] floats allocated a GiB) or reach
+    # torch unchecked (a negative or non-int dimension raised RuntimeError/TypeError).
+    numel = 1
+    for n in shape:
+        if type(n) is not int or n < 0:
+            raise LoaderStateError(f"bad tensor leaf: shape {shape!r}")
+        numel *= n
+    if numel * dtype.itemsize != len(raw):
+        raise LoaderStateError(f"bad tensor leaf: shape {shape!r} of {dtype_name} needs "
+                               f"{numel * dtype.itemsize} bytes, {len(raw)} are stored")
     if not raw:
         return torch.empty(shape, dtype=dtype)
     flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
@@ -117,6 +128,8 @@ def _tensor_from_payload(data: bytes | memoryview) -> torch.Tensor:
 def unpack(packed: PackedLoaderState, blobs: Mapping[bytes, bytes]) -> Any:
     """Rebuild the exact object `pack` was given; `blobs` must hold every digest in `packed.refs`."""
 
+    expanding: set[bytes] = set()  # blobs being decoded: one that refers back to itself is damage
+
     def hook(code: int, data: memoryview) -> Any:
         if code == EXT_TUPLE:
             return tuple(msgspec.msgpack.decode(data, ext_hook=hook))
@@ -127,10 +140,18 @@ def unpack(packed: PackedLoaderState, blobs: Mapping[bytes, bytes]) -> Any:
             blob = blobs.get(digest)
             if blob is None:
                 raise LoaderStateError(f"loader state references blob {digest.hex()} that is not stored")
-            return msgspec.msgpack.decode(blob, ext_hook=hook)
+            if digest in expanding:
+                raise LoaderStateError(f"loader state blob {digest.hex()} refers to itself")
+            expanding.add(digest)
+            try:
+                return msgspec.msgpack.decode(blob, ext_hook=hook)
+            finally:
+                expanding.discard(digest)
         raise LoaderStateError(f"unknown extension type {code} in loader state")
 
     try:
         return msgspec.msgpack.decode(packed.tree, ext_hook=hook)
     except msgspec.DecodeError as exc:
         raise LoaderStateError(f"loader state does not decode: {exc}") from None
+    except RecursionError:  # nesting (arrays, tuples, blobs) deeper than any state_dict()
+        raise LoaderStateError("loader state is nested too deeply to decode") from None

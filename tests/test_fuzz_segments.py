@@ -298,3 +298,83 @@ def summary(request):
     with capman.global_and_fixture_disabled():
         print(f"\nfuzzed segment inputs: {sum(COUNTS.values())} "
               f"({', '.join(f'{k} {v}' for k, v in sorted(COUNTS.items()))})")
+
+
+def _append_commit(path: str, make_events) -> None:
+    """Append to the active timeline's last segment one commit at the next LSN, in a frame
+    with a valid CRC and chain (so only the fold and the loader-state decoder can object)."""
+    from journal import Commit, Reader
+    from journal.events import commit_encoder
+    r = Reader(path)
+    recs = list(r.records())
+    last = recs[-1]
+    seg = os.path.join(path, last.segment)
+    data = _read(seg)
+    header, frames = segment_frames(data)
+    gid = r.max_group_id() + 1
+    record = commit_encoder.encode(Commit(last.commit.lsn + 1, make_events(gid)))
+    frames.append([record])
+    with open(seg, "wb") as fh:
+        fh.write(encode_segment(header, frames))
+
+
+HOSTILE_LEAVES = {
+    "empty leaf claiming 2^28 floats": ["float32", [2 ** 28], b""],
+    "negative dimension": ["int64", [-1], b""],
+    "non-int dimension": ["int64", ["a"], b""],
+    "overflowing shape": ["int8", [2 ** 62, 2 ** 62], b"ab"],
+    "shape larger than its bytes": ["float32", [1000], b"abcd"],
+}
+
+
+@pytest.mark.parametrize("label", list(HOSTILE_LEAVES) + ["nested tuples", "blob refers to itself"])
+def test_hostile_loader_state_in_a_valid_frame(corpus, tmp_path, label):
+    """A commit that verifies (CRC, chain, LSN) but whose loader state is hostile: restore and
+    Journal.loader_state() raise their documented errors, allocate nothing the input does not
+    hold, and every other reader still works."""
+    from journal import Journal, LoaderStateError, Taken, TakenGroup
+    from journal.events import PackedLoaderState
+    from replay import RestoreError, restore
+    enc = msgspec.msgpack.encode
+    src, _ = corpus
+    d = copy_corpus(src, str(tmp_path / "j"))
+    refs, blobs = [], []
+    if label in HOSTILE_LEAVES:
+        tree = enc({"gen": msgspec.msgpack.Ext(2, enc(HOSTILE_LEAVES[label]))})
+    elif label == "nested tuples":
+        tree = enc([])
+        for _ in range(5000):
+            tree = enc(msgspec.msgpack.Ext(1, tree))
+    else:
+        digest = b"\x01" * 16
+        tree = enc(msgspec.msgpack.Ext(3, digest))
+        refs = [digest]
+        from journal import Blob
+        blobs = [Blob(digest, enc(msgspec.msgpack.Ext(3, digest)))]
+
+    def events(gid):
+        return [Taken([TakenGroup(gid, 7, "t")], PackedLoaderState(tree=tree, refs=refs))]
+
+    if blobs:  # the blob travels in the commit
+        from journal import Commit, Reader
+        from journal.events import commit_encoder
+        r = Reader(d)
+        last = list(r.records())[-1]
+        seg = os.path.join(d, last.segment)
+        header, frames = segment_frames(_read(seg))
+        rec = commit_encoder.encode(Commit(last.commit.lsn + 1, events(r.max_group_id() + 1), blobs))
+        frames.append([rec])
+        with open(seg, "wb") as fh:
+            fh.write(encode_segment(header, frames))
+    else:
+        _append_commit(d, events)
+    with Guard(2 << 20):
+        with pytest.raises(RestoreError):
+            restore(d, "end")
+        read_everything(d)
+        j = Journal.open(d)
+        try:
+            with pytest.raises(LoaderStateError):
+                j.loader_state()
+        finally:
+            j.close()
