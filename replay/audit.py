@@ -41,7 +41,7 @@ from journal import Admitted, Discarded, Finished, Taken, Trained
 
 from . import output, tables
 from .inspect_source import PROBLEMS, Source
-from .walk import Fold, active_lineage, dead_branches, dead_records, unique_problems
+from .walk import Fold, active_lineage, dead_branches, dead_records, history, unique_problems
 
 _DENSE_GAP = 1 << 20
 _OTHER_REASON = 255
@@ -142,7 +142,7 @@ class Audit:
         live = fold.state.live
         divs = self.divs
         first_lsns = {b.cut + 1 for b in self.branches if b.child is not None}
-        for rec in bar.records(self.reader.records(), self.src.sizes):
+        for rec in bar.records(history(self.reader), self.src.sizes):
             lsn = rec.commit.lsn
             if self.first_lsn is None:
                 self.first_lsn = lsn
@@ -308,7 +308,7 @@ class Audit:
         if not want:
             return
         rowof: dict[int, tuple] = {}
-        for rec in bar.records(self.reader.records(), self.src.sizes):
+        for rec in bar.records(history(self.reader), self.src.sizes):
             lsn = rec.commit.lsn
             for ev in rec.commit.events:
                 t = type(ev)

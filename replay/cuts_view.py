@@ -20,6 +20,7 @@ from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, ChecksumMismatch
 import journal
 
 from . import output, tables
+from .walk import history
 from .inspect_source import Source
 
 # the number of each check in DESIGN 6.1, most specific class first
@@ -80,7 +81,7 @@ def latest_checkpoint_lsn(reader: Reader, cut: Cut | None) -> int | None:
     only the tail after `cut` (markers only)."""
     pending = dict(cut.state.pending_checkpoints) if cut else {}
     committed = dict(cut.state.committed_checkpoints) if cut else {}
-    for rec in reader.records(start_lsn=(cut.lsn + 1) if cut else 1):
+    for rec in history(reader, start_lsn=(cut.lsn + 1) if cut else 1):
         for ev in rec.commit.events:
             t = type(ev)
             if t is CheckpointBegun:

@@ -15,6 +15,7 @@ import zstandard
 
 from . import output
 from .event_rows import event_dict
+from .walk import history
 from .inspect_source import InspectError, Source
 
 ZSTD_LEVEL = 3
@@ -55,7 +56,7 @@ def command(src: Source, args, out: TextIO) -> int:
                 if compressed else raw
             buf: list[bytes] = []
             size = 0
-            for rec in bar.records(reader.records(timeline=args.timeline, start_lsn=lo,
+            for rec in bar.records(history(reader, timeline=args.timeline, start_lsn=lo,
                                                   stop_lsn=args.to_lsn), src.sizes):
                 commits += 1
                 first = rec.commit.lsn if first is None else first

@@ -16,7 +16,7 @@ from journal import EVENT_KINDS, Admitted, Owner, Taken
 from . import output, tables
 from .event_rows import LINE_HEADER, event_dict, event_line, names_group
 from .inspect_source import InspectError, PROBLEMS, Source
-from .walk import dead_branches, dead_records, unique_problems
+from .walk import dead_branches, dead_records, history, unique_problems
 
 # the owner an event moves its groups to
 _TO = {"taken": Owner.RESERVED, "diverted": Owner.SPARE, "admitted": Owner.ADMITTED,
@@ -58,7 +58,7 @@ def log(src: Source, args, out: TextIO) -> int:
     gids: set[int] = set()
     want_group = args.group
     want_idx = args.idx
-    records = reader.records(timeline=args.timeline, start_lsn=lo, stop_lsn=hi)
+    records = history(reader, timeline=args.timeline, start_lsn=lo, stop_lsn=hi)
     gaps: list[_Gap] = []  # LSNs missing between two records (damaged frames skipped in salvage)
     n = 0
     if not args.json:
@@ -143,7 +143,7 @@ def group(src: Source, args, out: TextIO) -> int:
                 lines.append(event_line(rec, ev, note="" if branch == "active" else f"[{branch}]"))
 
     try:
-        scan(reader.records(), "active")
+        scan(history(reader), "active")
         for b in dead_branches(reader):
             scan(dead_records(reader, b), f"dead tail of timeline {b.timeline}")
     finally:

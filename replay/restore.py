@@ -74,6 +74,9 @@ class RecoveredState:
     changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
     run_id: bytes | None = None
     fold_state: State | None = None   # the journal's state at `lsn` (what resume continues from)
+    # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
+    # becomes the dead tail): their weights are durable, so a resume marks them committed again
+    recommit: list[int] = field(default_factory=list)
 
     @property
     def groups(self) -> list[RecoveredGroup]:
@@ -186,12 +189,15 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
             raise RestoreError(f"{path}: the cut is at LSN {cut.lsn}; a cut alone cannot restore LSN {at}")
         state, point_step, skipped, source, base = cut.state, cut.manifest.checkpoint_step, [], "cut", path
         run_id = bytes.fromhex(cut.manifest.run_id)
+        # a cut alone knows nothing after it: only its own checkpoint is known to be durable
+        committed_later = {point_step: cut.lsn} if point_step is not None else {}
     else:
         reader = _wrap_journal_errors(Reader, path, "strict")
         point = _wrap_journal_errors(state_at, path, at, step=step, reader=reader)
         state, point_step, skipped, source = point.state, point.step, point.skipped, "journal"
         base = point.base.path if point.base is not None else None
         run_id = reader.run_id
+        committed_later = point.committed
         if salvage and data_plane is not None and point.lsn < point.end_lsn:
             salvaged_ids = _wrap_journal_errors(_salvage, reader, state, point_step, data_plane)
     by_owner: dict[Owner, list[RecoveredGroup]] = {o: [] for o in journal.LIVE_OWNERS}
@@ -222,7 +228,9 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         reserved=by_owner[Owner.RESERVED], admitted=admitted, replay=replay,
         spare=by_owner[Owner.SPARE], lsn=state.lsn, step=point_step,
         counts={o.name: state.counts[o] for o in Owner}, source=source, base_cut=base,
-        skipped=skipped, demoted=demoted, salvaged=salvaged, run_id=run_id, fold_state=state)
+        skipped=skipped, demoted=demoted, salvaged=salvaged, run_id=run_id, fold_state=state,
+        recommit=sorted((s for s, lsn in state.pending_checkpoints.items() if committed_later.get(s) == lsn),
+                        key=state.pending_checkpoints.get))
     if dataset is not None:
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
     return result

@@ -1,10 +1,11 @@
 """`state`: the owners of every live group at one point of the active history.
 
 The point is the latest committed checkpoint (what `restore` returns), the
-end, an LSN, or the committed checkpoint of a step. Strict and point-in-time
-modes use `snapshot.state_at` (the newest valid cut at or before the point plus
-the journal tail, exactly as restore builds it); salvage folds from LSN 1,
-skipping what cannot be applied. A cut directory shows the state it holds.
+end, an LSN, or the committed checkpoint of a step. Strict mode uses
+`snapshot.state_at` (the newest valid cut at or before the point plus the
+journal tail, exactly as restore builds it); point_in_time folds from LSN 1 up
+to the first damage; salvage folds from LSN 1 skipping what cannot be applied.
+A cut directory shows the state it holds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from snapshot import RestoreError, read_cut, state_at
 
 from . import output, tables
 from .inspect_source import InspectError, Source
-from .walk import Fold
+from .walk import history, Fold
 
 LIVE = (Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE)
 
@@ -78,7 +79,7 @@ def jsonable(value: Any) -> Any:
 
 def _markers(reader) -> tuple[int, dict[int, int]]:
     pending, committed, end = {}, {}, 0
-    for rec in reader.records():
+    for rec in history(reader):
         end = rec.commit.lsn
         for ev in rec.commit.events:
             if type(ev) is CheckpointBegun:
@@ -88,7 +89,7 @@ def _markers(reader) -> tuple[int, dict[int, int]]:
     return end, committed
 
 
-def _salvage_point(src: Source, at, step):
+def _reading_point(src: Source, at, step):
     reader = src.reader
     end, committed = _markers(reader)
     target_step = None
@@ -101,10 +102,12 @@ def _salvage_point(src: Source, at, step):
     elif at == "end":
         target = end
     else:
+        if at > end:
+            raise InspectError(f"LSN {at} is outside the readable history (0..{end})")
         target = at
-    fold = Fold(tolerant=True)
+    fold = Fold(tolerant=src.mode == "salvage")
     if target:
-        for rec in reader.records(stop_lsn=target):
+        for rec in history(reader, stop_lsn=target):
             fold.add(rec)
     return fold.state, target_step, end, None, [], fold.skipped
 
@@ -118,8 +121,8 @@ def compute(src: Source, at, step: int | None) -> dict:
         if step is not None and step != cut.manifest.checkpoint_step:
             raise InspectError(f"{src.path} is the cut of step {cut.manifest.checkpoint_step}, not {step}")
         state, point_step, end, base, skipped = cut.state, cut.manifest.checkpoint_step, cut.lsn, src.path, []
-    elif src.mode == "salvage":
-        state, point_step, end, base, skipped, skipped_commits = _salvage_point(src, at, step)
+    elif src.mode != "strict":  # read up to the damage, or around it: fold from LSN 1
+        state, point_step, end, base, skipped, skipped_commits = _reading_point(src, at, step)
     else:
         try:
             p = state_at(src.path, at, step=step, reader=src.reader)

@@ -14,7 +14,7 @@ from journal import Owner, Trained
 
 from . import output, tables
 from .inspect_source import InspectError, Source
-from .walk import Fold
+from .walk import history, Fold
 
 COLUMNS = ("step", "lsn", "in_flight", "reserved", "admitted", "replay", "spare", "trained", "dropped",
            "trained_at_step")
@@ -29,7 +29,7 @@ def steps(src: Source) -> tuple[list[dict], Fold]:
     rows: dict[int, dict] = {}
     bar = src.progress("timeline")
     try:
-        for rec in bar.records(reader.records(), src.sizes):
+        for rec in bar.records(history(reader), src.sizes):
             trained = [ev for ev in rec.commit.events if type(ev) is Trained]
             if not fold.add(rec) or not trained:
                 continue

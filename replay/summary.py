@@ -19,7 +19,7 @@ from snapshot import Skipped, read_cut, usable_cuts
 
 from . import cuts_view, output, tables
 from .inspect_source import InspectError, PROBLEMS, Source
-from .walk import Fold, active_lineage, dead_branches, dead_records, unique_problems
+from .walk import history, Fold, active_lineage, dead_branches, dead_records, unique_problems
 
 
 def _disk(path: str) -> dict[str, int]:
@@ -80,7 +80,7 @@ def summarize(src: Source) -> dict:
     bar = src.progress("summary")
     scanned_from = state.lsn + 1
     try:
-        for rec in bar.records(reader.records(start_lsn=state.lsn + 1), src.sizes):
+        for rec in bar.records(history(reader, start_lsn=state.lsn + 1), src.sizes):
             fold.add(rec)
             commits += 1
             for ev in rec.commit.events:

@@ -70,6 +70,21 @@ class Branch:
     child: int | None  # the active timeline that branched at `cut`, when there is one
 
 
+def history(reader: Reader, **kw) -> Iterator[Record]:
+    """`reader.records(**kw)`; in point_in_time mode the history ends at the first LSN that does
+    not follow (the reader stops a timeline at its damage, but would go on with a later branch)."""
+    records = reader.records(**kw)
+    if reader.mode != "point_in_time":
+        yield from records
+        return
+    last = None
+    for rec in records:
+        if last is not None and rec.commit.lsn != last + 1:
+            return
+        last = rec.commit.lsn
+        yield rec
+
+
 def active_lineage(reader: Reader) -> list:
     return reader.lineage() if reader.timelines else []
 

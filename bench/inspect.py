@@ -1,0 +1,156 @@
+"""`python -m bench inspect`: `journal-inspect summary` and `verify` on a journal of 10 million
+events (1 million with --quick): wall time and peak RSS of the subprocess.
+
+The journal is built fast with `sync="none"`: each commit is one transaction of
+64 one-group events (the batch of the next step taken and admitted, the batch
+of the current step finished and trained, 16 groups each; one `taken` per
+commit carries a loader state), a committed checkpoint every 100 commits,
+default 64 MiB segments. Everything after the build runs in child processes
+(the real console script), each measured on its own with `os.wait4`.
+
+Figures:
+
+1. peak RSS of `journal-inspect summary` and of `verify`, against the 300 MB
+   target (the ratio is value/target; PASS when <= 1). Memory must not grow
+   with the number of events beyond the live state: the live set here is 32
+   groups whatever the length.
+2. wall time of each, against the floor of the same run: a child process that
+   only iterates `Reader.records()` over the active history (read, check and
+   decode every frame, no fold). Informational.
+3. the interpreter floor: peak RSS of a child that only imports `replay` (the
+   CLI cannot go below it; torch is imported by `journal.loader_state`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from journal import GroupRef, Journal
+
+from .common import Figure, Report, Target, log, scratch_dir
+
+TARGET_MB = 300
+BATCH = 16          # groups per step; 4 events per group per commit -> 64 events per commit
+CHECKPOINT_EVERY = 100
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--events", type=int, default=None,
+                        help="events in the journal (default 10,000,000; 1,000,000 with --quick)")
+    parser.add_argument("--keep", metavar="DIR", default=None,
+                        help="build the journal in DIR and keep it (reused when it already exists)")
+
+
+def build(path: str, events: int) -> int:
+    """Write about `events` events; returns the exact number written."""
+    j = Journal.open(path, sync="none")
+    written = 0
+    idx = 0
+    step = 0
+    try:
+        with j.transaction() as tx:
+            cur = tx.taken([GroupRef(idx=i, task_name="math", epoch=0) for i in range(BATCH)],
+                           loader_state={"epoch": 0, "pos": BATCH})
+            tx.admitted(cur, target_step=1, policy_version=0)
+        idx = BATCH
+        written = 2
+        commits = 0
+        while written < events:
+            step += 1
+            with j.transaction() as tx:
+                nxt = []
+                for k in range(BATCH):
+                    nxt += tx.taken([GroupRef(idx=idx + k, task_name="math", epoch=0)],
+                                    loader_state={"epoch": 0, "pos": idx + BATCH} if k == BATCH - 1 else None)
+                for g in nxt:
+                    tx.admitted([g], target_step=step + 1, policy_version=step)
+                for g in cur:
+                    tx.finished([g], policy_version=step - 1)
+                for g in cur:
+                    tx.trained([g], step=step)
+            idx += BATCH
+            written += 4 * BATCH
+            cur = nxt
+            commits += 1
+            if commits % CHECKPOINT_EVERY == 0:
+                j.begin_checkpoint(step=step)
+                j.commit_checkpoint(step=step)
+                written += 2
+    finally:
+        j.close()
+    return written
+
+
+def _cli() -> list[str]:
+    exe = shutil.which("journal-inspect")
+    return [exe] if exe else [sys.executable, "-c", "import sys; from replay.cli import main; sys.exit(main())"]
+
+
+def measure(argv: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MiB, exit code) of one child process."""
+    start = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _pid, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - start
+    p.returncode = os.waitstatus_to_exitcode(status)
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    if p.returncode not in (0,):
+        log(f"  {' '.join(argv[-3:])}: exit {p.returncode}: {err.strip()[:300]}")
+    rss = usage.ru_maxrss / (1 << 20) if sys.platform == "darwin" else usage.ru_maxrss / 1024
+    return wall, rss, p.returncode
+
+
+_FLOOR = ("import sys; from journal import Reader\n"
+          "n = 0\n"
+          "for rec in Reader(sys.argv[1]).records():\n"
+          "    n += len(rec.commit.events)\n"
+          "print(n)\n")
+
+
+def run(args) -> Report:
+    report = Report("inspect", quick=args.quick, directory=args.dir)
+    events = args.events or (1_000_000 if args.quick else 10_000_000)
+    with scratch_dir(args.dir, "bench-inspect-") as tmp:
+        path = args.keep or os.path.join(tmp, "journal")
+        if args.keep and os.path.isdir(path) and os.listdir(path):
+            log(f"reusing the journal in {path}")
+            written = None
+        else:
+            log(f"building a journal of {events:,} events in {path} ...")
+            t0 = time.perf_counter()
+            written = build(path, events)
+            log(f"  built {written:,} events in {time.perf_counter() - t0:.1f} s")
+        size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
+                   if os.path.isfile(os.path.join(path, f)))
+        report.meta.update(events=written, journal_bytes=size, cli=" ".join(_cli()))
+        base_wall, base_rss, _ = measure([sys.executable, "-c", "import replay"])
+        log("reader floor ...")
+        floor_wall, floor_rss, _ = measure([sys.executable, "-c", _FLOOR, path])
+        results = {}
+        for cmd in ("summary", "verify"):
+            log(f"journal-inspect {cmd} ...")
+            results[cmd] = measure(_cli() + [cmd, path])
+    n = f"{(written or events) / 1e6:.0f}M events"
+    for cmd in ("summary", "verify"):
+        wall, rss, code = results[cmd]
+        report.add(Figure(f"{cmd}_rss", f"journal-inspect {cmd}, peak RSS ({n})", rss, "MiB",
+                          reference=TARGET_MB, reference_label="target",
+                          target=Target(max_value=TARGET_MB),
+                          note="" if code in (0, 1) else f"exit code {code}"))
+    for cmd in ("summary", "verify"):
+        wall, rss, code = results[cmd]
+        report.add(Figure(f"{cmd}_seconds", f"journal-inspect {cmd}, wall time ({n})", wall, "s",
+                          reference=floor_wall, reference_label="Reader.records() scan alone",
+                          note=f"{(written or events) / wall:,.0f} events/s"))
+    report.add(Figure("import_rss", "peak RSS of `import replay` alone (interpreter + torch)", base_rss,
+                      "MiB", reference=TARGET_MB, reference_label="target",
+                      note=f"{base_wall:.1f} s to start"))
+    report.add(Figure("floor_rss", f"peak RSS of the Reader.records() scan alone ({n})", floor_rss, "MiB",
+                      reference=TARGET_MB, reference_label="target"))
+    report.note(f"journal: {size / (1 << 20):,.0f} MiB on disk in 64 MiB segments; live set 32 groups.")
+    return report
