@@ -22,7 +22,10 @@ them, in the manner of ALICE (Pillai et al., OSDI 2014) and CrashMonkey:
     persisted without the earlier one (``reorder``) or both applied in the
     other order (``swap``, which only differs when they overlap);
   - every directory-entry change undone while the data persisted
-    (``names-undone``) and the reverse (``data-lost``).
+    (``names-undone``) and the reverse (``data-lost``);
+  - an `rmtree` that removed one of the directory's files only (``rmtree-part``) or all of
+    them but not the directory (``rmtree-emptied``): it is one recorded op, not one atomic
+    change on a disk.
 
 Durable operations are never dropped. A crash state is a dict
 ``{relative path: bytes}`` (``None`` for a directory); identical states are
@@ -74,6 +77,7 @@ class AOp:
     data: bytes = b""
     size: int = 0
     window: int = 0         # writes: fsync window of their file (how many fsyncs of it came before)
+    children: list = field(default_factory=list)  # rmtree: (name, inode) directly inside
     covered_at: float = _INF  # index of the first later op that makes this one durable
 
     @property
@@ -198,6 +202,8 @@ class CrashStates:
                 if d is None or name not in vol.get(d, {}):
                     continue
                 a.dir, a.name, a.inode = d, name, vol[d].pop(name)
+                if k == "rmtree":  # its direct children, for the partly-removed states
+                    a.children = sorted(vol.get(a.inode, {}).items())
             elif k == "rename":
                 d, name = split(op.path)
                 dd, dname = split(op.dst)
@@ -320,6 +326,15 @@ class CrashStates:
         if any(v.namespace for v in volatile) and any(not v.namespace for v in volatile):
             yield "names-undone", merged(x for x in volatile if not x.namespace)
             yield "data-lost", merged(x for x in volatile if x.namespace)
+        for v in volatile:  # rmtree is not atomic on a disk: files gone, the directory still there
+            if v.kind != "rmtree" or not v.children:
+                continue
+            rest = [x for x in volatile if x is not v]
+            for name, ino in v.children:
+                part = AOp(v.index, "unlink", inode=ino, dir=v.inode, name=name)
+                yield f"rmtree-part#{v.index}:{name}", merged(rest + [part])
+            yield f"rmtree-emptied#{v.index}", merged(rest + [AOp(v.index, "unlink", inode=ino, dir=v.inode,
+                                                                  name=name) for name, ino in v.children])
         for i, w in enumerate(volatile):
             if w.kind != "write" or not w.data:
                 continue
