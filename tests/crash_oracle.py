@@ -88,50 +88,76 @@ class Run:
 
     # -- calls that record what they commit ------------------------------------------------
 
+    def _intend(self, j: Journal, events: list, loaders: list) -> tuple[int, int]:
+        """Record what the next commit will hold *before* making it: a commit whose write
+        reached the disk before its fsync failed (JournalFailed) may be there after a reopen,
+        in doubt but never acknowledged."""
+        key = (j.timeline, j.lsn + 1)
+        self.expected[key] = (events, loaders)
+        return key
+
+    def _acked(self, j: Journal, key: tuple[int, int]) -> None:
+        assert (j.timeline, j.lsn) == key, f"commit landed at {(j.timeline, j.lsn)}, expected {key}"
+        if self.ack_on_flush:
+            self.unflushed.append(key)
+        else:
+            self.acks.append((self.mark(), *key))
+
     def _done(self, j: Journal, events: list, loaders: list) -> None:
         self.expected[(j.timeline, j.lsn)] = (events, loaders)
-        if self.ack_on_flush:
-            self.unflushed.append((j.timeline, j.lsn))
-        else:
-            self.acks.append((self.mark(), j.timeline, j.lsn))
+        self._acked(j, (j.timeline, j.lsn))
 
     def flush(self, j: Journal) -> None:
         j.flush()
         self.acks += [(self.mark(), t, lsn) for t, lsn in self.unflushed]
         self.unflushed = []
 
+    @staticmethod
+    def _refs(idxs, epoch=0):
+        return [GroupRef(idx=i, task_name="math", epoch=epoch, fingerprint=b"fp%d" % i) for i in idxs]
+
     def taken(self, j: Journal, idxs: list[int], loader_state=None, *, epoch: int = 0) -> list[int]:
-        refs = [GroupRef(idx=i, task_name="math", epoch=epoch, fingerprint=b"fp%d" % i) for i in idxs]
+        refs = self._refs(idxs, epoch)
+        nxt = j.state_copy().next_group_id
+        want = list(range(nxt, nxt + len(refs)))
+        ev = Taken([TakenGroup(g, r.idx, r.task_name, r.epoch, r.fingerprint) for g, r in zip(want, refs)])
+        key = self._intend(j, [ev], [loader_state])
         gids = j.taken(refs, loader_state=loader_state)
-        ev = Taken([TakenGroup(g, r.idx, r.task_name, r.epoch, r.fingerprint) for g, r in zip(gids, refs)])
-        self._done(j, [ev], [loader_state])
+        assert gids == want, f"allocated {gids}, expected {want}"
+        self._acked(j, key)
         return gids
 
     def call(self, j: Journal, kind: str, *args, **kw) -> int:
         """One single-event commit; `kind` is a Journal method name."""
+        key = self._intend(j, [_event(kind, args, kw)], [])
         lsn = getattr(j, kind)(*args, **kw)
-        ev = _event(kind, args, kw)
-        self._done(j, [ev], [])
-        assert lsn == j.lsn
+        assert lsn == key[1]
+        self._acked(j, key)
         return lsn
 
     def transaction(self, j: Journal, calls: list[tuple]) -> int:
         """`calls`: (method name, args, kwargs); `taken` entries take (idxs, loader_state)."""
         events, loaders = [], []
+        nxt = j.state_copy().next_group_id
+        for kind, args, kw in calls:
+            if kind == "taken":
+                idxs, ls = args
+                refs = self._refs(idxs)
+                events.append(Taken([TakenGroup(nxt + i, r.idx, r.task_name, r.epoch, r.fingerprint)
+                                     for i, r in enumerate(refs)]))
+                nxt += len(refs)
+                loaders.append(ls)
+            else:
+                events.append(_event(kind, args, kw))
+        key = self._intend(j, events, loaders)
         with j.transaction() as tx:
-            for kind, args, kw in calls:
+            for (kind, args, kw), ev in zip(calls, events):
                 if kind == "taken":
-                    idxs, ls = args
-                    refs = [GroupRef(idx=i, task_name="math", epoch=0, fingerprint=b"fp%d" % i)
-                            for i in idxs]
-                    gids = tx.taken(refs, loader_state=ls)
-                    events.append(Taken([TakenGroup(g, r.idx, r.task_name, r.epoch, r.fingerprint)
-                                         for g, r in zip(gids, refs)]))
-                    loaders.append(ls)
+                    gids = tx.taken(self._refs(args[0]), loader_state=args[1])
+                    assert gids == [g.group_id for g in ev.groups]
                 else:
                     getattr(tx, kind)(*args, **kw)
-                    events.append(_event(kind, args, kw))
-        self._done(j, events, loaders)
+        self._acked(j, key)
         return j.lsn
 
     def resumed(self, j: Journal, branch_lsn: int, reconcile: list | None = None) -> None:

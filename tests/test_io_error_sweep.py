@@ -4,8 +4,8 @@ For N = 1, 2, 3, ... the N-th I/O operation (any kind: create, write, fsync,
 truncate, close, rename, unlink, mkdir, rmtree, directory fsync) of one
 operation fails with EIO, either once (*one-shot*) or from then on
 (*persistent*), until the operation completes without reaching N. The
-operations: compaction (retention "archive" and "delete", replacing an older
-cut), resume (`Journal.open(path, resume=restore(path))`, then close) and
+operations: appends across segment rotations (a transaction, a checkpoint), compaction
+(retention "archive" and "delete", replacing an older cut), resume (`Journal.open(path, resume=restore(path))`, then close) and
 open-with-repair (a journal with a torn frame tail, and one whose newest
 segment has a torn header; open, then close).
 
@@ -140,7 +140,31 @@ def op_open(run: Run) -> None:
     j.close()
 
 
+def setup_small(run: Run) -> None:
+    j = run.open()
+    g = run.taken(j, [0, 1], loader(0))
+    run.call(j, "admitted", g, target_step=1)
+    j.close()
+
+
+def op_appends(run: Run) -> None:
+    """Appends that rotate segments twice, a transaction and a checkpoint, then close: a failed
+    write or fsync must fail-stop (JournalFailed) with every acknowledged commit on disk."""
+    j = run.open()
+    try:
+        base = 100 * (1 + len(run.acks))
+        for i in range(6):
+            g = run.taken(j, [base + i], loader(base + 4 * i))
+            run.transaction(j, [("admitted", (g,), {"target_step": 2}),
+                                ("finished", (g,), {"locators": ["x"]})])
+        run.call(j, "begin_checkpoint", step=base)
+        run.call(j, "commit_checkpoint", step=base)
+    finally:
+        j.close()
+
+
 SCENARIOS = {
+    "appends-rotation": (setup_small, op_appends),
     "compact-archive": (setup_compaction, op_compact("archive")),
     "compact-delete": (setup_compaction, op_compact("delete")),
     "resume": (setup_resume, op_resume),
