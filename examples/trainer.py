@@ -89,7 +89,7 @@ class Config:
     rollouts: int = 4
     workers: int = 8
     failure_rate: float = 0.02
-    latency_ms: tuple = (1.0, 4.0)
+    latency_ms: tuple = (2.0, 12.0)
     ckpt_every: int = 4
     ckpt_save_seconds: float = 0.05
     keep_ckpts: int = 2
@@ -725,8 +725,8 @@ class Trainer:
                     await self._checkpoint(self.step)
             if self.step > self.last_ckpt:
                 await self._checkpoint(self.step)
-            if self.compaction is not None:
-                await asyncio.wrap_future(self.compaction)
+            if self.compaction is not None:   # let it finish; a failure was announced already
+                await asyncio.wait([asyncio.wrap_future(self.compaction)])
         finally:
             for task in workers:
                 task.cancel()
@@ -752,7 +752,7 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--rollouts", type=int, default=4, help="rollouts per group")
     p.add_argument("--workers", type=int, default=8, help="generator tasks")
     p.add_argument("--failure-rate", type=float, default=0.02, help="probability a rollout fails")
-    p.add_argument("--latency-ms", type=float, nargs=2, default=(1.0, 4.0), metavar=("LO", "HI"),
+    p.add_argument("--latency-ms", type=float, nargs=2, default=(2.0, 12.0), metavar=("LO", "HI"),
                    help="a rollout takes uniform(LO, HI) ms")
     p.add_argument("--ckpt-every", type=int, default=4, help="steps between checkpoints")
     p.add_argument("--ckpt-save-seconds", type=float, default=0.05,
