@@ -91,7 +91,9 @@ _COMMANDS = {
         "and LSN on every timeline; each branch continues its parent's chain; the ownership rules "
         "over the active history and every dead tail; every cut through checks 1-8 and against the "
         "journal's own fold at its LSN; and that the restore point is reachable. Problems name "
-        "segment, offset and LSN. Torn tails (never acknowledged) and stale cuts are warnings.",
+        "segment, offset and LSN. Torn tails (never acknowledged) and stale cuts are warnings. "
+        "Whatever --mode says, verify reads every frame as salvage does, so it reports all the "
+        "damage, not only the first.",
         "examples:\n  journal-inspect verify runs/exp1/journal && echo clean\n"
         "  journal-inspect verify runs/exp1/journal --json | jq '.problems'"),
     "audit": (
