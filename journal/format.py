@@ -17,6 +17,10 @@ HEADER_SIZE = 64
 FRAME_HEADER_SIZE = 12
 RECORD_PREFIX_SIZE = 4
 MAX_FRAME_BYTES = 1 << 30  # a frame length above this is damage, never an allocation
+# Every commit record is a msgpack array of Commit's three fields; the reader uses
+# this first byte to find candidate frames after damage. Adding a field to Commit
+# changes it (and is a format version bump anyway).
+COMMIT_LEAD_BYTE = 0x93
 
 # magic, version, run_id, timeline, parent_timeline, first_lsn, chain_seed, reserved
 _HEADER = struct.Struct("<8sI16sIIQI12x")

@@ -19,11 +19,13 @@ listed in `Reader.problems`.
 from __future__ import annotations
 
 import os
+import sys
 import zlib
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
 import msgspec
+import torch
 import zstandard
 
 from . import format as fmt
@@ -135,15 +137,38 @@ def read_segment_bytes(seg: Segment) -> bytes:
 
 
 def _next_intact_frame(data: bytes, start: int) -> int | None:
-    """Offset of the first frame at or after `start` whose own checksum verifies, if any."""
+    """Offset of the first frame at or after `start` whose own checksum verifies, if any.
+
+    Offsets that cannot start a frame (length field out of bounds, first
+    record length out of bounds, record not starting like a commit) are ruled
+    out in bulk: for each of the four byte alignments the little-endian u32
+    fields are a zero-copy int32 view, so a long run of zeros or garbage costs
+    a few tensor passes, not a Python loop and a CRC per byte."""
     end = len(data)
-    pos = start
-    while pos + fmt.FRAME_HEADER_SIZE <= end:
+    first = fmt.FRAME_HEADER_SIZE + fmt.RECORD_PREFIX_SIZE  # a frame's first record starts here
+    mv = memoryview(data)
+    candidates: list[int] = []
+    buf = bytearray(data)  # torch views need a writable buffer
+    lead = torch.frombuffer(buf, dtype=torch.uint8) if end else None
+    for k in range(4):
+        base = start + k
+        m = (end - base - first - 1) // 4 + 1  # positions base + 4i with room for a 1-byte record
+        if m <= 0:
+            continue
+        words = torch.frombuffer(buf, dtype=torch.int32, offset=base, count=m + 3)
+        if sys.byteorder != "little":  # pragma: no cover
+            words = words.byteswap() if hasattr(words, "byteswap") else words
+        length, record = words[:m].to(torch.int64), words[3:m + 3].to(torch.int64)
+        room = (end - base - fmt.FRAME_HEADER_SIZE) - 4 * torch.arange(m, dtype=torch.int64)
+        ok = ((length > fmt.RECORD_PREFIX_SIZE) & (length <= room) & (record > 0)
+              & (record <= length - fmt.RECORD_PREFIX_SIZE)
+              & (lead[base + first:base + first + 4 * m:4] == fmt.COMMIT_LEAD_BYTE))
+        candidates += (base + 4 * ok.nonzero().flatten()).tolist()
+    for pos in sorted(candidates):
         length, crc, _chain = fmt.decode_frame_header(data, pos)
         body = pos + fmt.FRAME_HEADER_SIZE
-        if 0 < length <= end - body and zlib.crc32(memoryview(data)[body:body + length]) == crc:
+        if zlib.crc32(mv[body:body + length]) == crc:
             return pos
-        pos += 1
     return None
 
 
