@@ -310,6 +310,21 @@ def w_resume(run: Run) -> None:
     j.close()
 
 
+def w_resume_retired(run: Run) -> None:
+    """A resume onto a new branch of a journal whose head was deleted by retention, then a
+    compaction of the new branch (which deletes the rest of the old timeline it covers)."""
+    _compaction(run, "delete")
+    rs = restore(run.root)
+    j = run.open(resume=rs)
+    run.resumed(j, rs.lsn, [CheckpointCommitted(rs.step)])
+    g = run.taken(j, [900, 901], loader(90))
+    run.call(j, "admitted", g, target_step=5)
+    run.call(j, "begin_checkpoint", step=5)
+    run.call(j, "commit_checkpoint", step=5)
+    j.close()
+    compact(run.root, keep_cuts=1, retention="delete", fs=run.fs)
+
+
 def _unsynced(run: Run, sync: str) -> None:
     run.ack_on_flush = True
     j = run.open(sync=sync, sync_interval=0.2)  # the flushes here come long before a timed one
@@ -343,6 +358,7 @@ WORKLOADS = {
     "compact-archive": w_compact_archive,
     "compact-delete": w_compact_delete,
     "resume": w_resume,
+    "resume-retired": w_resume_retired,
     "batch": w_batch,
     "sync-none": w_sync_none,
 }
