@@ -1,0 +1,100 @@
+"""The example's parts on their own: the dataset and collate function restore rehydrates with,
+the crash-safe data plane, the ledger's final-history replay, the kill plan."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from journal import Group, Owner
+from replay import fingerprint
+
+from examples.bookkeeping import Ledger, read_ledger
+from examples.chaos import kill_plan
+from examples.data_plane import LocalDataPlane
+from examples.dataset import PromptDataset, collate_fn
+
+
+def test_dataset_is_deterministic_two_tasks_and_fingerprints_are_stable():
+    a, b = PromptDataset(2048, seed=0), PromptDataset(2048, seed=0)
+    assert len(a) == 2048
+    assert [a[i] for i in range(0, 2048, 97)] == [b[i] for i in range(0, 2048, 97)]
+    assert {a[i]["task_name"] for i in range(2048)} == {"math", "logic"}
+    assert all(a[i]["idx"] == i for i in range(2048))
+    assert fingerprint(a[41]) == fingerprint(b[41]) != fingerprint(a[42])
+    assert PromptDataset(2048, seed=1)[41] != a[41] or PromptDataset(2048, seed=1)[42] != a[42]
+    batch = collate_fn([a[3], a[5]])
+    assert batch["idx"].tolist() == [3, 5] and batch["tokens"].shape == (2, 6)
+    assert batch["task_name"] == [a[3]["task_name"], a[5]["task_name"]]
+
+
+def test_data_plane_put_has_save_import_sweep(tmp_path):
+    dp = LocalDataPlane(str(tmp_path / "rows"))
+    rows = {"rewards": torch.tensor([1.0, 0.0, 1.0, 0.0])}
+    loc = dp.put(17, rows)
+    assert loc == "g17.pt" and dp.has(loc) and not dp.has("g18.pt") and not dp.has("../x")
+    assert torch.equal(dp.get(loc)["rewards"], rows["rewards"])
+    cut = tmp_path / "cut"
+    (cut / "data_plane").mkdir(parents=True)
+    g = Group(17, 3, "math", 0, None, Owner.REPLAY, locator=loc)
+    dp.save(str(cut / "data_plane"), [g])
+    missing = Group(18, 4, "math", 0, None, Owner.REPLAY, locator="g18.pt")
+    with pytest.raises(FileNotFoundError):
+        dp.save(str(tmp_path), [missing])
+    # a crashed write leaves only a temporary file, which the sweep removes with unwanted rows
+    open(tmp_path / "rows" / ".tmp-g19.pt-dead", "wb").close()
+    dp.put(20, rows)
+    assert dp.sweep(keep=[loc]) == 2
+    assert sorted(os.listdir(tmp_path / "rows")) == ["g17.pt"]
+    dp.delete([loc])
+    assert not dp.has(loc)
+    assert dp.import_cut(str(cut)) == 1 and torch.equal(dp.get(loc)["rewards"], rows["rewards"])
+
+
+def test_ledger_final_history_cuts_off_what_died_with_the_process(tmp_path):
+    path = str(tmp_path / "ledger.log")
+    led = Ledger(path)
+    led.resumed(0)
+    led.trained(1, [(0, 5), (0, 6)])
+    led.checkpoint(1)
+    led.trained(2, [(0, 7)])
+    led.dropped("rollout_failed", [(0, 9)])
+    led.checkpoint(2)          # begun, never committed
+    led.trained(3, [(0, 8)])
+    led.resumed(1)             # the process died; restored to step 1
+    led.trained(2, [(0, 7), (0, 8)])
+    led.count(regenerated_groups=2)
+    led.close()
+    with open(path, "ab") as f:
+        f.write(b"T 3 0:99")   # a torn last line never happened
+    h = read_ledger(path)
+    assert dict(h.trained) == {(0, 5): 1, (0, 6): 1, (0, 7): 1, (0, 8): 1}
+    assert h.dropped == {} and h.restarts == 2 and h.counters["regenerated_groups"] == 2
+    rep = h.report(10, 1)
+    assert rep["trained_once"] == 4 and rep["trained_twice"] == 0 and rep["lost"] == 6
+
+
+def test_ledger_counts_a_row_trained_on_two_branches_twice(tmp_path):
+    """The baseline's failure mode in miniature: training after a restart what the surviving
+    checkpoint already trained is a duplicate on the final history."""
+    path = str(tmp_path / "ledger.log")
+    led = Ledger(path)
+    led.resumed(0)
+    led.trained(1, [(0, 1)])
+    led.checkpoint(1)
+    led.resumed(1)
+    led.trained(2, [(0, 1)])
+    led.close()
+    rep = read_ledger(path).report(2, 1)
+    assert rep["trained_twice"] == 1 and rep["lost"] == 1
+
+
+def test_kill_plan_covers_saves_compactions_restores_and_is_seeded():
+    plan = kill_plan(8, 5, 100)
+    assert plan == kill_plan(8, 5, 100) and plan != kill_plan(8, 6, 100)
+    aims = [a for a, _, _ in plan]
+    assert {"checkpoint_save", "compaction", "restore"} <= set(aims) and len(plan) == 8
+    steps = [s for _, s, _ in plan]
+    assert steps == sorted(steps) and 1 <= steps[0] and steps[-1] <= 80
