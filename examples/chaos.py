@@ -353,9 +353,10 @@ def run(o: Options) -> dict:
         summary["ledger_mismatches"] = compare_reports(audit, ledger_report)
         summary["cli_clean"] = bool(cli.get("clean"))
     summary["audit"] = audit
-    regenerated = sum(int(p.resumed.get("admitted", 0)) for p in runs[1:] if p.resumed)
-    summary["regenerated_groups"] = regenerated
-    summary["regenerated_rollouts"] = regenerated * 4
+    resumed = [p.resumed for p in runs[1:] if p.resumed]
+    summary["regenerated_groups"] = sum(int(r.get("admitted", 0)) for r in resumed)
+    summary["regenerated_rollouts"] = sum(int(r.get("admitted", 0)) * int(r.get("rollouts", 0))
+                                          for r in resumed)
     summary["salvaged_groups"] = sum(int(p.resumed.get("salvaged", 0)) for p in runs[1:] if p.resumed)
     summary["demoted_groups"] = sum(int(p.resumed.get("demoted", 0)) for p in runs[1:] if p.resumed)
     summary["wall_seconds"] = round(time.monotonic() - t0, 1)
@@ -410,7 +411,7 @@ def render(s: dict) -> str:
 def parse_args(argv=None) -> tuple[Options, bool]:
     p = argparse.ArgumentParser(
         prog="journal-demo", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=__doc__.split("\n\n", 1)[0],
+        description=__doc__,
         epilog="The trainer (python -m examples.trainer --help) announces its phases on stdout;\n"
                "the driver aims kills at them. Its files stay in --out: journal/ (inspect it with\n"
                "journal-inspect), ckpt/step_N/ (weights + ownership cut), rows/ (the data plane),\n"

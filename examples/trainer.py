@@ -431,7 +431,8 @@ class Trainer:
                  f"reserved={len(state.reserved)}", f"admitted={len(state.admitted)}",
                  f"replay={len(state.replay)}", f"spare={len(state.spare)}",
                  f"salvaged={len(state.salvaged)}", f"demoted={len(state.demoted)}",
-                 f"skipped_cuts={len(state.skipped)}", f"base={state.base_cut or '-'}")
+                 f"skipped_cuts={len(state.skipped)}", f"rollouts={cfg.rollouts}",
+                 f"base={state.base_cut or '-'}")
         return redispatch
 
     def _cleanup_tmp(self) -> None:
@@ -742,12 +743,12 @@ class Trainer:
 
 
 def parse_args(argv=None) -> Config:
-    p = argparse.ArgumentParser(prog="python -m examples.trainer", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m examples.trainer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="run directory (journal/, ckpt/, rows/, ledger.log)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--dataset-size", type=int, default=2048)
+    p.add_argument("--seed", type=int, default=0, help="dataset and shuffling seed")
+    p.add_argument("--epochs", type=int, default=2, help="passes over the dataset")
+    p.add_argument("--dataset-size", type=int, default=2048, help="prompts in the dataset")
     p.add_argument("--batch-size", type=int, default=16, help="prompt groups per step")
     p.add_argument("--rollouts", type=int, default=4, help="rollouts per group")
     p.add_argument("--workers", type=int, default=8, help="generator tasks")
