@@ -8,6 +8,14 @@ parent. A directory whose name starts with `.tmp-` is never read as a cut.
 
 Read protocol: the chain of checks of DESIGN 6.1, in order; nothing is
 unpickled before its sha256 matched, and then only with `weights_only=True`.
+
+Besides the RESERVED and ADMITTED table, `rollout_recovery.pt` holds under
+`terminal_owners` which group ids were trained or dropped (run-length
+encoded, see `tables.encode_terminal`), so the state read back is exactly the
+fold's: a tail replayed on top can check `admitted(replaces=g)` for a g that
+ended before the cut, and the per-owner counts of TRAINED and DROPPED are
+verified (check 6) like the live ones. Deleting a cut (retention) renames it
+to a `.tmp-del-*` name first, so a crash never leaves a half-deleted cut listed.
 """
 
 from __future__ import annotations

@@ -1,0 +1,295 @@
+"""`python -m bench snapshot`: how fast and how big a cut is, against what the reference ledger does.
+
+Workload: a journal whose live set has N groups (1k, 10k, 100k): 30% RESERVED,
+30% ADMITTED, 30% REPLAY (with a data-plane locator), 10% SPARE, each with an
+idx, a task name, an epoch and a 16-byte fingerprint, plus as many groups
+already trained (terminal), and a loader state. Figures, each beside a
+reference measured in the same run, in interleaved rounds (medians):
+
+1. cut time at N: `compact(path, "end", journal=j, retention=None)` on the
+   live journal, from the copy of the in-memory state to the fsynced cut
+   (four .pt files + manifest, temporary directory, renames, directory
+   fsyncs). The previous cut is removed between rounds, outside the timing.
+   Reported as cuts/s. Reference, the **peer**: what the reference ledger
+   (NeMo-RL `rollout_recovery.py`) does at checkpoint time for the same
+   groups: `torch.save` of a list of per-group dicts (the same ten fields)
+   into a file plus the sha256 of those bytes (no fsync: the peer is given
+   the benefit). Target at 100k groups: >= 5x the peer.
+2. cut size at N (all files of the cut) vs the peer's file; bytes per group.
+3. history independence: the same live set after 1x and after 10x as much
+   history (groups taken, admitted, finished, trained before the live set was
+   taken). (a) the cut from the live journal at "end" (`journal=j`) and (b)
+   the cut from disk at "latest-checkpoint" (no live journal: newest usable
+   cut, read and verified, plus the tail folded, then written), with a recent
+   cut taken at the previous checkpoint and retention having archived the
+   older history (1 MiB segments here; see DISK_SEGMENT_BYTES). Reported as
+   cuts/s after 10x over cuts/s after 1x: target >= 0.83 (cut time ratio <= 1.2).
+4. peak memory per live group while cutting (tracemalloc peak during the
+   cut, run separately from the timing), beside the peer's peak for the same
+   groups; and how long appends wait while a cut copies the state
+   (`Journal.state_copy`), informational.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import io
+import os
+import shutil
+import time
+import tracemalloc
+
+import torch
+
+from journal import GroupRef, Journal, Owner
+from snapshot import compact, read_cut
+
+from .common import Figure, Report, Rounds, Target, log, scratch_dir
+
+SIZES = (1_000, 10_000, 100_000)
+BATCH = 1_000
+PEER_TARGET = 5.0
+HISTORY_TARGET = 1 / 1.2
+# The from-disk case spreads its history over 1 MiB segments, as a long run spreads it over
+# 64 MiB ones: the cost of a from-disk cut follows the size of the segment holding the newest
+# cut (read from its start to find that LSN), and retention retires the ones before it.
+DISK_SEGMENT_BYTES = 1 << 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds, medians reported (default 2 quick, 5 full)")
+    parser.add_argument("--history-live", type=int, default=None,
+                        help="live groups for the history-independence figures "
+                             "(default 10k quick, 100k full)")
+
+
+# -- building journals ---------------------------------------------------------------------------
+
+def _refs(first_idx: int, n: int) -> list[GroupRef]:
+    return [GroupRef(idx=first_idx + i, task_name=("math", "code")[i % 2], epoch=0,
+                     fingerprint=hashlib.blake2b((first_idx + i).to_bytes(8, "little"),
+                                                 digest_size=16).digest())
+            for i in range(n)]
+
+
+def _loader_state(pos: int) -> dict:
+    return {"_num_yielded": pos, "_sampler_iter_state": {"samples_yielded": pos,
+            "generator": torch.arange(5056, dtype=torch.int64).to(torch.uint8)}}
+
+
+def churn(j: Journal, groups: int, first_idx: int) -> int:
+    """Run `groups` groups through taken -> admitted -> finished -> trained (the history)."""
+    idx = first_idx
+    for start in range(0, groups, BATCH):
+        n = min(BATCH, groups - start)
+        gids = j.taken(_refs(idx, n), loader_state=_loader_state(idx + n))
+        idx += n
+        j.admitted(gids, target_step=idx, policy_version=idx)
+        j.finished(gids, policy_version=idx, locators=[f"tq/{g}" for g in gids])
+        j.trained(gids, step=idx)
+    return idx
+
+
+def live_set(j: Journal, groups: int, first_idx: int) -> int:
+    """Take `groups` groups and leave them live: 30% RESERVED, 30% ADMITTED, 30% REPLAY, 10% SPARE."""
+    idx = first_idx
+    for start in range(0, groups, BATCH):
+        n = min(BATCH, groups - start)
+        gids = j.taken(_refs(idx, n), loader_state=_loader_state(idx + n))
+        idx += n
+        a, b, c = (3 * n) // 10, (6 * n) // 10, (9 * n) // 10
+        j.admitted(gids[a:c], target_step=7, policy_version=6)
+        j.finished(gids[b:c], policy_version=6, locators=[f"tq/{g}" for g in gids[b:c]])
+        j.diverted(gids[c:])
+    return idx
+
+
+def build(path: str, live: int, history: int, segment_bytes: int = 64 << 20) -> Journal:
+    """An open journal (sync="none" while building) with `history` groups trained, then `live`
+    groups live, then a committed checkpoint."""
+    j = Journal.open(path, sync="none", segment_bytes=segment_bytes)
+    idx = churn(j, history, 0)
+    live_set(j, live, idx)
+    j.begin_checkpoint(step=1)
+    j.commit_checkpoint(step=1)
+    j.flush()
+    return j
+
+
+# -- measurements --------------------------------------------------------------------------------
+
+def cut_size(cut: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(cut) for f in fs)
+
+
+def time_cut_live(j: Journal) -> tuple[float, str]:
+    gc.collect()
+    t = time.perf_counter()
+    result = compact(j.path, "end", journal=j, retention=None)
+    elapsed = time.perf_counter() - t
+    return elapsed, result.cut_path
+
+
+def peer_groups(j: Journal) -> list[dict]:
+    """The peer's in-memory ledger: one dict per live group, the same ten fields."""
+    out = []
+    for g in j.groups():
+        d = g.as_dict()
+        d["owner"] = int(d["owner"])
+        out.append(d)
+    return out
+
+
+def time_peer(records: list[dict], directory: str) -> tuple[float, int]:
+    path = os.path.join(directory, "rollout_recovery_peer.pt")
+    gc.collect()
+    t = time.perf_counter()
+    buf = io.BytesIO()
+    torch.save(records, buf)
+    data = buf.getvalue()
+    with open(path, "wb") as f:
+        f.write(data)
+    hashlib.sha256(data).hexdigest()
+    elapsed = time.perf_counter() - t
+    os.unlink(path)
+    return elapsed, len(data)
+
+
+def traced_peak(fn) -> int:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        fn()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def time_cut_disk(path: str) -> float:
+    """compact at the latest checkpoint from disk (no live journal); the output cut is removed
+    afterwards, so every round writes it."""
+    gc.collect()
+    t = time.perf_counter()
+    result = compact(path, "latest-checkpoint", retention=None)
+    elapsed = time.perf_counter() - t
+    shutil.rmtree(result.cut_path)
+    return elapsed
+
+
+def prepare_disk_case(j: Journal) -> None:
+    """A recent cut at the checkpoint (retention archives the history it covers), then a short
+    tail and a newer committed checkpoint: what a compaction at "latest-checkpoint" finds."""
+    compact(j.path, journal=j, keep_cuts=1, retention="archive")
+    idx = 10 ** 9
+    for _ in range(5):
+        idx = churn(j, 200, idx)
+    j.begin_checkpoint(step=2)
+    j.commit_checkpoint(step=2)
+    j.flush()
+
+
+# -- the benchmark --------------------------------------------------------------------------------
+
+def run(args) -> Report:
+    quick = args.quick
+    rounds = args.rounds or (2 if quick else 5)
+    hist_live = args.history_live or (10_000 if quick else 100_000)
+    parent = os.path.abspath(args.dir) if args.dir else None
+    report = Report("snapshot", quick=quick, directory=parent)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    report.meta.update(rounds=rounds, sizes=list(SIZES), history_live=hist_live,
+                       torch=torch.__version__, torch_threads=torch.get_num_threads())
+    with scratch_dir(parent, "bench-snapshot-") as root:
+        journals: dict[int, Journal] = {}
+        peers: dict[int, list[dict]] = {}
+        for n in SIZES:
+            log(f"building a journal with {n:,} live groups (and {n:,} trained)")
+            journals[n] = build(os.path.join(root, f"live-{n}"), n, n)
+            peers[n] = peer_groups(journals[n])
+        log(f"building the history-independence pair: {hist_live:,} live groups after "
+            f"{hist_live:,} and after {10 * hist_live:,} groups of history")
+        hist = {k: build(os.path.join(root, f"hist-{k}x"), hist_live, k * hist_live) for k in (1, 10)}
+        disk = {}
+        for k, j in hist.items():
+            disk[k] = os.path.join(root, f"disk-{k}x")
+            dj = build(disk[k], hist_live, k * hist_live, segment_bytes=DISK_SEGMENT_BYTES)
+            prepare_disk_case(dj)
+            dj.close()
+        r = Rounds()
+        sizes, peer_sizes, copy_ms = {}, {}, {}
+        for i in range(rounds):
+            log(f"round {i + 1}/{rounds}")
+            for n in SIZES:
+                j = journals[n]
+                elapsed, cut = time_cut_live(j)
+                r.add(f"cut{n}", 1 / elapsed)
+                sizes[n] = cut_size(cut)
+                if i == 0:
+                    assert sum(read_cut(cut).manifest.counts[o.name]
+                               for o in (Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE)) == n
+                shutil.rmtree(cut)
+                elapsed, peer_sizes[n] = time_peer(peers[n], root)
+                r.add(f"peer{n}", 1 / elapsed)
+                t = time.perf_counter()
+                j.state_copy()
+                copy_ms.setdefault(n, []).append((time.perf_counter() - t) * 1e3)
+            for k in (1, 10):
+                elapsed, cut = time_cut_live(hist[k])
+                shutil.rmtree(cut)
+                r.add(f"hist_live{k}", 1 / elapsed)
+                r.add(f"hist_disk{k}", 1 / time_cut_disk(disk[k]))
+            log("  " + "  ".join(f"{n:,}: cut {1e3 / r.samples[f'cut{n}'][-1]:.1f} ms, peer "
+                                 f"{1e3 / r.samples[f'peer{n}'][-1]:.1f} ms" for n in SIZES))
+        for n in SIZES:
+            target = Target(min_ratio=PEER_TARGET) if n == SIZES[-1] else None
+            f = report.add(r.figure(
+                f"cut_{n}", f"cut of {n:,} live groups (live journal, fsynced)", "cuts/s",
+                value=f"cut{n}", reference=f"peer{n}",
+                reference_label="peer: torch.save(list of dicts) + sha256", target=target))
+            f.note = (f"cut {1e3 / f.value:.1f} ms vs peer {1e3 / f.reference:.1f} ms "
+                      f"({f.ratio:.1f}x faster)")
+        for n in SIZES:
+            report.add(Figure(f"size_{n}", f"cut size, {n:,} live groups", sizes[n], "bytes",
+                              reference=peer_sizes[n], reference_label="peer file",
+                              note=f"{sizes[n] / n:.0f} B/group vs peer {peer_sizes[n] / n:.0f} B/group"))
+        for k_name, label in (("hist_live", "cut from the live journal at 'end'"),
+                              ("hist_disk", "cut from disk at 'latest-checkpoint', recent cut")):
+            f = report.add(r.figure(
+                f"{k_name}", f"history independence: {label}, {hist_live:,} live after 10x history",
+                "cuts/s", value=f"{k_name}10", reference=f"{k_name}1",
+                reference_label="same live set after 1x history",
+                target=Target(min_ratio=HISTORY_TARGET)))
+            f.note = (f"{1e3 / f.value:.1f} ms after 10x vs {1e3 / f.reference:.1f} ms after 1x: "
+                      f"time ratio {f.reference / f.value:.2f} (target <= 1.2)")
+
+        log("peak memory (tracemalloc, separate runs)")
+        for n in SIZES:
+            j = journals[n]
+            holder = {}
+            ours = traced_peak(lambda: holder.setdefault("r", compact(j.path, "end", journal=j,
+                                                                        retention=None)))
+            shutil.rmtree(holder["r"].cut_path)
+            theirs = traced_peak(lambda: time_peer(peers[n], root))
+            report.add(Figure(f"mem_{n}", f"peak memory while cutting, per live group ({n:,})",
+                              ours / n, "B/group", reference=theirs / n,
+                              reference_label="peer while saving (its dicts not counted)",
+                              note="Python-heap peak (tracemalloc) above what was allocated before"))
+        copy = sorted(copy_ms[SIZES[-1]])[len(copy_ms[SIZES[-1]]) // 2]
+        report.add(Figure("append_wait", f"appends wait while a cut copies {SIZES[-1]:,} live groups",
+                          copy, "ms", note="Journal.state_copy under the journal's lock; the "
+                                           "encoding and file I/O run after it"))
+        for j in list(journals.values()) + list(hist.values()):
+            j.close()
+    report.note(f"from-disk history case: {DISK_SEGMENT_BYTES >> 20} MiB segments; a history "
+                "shorter than one segment is re-read from the segment start by every from-disk "
+                "compaction (anchor check, marker scan, tail fold)")
+    report.note("the peer does no fsync; the cut fsyncs each file, its directory and the parent")
+    report.note(f"torch intra-op threads: {torch.get_num_threads()}; on a loaded machine "
+                "every figure moves, the ratios much less (both sides run in the same rounds)")
+    return report
