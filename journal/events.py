@@ -8,7 +8,7 @@ a compatible change; anything else bumps `FORMAT_VERSION` in `format.py`.
 from __future__ import annotations
 
 import enum
-from typing import Union
+from typing import Annotated, Union
 
 import msgspec
 
@@ -31,6 +31,16 @@ class Owner(enum.IntEnum):
 LIVE_OWNERS = frozenset({Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE})
 
 
+# Every integer a commit stores must survive a cut, whose tables are int64 columns with
+# -2**63 meaning "none" (snapshot/tables.py): wider values or the sentinel were accepted here,
+# written durably, and then made every compaction fail (ValueError) or wrote a cut its own
+# reader rejects. Allocated ids and row numbers are never negative (a cut rejects negative
+# ones). Checked where commits are encoded (the writer's decode gate) and when they are read.
+# (Group ids named by a transition need no bound: the fold rejects any id never taken.)
+Id = Annotated[int, msgspec.Meta(ge=0, le=2 ** 63 - 1)]
+Int = Annotated[int, msgspec.Meta(ge=-(2 ** 63) + 1, le=2 ** 63 - 1)]
+
+
 class GroupRef(msgspec.Struct, frozen=True):
     """How to find a prompt again without storing it (the argument of `Journal.taken`)."""
 
@@ -44,10 +54,10 @@ class GroupRef(msgspec.Struct, frozen=True):
 class TakenGroup(msgspec.Struct, array_like=True, frozen=True):
     """A locator with the group id the journal allocated for it."""
 
-    group_id: int
-    idx: int
+    group_id: Id
+    idx: Id
     task_name: str | None = None
-    epoch: int | None = None
+    epoch: Int | None = None
     fingerprint: bytes | None = None
 
 
@@ -70,20 +80,20 @@ class Diverted(msgspec.Struct, tag="diverted", array_like=True, frozen=True):
 
 class Admitted(msgspec.Struct, tag="admitted", array_like=True, frozen=True):
     groups: list[int]
-    target_step: int
-    policy_version: int | None = None
+    target_step: Int
+    policy_version: Int | None = None
     replaces: int | None = None
 
 
 class Finished(msgspec.Struct, tag="finished", array_like=True, frozen=True):
     groups: list[int]
-    policy_version: int | None = None
+    policy_version: Int | None = None
     locators: list[str] | None = None
 
 
 class Trained(msgspec.Struct, tag="trained", array_like=True, frozen=True):
     groups: list[int]
-    step: int
+    step: Int
 
 
 class Discarded(msgspec.Struct, tag="discarded", array_like=True, frozen=True):
@@ -92,11 +102,11 @@ class Discarded(msgspec.Struct, tag="discarded", array_like=True, frozen=True):
 
 
 class CheckpointBegun(msgspec.Struct, tag="checkpoint_begun", array_like=True, frozen=True):
-    step: int
+    step: Int
 
 
 class CheckpointCommitted(msgspec.Struct, tag="checkpoint_committed", array_like=True, frozen=True):
-    step: int
+    step: Int
 
 
 Event = Union[Taken, Diverted, Admitted, Finished, Trained, Discarded, CheckpointBegun,

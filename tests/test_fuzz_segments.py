@@ -378,3 +378,34 @@ def test_hostile_loader_state_in_a_valid_frame(corpus, tmp_path, label):
                 j.loader_state()
         finally:
             j.close()
+
+
+@pytest.mark.parametrize("kw", [dict(target_step=2 ** 64 - 1), dict(target_step=1, policy_version=2 ** 63),
+                                dict(target_step=-(2 ** 63)), dict(idx=2 ** 64 - 1), dict(idx=-5),
+                                dict(epoch=-(2 ** 63))])
+def test_integers_a_cut_cannot_hold_are_refused_when_appended(tmp_path, kw):
+    """Found by the table-level fuzzing of cuts: the journal took integers the cut format
+    cannot represent (int64 columns, -2**63 = none; no negative idx), wrote them durably, and
+    then every compaction failed (ValueError) or wrote a cut its own reader rejects. They are
+    refused at the call now (nothing written), and a compaction of what was accepted works."""
+    from journal import GroupRef, Journal
+    from replay import restore
+    from snapshot import compact
+    d = str(tmp_path / "j")
+    with Journal.open(d) as j:
+        ref = GroupRef(idx=kw.get("idx", 1), epoch=kw.get("epoch"))
+        if "idx" in kw or "epoch" in kw:
+            with pytest.raises(TypeError):
+                j.taken([ref])
+            g = j.taken([GroupRef(idx=1)])
+        else:
+            g = j.taken([ref])
+            with pytest.raises(TypeError):
+                j.admitted(g, **kw)
+        assert j.lsn == 1
+        j.admitted(g, target_step=-3, policy_version=2 ** 63 - 1)
+        j.begin_checkpoint(step=1)
+        j.commit_checkpoint(step=1)
+    cut = compact(d).cut_path
+    (got,) = restore(cut).admitted
+    assert (got.target_step, got.policy_version) == (-3, 2 ** 63 - 1)
