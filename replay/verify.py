@@ -104,6 +104,15 @@ def verify_journal(src: Source) -> _Report:
             roots.append(t)
             continue
         o = _owner_of(tls, t, tl.branch_lsn)
+        root, seen = tl.parent, {t}
+        while tls[root].parent in tls and root not in seen:
+            seen.add(root)
+            root = tls[root].parent
+        if o is None and tls[root].branch_lsn == tl.branch_lsn:
+            # it branches where its root begins (a journal resumed from a cut, restored again
+            # to that same checkpoint): it starts from the same base cut, like a root
+            roots.append(t)
+            continue
         if o is None:
             rep.problem("branch", f"timeline {t} branches at LSN {tl.branch_lsn} from timeline "
                         f"{tl.parent}, whose history does not hold that LSN", tl.segments[0].name, 0,
@@ -118,12 +127,12 @@ def verify_journal(src: Source) -> _Report:
         if owner is not None:
             compare.setdefault(owner, {}).setdefault(lsn, []).append(e)
     starts: dict[int, tuple[State | None, int | None]] = {}  # timeline -> (state at branch, chain)
-    first_root = lineage[0].timeline if lineage else None
+    on_lineage = {tl.timeline for tl in lineage}
     for t in roots:
         tl = tls[t]
         if tl.branch_lsn == 0:
             starts[t] = (State(), 0)
-        elif t == first_root:
+        elif t in on_lineage:
             base = min((lsn for lsn in valid_cuts if lsn >= tl.branch_lsn), default=None)
             if base is None:
                 rep.check("ownership rules", f"timeline {t}", None,
