@@ -16,6 +16,7 @@ from snapshot import read_cut
 
 from examples import chaos
 from examples.bookkeeping import read_ledger
+from examples.trainer import checkpoint_dirs
 
 DATASET, EPOCHS, BATCH = 384, 2, 32
 
@@ -26,23 +27,27 @@ def _trainer(out) -> list[str]:
             "--ckpt-every", "3", "--failure-rate", "0.03"]
 
 
-def _run_until(out, phase: str, min_step: int) -> int:
-    """Run the trainer and SIGKILL it right after it announces `phase` at step >= min_step."""
+def _run_until(out, stop) -> list[str]:
+    """Run the trainer and SIGKILL it right after a line for which `stop(parts)` is true;
+    returns the lines it printed."""
     out.mkdir(parents=True, exist_ok=True)
     child = chaos.Child(_trainer(out), str(out / "stderr.log"))
-    step = None
+    lines = []
     while True:
         line = child.lines.get(timeout=120)
-        assert line is not None, "the trainer ended before the kill"
-        parts = line.split()
-        if parts[:2] == ["PHASE", phase] and int(parts[2].split("=")[1]) >= min_step:
+        assert line is not None, "the trainer ended before the kill:\n" + "\n".join(lines[-5:])
+        lines.append(line)
+        if stop(line.split()):
             child.kill()
-            step = int(parts[2].split("=")[1])
             break
-    while child.lines.get(timeout=60) is not None:
-        pass
+    while (line := child.lines.get(timeout=60)) is not None:
+        lines.append(line)
     assert child.close() == -signal.SIGKILL
-    return step
+    return lines
+
+
+def _fields(line: str) -> dict:
+    return dict(p.split("=", 1) for p in line.split()[1:] if "=" in p)
 
 
 def _locators(events_source, into: dict) -> None:
@@ -68,9 +73,11 @@ def _trained_rows(journal_dir, stop_lsn=None, base_groups=()) -> tuple[Counter, 
 
 def test_resume_from_checkpoint_cut_alone(fast_tmp):
     out = fast_tmp / "run"
-    committed = _run_until(out, "checkpoint_committed", 6)
-    ckpt = out / "ckpt" / f"step_{committed:08d}"
-    cut = read_cut(str(ckpt / "ownership"))
+    _run_until(out, lambda p: p[:2] == ["PHASE", "checkpoint_committed"] and int(p[2][5:]) >= 6)
+    # the newest checkpoint directory is the one a trainer without its journal resumes from
+    committed, ckpt = checkpoint_dirs(str(out / "ckpt"))[0]
+    assert committed >= 6
+    cut = read_cut(os.path.join(ckpt, "ownership"))
     L = cut.lsn
     assert cut.manifest.checkpoint_step == committed
     # what the first run trained up to the checkpoint (read before the journal goes)
@@ -82,12 +89,17 @@ def test_resume_from_checkpoint_cut_alone(fast_tmp):
     shutil.rmtree(out / "journal")
     shutil.rmtree(out / "rows")   # the data plane too: the cut's data_plane/ must suffice
 
-    r = subprocess.run(_trainer(out), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    resumed = next(line for line in r.stdout.splitlines() if line.startswith("RESUMED"))
-    fields = dict(p.split("=", 1) for p in resumed.split()[1:])
+    # resume from the cut, and die again before the next checkpoint: the journal it started
+    # must itself be restorable (it holds a base cut from the start)
+    lines = _run_until(out, lambda p: p[:1] == ["STEP"])
+    fields = _fields(next(line for line in lines if line.startswith("RESUMED")))
     assert fields["source"] == "cut" and int(fields["step"]) == committed and int(fields["lsn"]) == L
     assert int(fields["demoted"]) == 0, "the cut's data plane rows were not used"
+
+    r = subprocess.run(_trainer(out), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    fields = _fields(next(line for line in r.stdout.splitlines() if line.startswith("RESUMED")))
+    assert fields["source"] == "journal" and int(fields["step"]) == committed and int(fields["lsn"]) == L
     assert r.stdout.splitlines()[-1].startswith("DONE")
 
     # the new journal carries on from the cut and passes the whole chain of checks
