@@ -259,7 +259,7 @@ def _run_children(o: Options, out: str) -> tuple[list[Kill], list[Progress]]:
             raise RuntimeError(f"journal-demo: run {n} exited with status {rc}, not by the SIGKILL")
         after = p.in_progress()
         landed = aim if aim in after else after[0]
-        detail = f"checkpoint of step {p.saving} not committed" if "checkpoint_save" in after else ""
+        detail = f"checkpoint of step {p.saving} in progress" if "checkpoint_save" in after else ""
         kills.append(Kill(aim, landed, p.step, detail))
         _say(o, f"  run {n:>3}  {_resumed_text(p)}  -> SIGKILL {KIND_TEXT[landed]}"
                 f" (step {p.step}{', ' + detail if detail else ''})")

@@ -374,8 +374,9 @@ class Trainer:
             self.dl.load_state_dict(ck["loader_state"])
             self.epoch = self.loader_epoch = int(ck["epoch"])
         self.ledger.resumed(step)
+        self.dp.sweep(())   # nothing in flight survives a baseline restart
         announce("RESUMED", "source=baseline", f"step={step}", "lsn=-", "reserved=0", "admitted=0",
-                 "replay=0", "spare=0", "salvaged=0", "demoted=0")
+                 "replay=0", "spare=0", "salvaged=0", "demoted=0", f"rollouts={self.cfg.rollouts}")
 
     def _start_journal(self) -> list[Work]:
         cfg = self.cfg
