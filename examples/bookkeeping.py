@@ -18,7 +18,7 @@ with the journal's own audit (`journal-inspect audit`; see `examples.chaos`).
 from __future__ import annotations
 
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 
 
