@@ -243,10 +243,22 @@ class Reader:
 
     @staticmethod
     def _header_bytes(seg: Segment) -> bytes:
-        if seg.archived:
-            return read_segment_bytes(seg)[:fmt.HEADER_SIZE]
+        """The first HEADER_SIZE bytes; an archive is decompressed only as far as that."""
         with open(seg.path, "rb") as f:
-            return f.read(fmt.HEADER_SIZE)
+            if not seg.archived:
+                return f.read(fmt.HEADER_SIZE)
+            try:
+                with zstandard.ZstdDecompressor().stream_reader(f) as z:
+                    head = b""
+                    while len(head) < fmt.HEADER_SIZE:
+                        more = z.read(fmt.HEADER_SIZE - len(head))
+                        if not more:
+                            break
+                        head += more
+                    return head
+            except zstandard.ZstdError as exc:
+                raise JournalCorrupt(f"{seg.name}: archived segment does not decompress: {exc}",
+                                     segment=seg.name, offset=0) from None
 
     def _damage(self, problem: Problem) -> None:
         self.problems.append(problem)
