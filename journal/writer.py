@@ -287,13 +287,20 @@ class Journal:
         """First commit of a resumed history: make the journal say what the trainer was handed.
 
         Re-marks the restored checkpoint as committed (its marker is on the dead
-        tail), records salvaged groups as finished, and moves demoted groups
-        (rows lost from the data plane) to fresh group ids admitted for
-        regeneration; the old ids are dropped. `resume`'s groups are updated."""
+        tail), and so every other checkpoint begun by then whose commit marker is
+        on the dead tail (`resume.recommit`: their weights are durable too, and
+        restore(step=) must still find them), records salvaged groups as
+        finished, and moves demoted groups (rows lost from the data plane) to
+        fresh group ids admitted for regeneration; the old ids are dropped.
+        `resume`'s groups are updated."""
         events: list = []
         step = getattr(resume, "step", None)
-        if step is not None and step in self._state.pending_checkpoints:
-            events.append(CheckpointCommitted(step))
+        steps = list(getattr(resume, "recommit", None) or ())
+        if step is not None and step not in steps:
+            steps.append(step)
+        for s in steps:
+            if s in self._state.pending_checkpoints:
+                events.append(CheckpointCommitted(s))
         for g in getattr(resume, "salvaged", ()):
             events.append(Finished([g.group_id], g.policy_version,
                                    [g.locator] if g.locator is not None else None))

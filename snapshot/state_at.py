@@ -76,6 +76,9 @@ class Point:
     base: Cut | None
     end_lsn: int
     skipped: list[Skipped] = field(default_factory=list)
+    # every checkpoint committed on the active history, up to its end: step -> checkpoint_begun LSN
+    # (a step pending at `lsn` whose commit marker is later has durable weights all the same)
+    committed: dict[int, int] = field(default_factory=dict)
 
 
 def usable_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> Iterator[Cut]:
@@ -145,7 +148,7 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
         if c.lsn > target and c is not base:
             skipped.append(Skipped(c.path, f"cut LSN {c.lsn} is after the restore point {target}"))
     if target == 0 and step is None and at == "latest-checkpoint":
-        return Point(0, None, State(), None, end, skipped)
+        return Point(0, None, State(), None, end, skipped, committed)
     state = base.state.copy() if base is not None else State()
     if base is not None:
         # the cut's anchor timeline: a state read from a cut does not carry it, and a resume
@@ -155,7 +158,7 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
     if state.lsn != target:
         raise JournalCorrupt(f"{journal_path}: the active history ends at LSN {state.lsn}, before the "
                              f"restore point {target}", lsn=state.lsn + 1)
-    return Point(target, target_step, state, base, end, skipped)
+    return Point(target, target_step, state, base, end, skipped, committed)
 
 
 def check_anchor(reader: Reader, cut: Cut) -> None:

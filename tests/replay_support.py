@@ -8,7 +8,7 @@ import os
 import warnings
 from typing import Any
 
-from journal import GroupRef, Journal, Owner, State
+from journal import GroupRef, Journal, OsFileSystem, Owner, State
 from replay import fingerprint
 
 ROLLOUTS_PER_GROUP = 4
@@ -134,3 +134,14 @@ def assert_same(got: dict, want: dict) -> None:
             diff = {gid: (g.get(gid), w.get(gid)) for gid in sorted(set(g) | set(w)) if g.get(gid) != w.get(gid)}
             raise AssertionError(f"live groups differ (got, want): {diff}")
         assert deep_equal(got[k], want[k]), f"{k}: got {got[k]!r}, want {want[k]!r}"
+
+
+class NoSyncFS(OsFileSystem):
+    """The real file system without fsyncs: for tests that crash only by closing (the page
+    cache is the disk there), so that a shared, busy machine does not wait on the device."""
+
+    def fsync(self, f) -> None:
+        pass
+
+    def fsync_dir(self, path: str) -> None:
+        pass
