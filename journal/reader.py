@@ -136,6 +136,11 @@ def read_segment_bytes(seg: Segment) -> bytes:
     return b"".join(chunks)
 
 
+UNDECIDED = -1  # `_next_intact_frame` gave up: whether an intact frame follows is not known
+SCAN_BUDGET_FLOOR = 64 << 20  # payload bytes checksummed before giving up, at least ...
+SCAN_BUDGET_PER_BYTE = 32     # ... and this many per byte scanned
+
+
 def _next_intact_frame(data: bytes, start: int) -> int | None:
     """Offset of the first frame at or after `start` whose own checksum verifies, if any.
 
@@ -143,7 +148,12 @@ def _next_intact_frame(data: bytes, start: int) -> int | None:
     record length out of bounds, record not starting like a commit) are ruled
     out in bulk: for each of the four byte alignments the little-endian u32
     fields are a zero-copy int32 view, so a long run of zeros or garbage costs
-    a few tensor passes, not a Python loop and a CRC per byte."""
+    a few tensor passes, not a Python loop and a CRC per byte.
+
+    The candidates left are checksummed up to a budget (SCAN_BUDGET_*): bytes crafted so
+    that every 8th offset passes the filters and claims a 1 MiB frame made a 4 MiB segment
+    take minutes (64 MiB: days), quadratic work. Past the budget it returns UNDECIDED,
+    which callers treat as damage, never as a torn tail (nothing is cut off on a guess)."""
     end = len(data)
     first = fmt.FRAME_HEADER_SIZE + fmt.RECORD_PREFIX_SIZE  # a frame's first record starts here
     mv = memoryview(data)
@@ -164,8 +174,12 @@ def _next_intact_frame(data: bytes, start: int) -> int | None:
               & (record <= length - fmt.RECORD_PREFIX_SIZE)
               & (lead[base + first:base + first + 4 * m:4] == fmt.COMMIT_LEAD_BYTE))
         candidates += (base + 4 * ok.nonzero().flatten()).tolist()
+    budget, spent = SCAN_BUDGET_FLOOR + SCAN_BUDGET_PER_BYTE * max(0, end - start), 0
     for pos in sorted(candidates):
         length, crc, _chain = fmt.decode_frame_header(data, pos)
+        spent += length
+        if spent > budget:
+            return UNDECIDED
         body = pos + fmt.FRAME_HEADER_SIZE
         if zlib.crc32(mv[body:body + length]) == crc:
             return pos
@@ -329,6 +343,10 @@ class Reader:
                     self.torn[seg.timeline] = TornTail(seg, pos, end)
                     self.problems.append(Problem("torn", seg.name, pos, lsn, f"torn tail: {bad}", end - pos))
                     return
+                if nxt == UNDECIDED:
+                    bad += ("; the bytes after it hold too many frame-like candidates to tell a "
+                            "torn tail from damage, so it is treated as damage")
+                    nxt = None
                 self._damage(Problem("damaged", seg.name, pos, lsn, bad,
                                      (nxt if nxt is not None else end) - pos))
                 if self.mode == "point_in_time" or nxt is None:

@@ -409,3 +409,26 @@ def test_integers_a_cut_cannot_hold_are_refused_when_appended(tmp_path, kw):
     cut = compact(d).cut_path
     (got,) = restore(cut).admitted
     assert (got.target_step, got.policy_version) == (-3, 2 ** 63 - 1)
+
+
+def test_frame_like_bytes_cannot_make_the_resync_scan_quadratic(tmp_path):
+    """Bytes crafted so that every 8th offset passes the resync scan's filters (lead byte,
+    lengths in bounds) and claims a 1 MiB frame: checksumming each candidate made reading a
+    4 MiB segment take minutes (quadratic). The scan now gives up after a budget linear in the
+    bytes scanned and calls it damage (never a torn tail: nothing is cut off on a guess)."""
+    from journal import GroupRef, Journal, JournalCorrupt, Reader
+    d = str(tmp_path / "j")
+    with Journal.open(d) as j:
+        j.taken([GroupRef(idx=1)])
+    seg = os.path.join(d, sorted(n for n in os.listdir(d) if n.endswith(".wal"))[0])
+    before = os.path.getsize(seg)
+    word = fmt.COMMIT_LEAD_BYTE | (0x10 << 16)
+    with open(seg, "ab") as fh:
+        fh.write(struct.pack("<II", word, 5) * ((4 << 20) // 8))
+    with Guard(8 << 20, limit=64 << 20):
+        with pytest.raises(JournalCorrupt, match="too many frame-like candidates"):
+            list(Reader(d).records())
+        assert [r.commit.lsn for r in Reader(d, "point_in_time").records()] == [1]
+        with pytest.raises(JournalCorrupt):
+            Journal.open(d)
+    assert os.path.getsize(seg) > before  # not truncated on a guess
