@@ -13,7 +13,7 @@ history of millions of events needs memory for the live set, not the history.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Mapping
 
 from .errors import JournalCorrupt, OwnershipError
 from .events import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted,
@@ -246,36 +246,41 @@ def apply(state: State, commit: Commit, *, chain: int = 0, timeline: int = 0,
     return undo
 
 
-def _move(state: State, event, lsn: int, undo: Undo, allowed: frozenset, to: Owner) -> Iterator[Group]:
-    """Move every group of `event` from one of `allowed` to `to`; yields the new records."""
-    gids = event.groups
-    if len(set(gids)) != len(gids):
+def _check_distinct(event, gids, lsn: int) -> None:
+    if len(gids) > 1 and len(set(gids)) != len(gids):
         dup = next(g for g in gids if gids.count(g) > 1)
         raise OwnershipError(f"LSN {lsn}: event {_event_name(event)} names group {dup} twice",
                              group_id=dup, lsn=lsn)
-    live, counts, records = state.live, state.counts, undo.records
-    terminal_to = to in (Owner.TRAINED, Owner.DROPPED)
+
+
+def _illegal(state: State, event, gid: int, allowed: frozenset, lsn: int) -> OwnershipError:
+    g = state.live.get(gid)
+    cur = g.owner.name if g is not None else (
+        state.terminal.get(gid).name if state.terminal.get(gid) else "none (never taken)")
+    want = "/".join(sorted(o.name for o in allowed))
+    return OwnershipError(f"LSN {lsn}: {_event_name(event)} of group {gid} requires owner {want}, "
+                          f"but its owner is {cur}", group_id=gid, lsn=lsn)
+
+
+# The moves below are the hot path of every replay (restore folds millions of them), so each
+# kind is a plain loop rather than a generator. Records stay immutable (`State.copy` shares
+# them): a move stores a new record built in one call, the undo keeps the old one.
+
+def _move_terminal(state: State, event, lsn: int, undo: Undo, allowed: frozenset, to: Owner) -> None:
+    """Move every group of `event` from one of `allowed` out of the live set, to `to`."""
+    gids = event.groups
+    _check_distinct(event, gids, lsn)
+    live, counts, record, terminal_set = state.live, state.counts, undo.records.append, state.terminal.set
+    live_get = live.get
     for gid in gids:
-        g = live.get(gid)
+        g = live_get(gid)
         if g is None or g.owner not in allowed:
-            cur = g.owner.name if g is not None else (
-                state.terminal.get(gid).name if state.terminal.get(gid) else "none (never taken)")
-            want = "/".join(sorted(o.name for o in allowed))
-            raise OwnershipError(
-                f"LSN {lsn}: {_event_name(event)} of group {gid} requires owner {want}, "
-                f"but its owner is {cur}", group_id=gid, lsn=lsn)
-        records.append((gid, g, 0))
+            raise _illegal(state, event, gid, allowed, lsn)
+        record((gid, g, 0))
         counts[g.owner] -= 1
         counts[to] += 1
-        if terminal_to:
-            del live[gid]
-            state.terminal.set(gid, to)
-            yield g
-        else:
-            new = g.copy()
-            new.owner = to
-            live[gid] = new
-            yield new
+        del live[gid]
+        terminal_set(gid, to)
 
 
 _RESERVED = frozenset({Owner.RESERVED})
@@ -283,11 +288,57 @@ _RESERVED_OR_SPARE = frozenset({Owner.RESERVED, Owner.SPARE})
 _ADMITTED = frozenset({Owner.ADMITTED})
 _REPLAY = frozenset({Owner.REPLAY})
 _LIVE = frozenset({Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE})
+_O_RESERVED, _O_ADMITTED, _O_REPLAY = Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY
+_O_SPARE, _O_TRAINED, _O_DROPPED = Owner.SPARE, Owner.TRAINED, Owner.DROPPED
 
 
 def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
     kind = type(event)
-    if kind is Taken:
+    if kind is Finished:
+        locators = event.locators
+        if locators is not None and len(locators) != len(event.groups):
+            raise OwnershipError(f"LSN {lsn}: finished has {len(event.groups)} groups but "
+                                 f"{len(locators)} locators", lsn=lsn)
+        pv = event.policy_version
+        gids = event.groups
+        _check_distinct(event, gids, lsn)
+        live, counts, record = state.live, state.counts, undo.records.append
+        live_get = live.get
+        for i, gid in enumerate(gids):
+            g = live_get(gid)
+            if g is None or g.owner not in _ADMITTED:
+                raise _illegal(state, event, gid, _ADMITTED, lsn)
+            record((gid, g, 0))
+            counts[_O_ADMITTED] -= 1
+            counts[_O_REPLAY] += 1
+            live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_REPLAY, g.target_step,
+                              g.policy_version if pv is None else pv,
+                              locators[i] if locators is not None else None, g.replaces)
+    elif kind is Admitted:
+        # "was it ever taken" is whether it has an owner: ids below next_group_id can be holes
+        # (a GroupRef with an explicit group_id may skip ids), so a range check is not enough
+        replaces = event.replaces
+        if replaces is not None and state.owner_of(replaces) is None:
+            raise OwnershipError(f"LSN {lsn}: admitted replaces group {replaces}, "
+                                 "which was never taken", group_id=replaces, lsn=lsn)
+        target_step, pv = event.target_step, event.policy_version
+        gids = event.groups
+        _check_distinct(event, gids, lsn)
+        live, counts, record = state.live, state.counts, undo.records.append
+        live_get = live.get
+        for gid in gids:
+            g = live_get(gid)
+            if g is None or g.owner not in _RESERVED_OR_SPARE:
+                raise _illegal(state, event, gid, _RESERVED_OR_SPARE, lsn)
+            record((gid, g, 0))
+            counts[g.owner] -= 1
+            counts[_O_ADMITTED] += 1
+            live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_ADMITTED, target_step,
+                              pv, g.locator, replaces)
+    elif kind is Trained:
+        _move_terminal(state, event, lsn, undo, _REPLAY, _O_TRAINED)
+    elif kind is Taken:
+        live, counts, record = state.live, state.counts, undo.records.append
         for tg in event.groups:
             gid = tg.group_id
             if gid < state.next_group_id:
@@ -295,9 +346,9 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
                     f"LSN {lsn}: taken allocates group {gid}, but ids below {state.next_group_id} "
                     "are already used (a group is taken once in the whole history)",
                     group_id=gid, lsn=lsn)
-            undo.records.append((gid, None, 0))
-            state.live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, Owner.RESERVED)
-            state.counts[Owner.RESERVED] += 1
+            record((gid, None, 0))
+            live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, _O_RESERVED)
+            counts[_O_RESERVED] += 1
             state.next_group_id = gid + 1
         if event.loader_state is not None:
             packed = event.loader_state
@@ -308,34 +359,21 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
                     f"LSN {lsn}: taken references loader-state blob {missing[0].hex()} that is not "
                     "stored in its segment", lsn=lsn)
             state.loader = LoaderState(packed, {d: table[d] for d in packed.refs})
-    elif kind is Admitted:
-        # "was it ever taken" is whether it has an owner: ids below next_group_id can be holes
-        # (a GroupRef with an explicit group_id may skip ids), so a range check is not enough
-        if event.replaces is not None and state.owner_of(event.replaces) is None:
-            raise OwnershipError(f"LSN {lsn}: admitted replaces group {event.replaces}, "
-                                 "which was never taken", group_id=event.replaces, lsn=lsn)
-        for g in _move(state, event, lsn, undo, _RESERVED_OR_SPARE, Owner.ADMITTED):
-            g.target_step = event.target_step
-            g.policy_version = event.policy_version
-            g.replaces = event.replaces
-    elif kind is Finished:
-        locators = event.locators
-        if locators is not None and len(locators) != len(event.groups):
-            raise OwnershipError(f"LSN {lsn}: finished has {len(event.groups)} groups but "
-                                 f"{len(locators)} locators", lsn=lsn)
-        for i, g in enumerate(_move(state, event, lsn, undo, _ADMITTED, Owner.REPLAY)):
-            if event.policy_version is not None:
-                g.policy_version = event.policy_version
-            g.locator = locators[i] if locators is not None else None
-    elif kind is Trained:
-        for _ in _move(state, event, lsn, undo, _REPLAY, Owner.TRAINED):
-            pass
     elif kind is Discarded:
-        for _ in _move(state, event, lsn, undo, _LIVE, Owner.DROPPED):
-            pass
+        _move_terminal(state, event, lsn, undo, _LIVE, _O_DROPPED)
     elif kind is Diverted:
-        for _ in _move(state, event, lsn, undo, _RESERVED, Owner.SPARE):
-            pass
+        gids = event.groups
+        _check_distinct(event, gids, lsn)
+        for gid in gids:
+            g = state.live.get(gid)
+            if g is None or g.owner not in _RESERVED:
+                raise _illegal(state, event, gid, _RESERVED, lsn)
+            undo.records.append((gid, g, 0))
+            state.counts[_O_RESERVED] -= 1
+            state.counts[_O_SPARE] += 1
+            new = g.copy()
+            new.owner = _O_SPARE
+            state.live[gid] = new
     elif kind is CheckpointBegun:
         undo.save_checkpoints(state)
         if event.step in state.committed_checkpoints:
