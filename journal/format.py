@@ -85,6 +85,10 @@ def encode_frame(records: list[bytes], chain_before: int) -> tuple[bytes, list[i
     return _FRAME.pack(len(payload), zlib.crc32(payload), chain) + payload, chains
 
 
+FRAME_HEADER = _FRAME    # for readers' hot loops: unpack_from(data, offset) -> (length, crc, chain)
+RECORD_PREFIX = _U32     # a record's length prefix inside a frame payload
+
+
 class FrameHeader(NamedTuple):
     length: int
     crc: int
