@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+import msgspec
+
 from .errors import JournalCorrupt, OwnershipError
 from .events import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted,
                      Finished, Owner, PackedLoaderState, Taken, Trained)
@@ -23,40 +25,36 @@ from . import loader_state as _loader_state
 _DENSE_GAP = 1 << 20  # group ids further than this past the dense table go to a dict
 
 
-class Group:
-    """The record of a live group: its locator and what the last transitions said."""
+class Group(msgspec.Struct, gc=False):
+    """The record of a live group: its locator and what the last transitions said.
 
-    __slots__ = ("group_id", "idx", "task_name", "epoch", "fingerprint", "owner",
-                 "target_step", "policy_version", "locator", "replaces")
+    A msgspec Struct: built in C (a replay builds one per transition; a Python `__init__`
+    of ten fields was a third of the fold's time) and untracked by the cyclic GC (it only
+    holds ints, strings, bytes and an `Owner`, so it cannot be part of a cycle). Records are
+    treated as immutable once applied (`State.copy` shares them); `copy()` to change one."""
 
-    def __init__(self, group_id: int, idx: int, task_name: str | None, epoch: int | None,
-                 fingerprint: bytes | None, owner: Owner, target_step: int | None = None,
-                 policy_version: int | None = None, locator: str | None = None,
-                 replaces: int | None = None):
-        self.group_id = group_id
-        self.idx = idx
-        self.task_name = task_name
-        self.epoch = epoch
-        self.fingerprint = fingerprint
-        self.owner = owner
-        self.target_step = target_step
-        self.policy_version = policy_version
-        self.locator = locator
-        self.replaces = replaces
+    group_id: int
+    idx: int
+    task_name: str | None
+    epoch: int | None
+    fingerprint: bytes | None
+    owner: Owner
+    target_step: int | None = None
+    policy_version: int | None = None
+    locator: str | None = None
+    replaces: int | None = None
 
     def copy(self) -> "Group":
-        return Group(self.group_id, self.idx, self.task_name, self.epoch, self.fingerprint,
-                     self.owner, self.target_step, self.policy_version, self.locator, self.replaces)
+        return self.__copy__()
 
     def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Group) and all(
-            getattr(self, n) == getattr(other, n) for n in self.__slots__)
+        return {name: getattr(self, name) for name in GROUP_FIELDS}
 
     def __repr__(self) -> str:
         return f"Group({self.group_id}, idx={self.idx}, owner={self.owner.name})"
+
+
+GROUP_FIELDS = Group.__struct_fields__  # in declaration order
 
 
 class TerminalOwners:
@@ -234,9 +232,80 @@ def apply(state: State, commit: Commit, *, chain: int = 0, timeline: int = 0,
     if lsn != state.lsn + 1:
         raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
     undo = Undo(state)
+    # the four kinds every group goes through are folded inline (this loop runs once per
+    # event of every replay); the others go through _apply_event
+    live, counts, record = state.live, state.counts, undo.records.append
+    live_get = live.get
     try:
         for event in commit.events:
-            _apply_event(state, event, lsn, undo, blobs)
+            kind = type(event)
+            if kind is Finished:
+                gids, locators, pv = event.groups, event.locators, event.policy_version
+                if locators is not None and len(locators) != len(gids):
+                    raise OwnershipError(f"LSN {lsn}: finished has {len(gids)} groups but "
+                                         f"{len(locators)} locators", lsn=lsn)
+                if len(gids) > 1:
+                    _check_distinct(event, gids, lsn)
+                for i, gid in enumerate(gids):
+                    g = live_get(gid)
+                    if g is None or g.owner not in _ADMITTED:
+                        raise _illegal(state, event, gid, _ADMITTED, lsn)
+                    record((gid, g, 0))
+                    counts[_O_ADMITTED] -= 1
+                    counts[_O_REPLAY] += 1
+                    live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_REPLAY,
+                                      g.target_step, g.policy_version if pv is None else pv,
+                                      locators[i] if locators is not None else None, g.replaces)
+            elif kind is Admitted:
+                # "was it ever taken" is whether it has an owner: ids below next_group_id can be
+                # holes (a GroupRef with an explicit group_id may skip ids), so a range check
+                # is not enough
+                gids, replaces = event.groups, event.replaces
+                if replaces is not None and state.owner_of(replaces) is None:
+                    raise OwnershipError(f"LSN {lsn}: admitted replaces group {replaces}, "
+                                         "which was never taken", group_id=replaces, lsn=lsn)
+                if len(gids) > 1:
+                    _check_distinct(event, gids, lsn)
+                target_step, pv = event.target_step, event.policy_version
+                for gid in gids:
+                    g = live_get(gid)
+                    if g is None or g.owner not in _RESERVED_OR_SPARE:
+                        raise _illegal(state, event, gid, _RESERVED_OR_SPARE, lsn)
+                    record((gid, g, 0))
+                    counts[g.owner] -= 1
+                    counts[_O_ADMITTED] += 1
+                    live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_ADMITTED,
+                                      target_step, pv, g.locator, replaces)
+            elif kind is Trained:
+                gids = event.groups
+                if len(gids) > 1:
+                    _check_distinct(event, gids, lsn)
+                terminal_set = state.terminal.set
+                for gid in gids:
+                    g = live_get(gid)
+                    if g is None or g.owner not in _REPLAY:
+                        raise _illegal(state, event, gid, _REPLAY, lsn)
+                    record((gid, g, 0))
+                    counts[_O_REPLAY] -= 1
+                    counts[_O_TRAINED] += 1
+                    del live[gid]
+                    terminal_set(gid, _O_TRAINED)
+            elif kind is Taken:
+                for tg in event.groups:
+                    gid = tg.group_id
+                    if gid < state.next_group_id:
+                        raise OwnershipError(
+                            f"LSN {lsn}: taken allocates group {gid}, but ids below "
+                            f"{state.next_group_id} are already used (a group is taken once in "
+                            "the whole history)", group_id=gid, lsn=lsn)
+                    record((gid, None, 0))
+                    live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, _O_RESERVED)
+                    counts[_O_RESERVED] += 1
+                    state.next_group_id = gid + 1
+                if event.loader_state is not None:
+                    _take_loader_state(state, event.loader_state, blobs, lsn)
+            else:
+                _apply_event(state, event, lsn, undo, blobs)
     except BaseException:
         undo.revert(state)
         raise
@@ -292,74 +361,20 @@ _O_RESERVED, _O_ADMITTED, _O_REPLAY = Owner.RESERVED, Owner.ADMITTED, Owner.REPL
 _O_SPARE, _O_TRAINED, _O_DROPPED = Owner.SPARE, Owner.TRAINED, Owner.DROPPED
 
 
+def _take_loader_state(state: State, packed, blobs, lsn: int) -> None:
+    table = blobs or {}
+    missing = [d for d in packed.refs if d not in table]
+    if missing:
+        raise JournalCorrupt(
+            f"LSN {lsn}: taken references loader-state blob {missing[0].hex()} that is not "
+            "stored in its segment", lsn=lsn)
+    state.loader = LoaderState(packed, {d: table[d] for d in packed.refs})
+
+
 def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    """The event kinds `apply` does not fold inline."""
     kind = type(event)
-    if kind is Finished:
-        locators = event.locators
-        if locators is not None and len(locators) != len(event.groups):
-            raise OwnershipError(f"LSN {lsn}: finished has {len(event.groups)} groups but "
-                                 f"{len(locators)} locators", lsn=lsn)
-        pv = event.policy_version
-        gids = event.groups
-        _check_distinct(event, gids, lsn)
-        live, counts, record = state.live, state.counts, undo.records.append
-        live_get = live.get
-        for i, gid in enumerate(gids):
-            g = live_get(gid)
-            if g is None or g.owner not in _ADMITTED:
-                raise _illegal(state, event, gid, _ADMITTED, lsn)
-            record((gid, g, 0))
-            counts[_O_ADMITTED] -= 1
-            counts[_O_REPLAY] += 1
-            live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_REPLAY, g.target_step,
-                              g.policy_version if pv is None else pv,
-                              locators[i] if locators is not None else None, g.replaces)
-    elif kind is Admitted:
-        # "was it ever taken" is whether it has an owner: ids below next_group_id can be holes
-        # (a GroupRef with an explicit group_id may skip ids), so a range check is not enough
-        replaces = event.replaces
-        if replaces is not None and state.owner_of(replaces) is None:
-            raise OwnershipError(f"LSN {lsn}: admitted replaces group {replaces}, "
-                                 "which was never taken", group_id=replaces, lsn=lsn)
-        target_step, pv = event.target_step, event.policy_version
-        gids = event.groups
-        _check_distinct(event, gids, lsn)
-        live, counts, record = state.live, state.counts, undo.records.append
-        live_get = live.get
-        for gid in gids:
-            g = live_get(gid)
-            if g is None or g.owner not in _RESERVED_OR_SPARE:
-                raise _illegal(state, event, gid, _RESERVED_OR_SPARE, lsn)
-            record((gid, g, 0))
-            counts[g.owner] -= 1
-            counts[_O_ADMITTED] += 1
-            live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_ADMITTED, target_step,
-                              pv, g.locator, replaces)
-    elif kind is Trained:
-        _move_terminal(state, event, lsn, undo, _REPLAY, _O_TRAINED)
-    elif kind is Taken:
-        live, counts, record = state.live, state.counts, undo.records.append
-        for tg in event.groups:
-            gid = tg.group_id
-            if gid < state.next_group_id:
-                raise OwnershipError(
-                    f"LSN {lsn}: taken allocates group {gid}, but ids below {state.next_group_id} "
-                    "are already used (a group is taken once in the whole history)",
-                    group_id=gid, lsn=lsn)
-            record((gid, None, 0))
-            live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, _O_RESERVED)
-            counts[_O_RESERVED] += 1
-            state.next_group_id = gid + 1
-        if event.loader_state is not None:
-            packed = event.loader_state
-            table = blobs or {}
-            missing = [d for d in packed.refs if d not in table]
-            if missing:
-                raise JournalCorrupt(
-                    f"LSN {lsn}: taken references loader-state blob {missing[0].hex()} that is not "
-                    "stored in its segment", lsn=lsn)
-            state.loader = LoaderState(packed, {d: table[d] for d in packed.refs})
-    elif kind is Discarded:
+    if kind is Discarded:
         _move_terminal(state, event, lsn, undo, _LIVE, _O_DROPPED)
     elif kind is Diverted:
         gids = event.groups
