@@ -228,13 +228,27 @@ def apply(state: State, commit: Commit, *, chain: int = 0, timeline: int = 0,
     `OwnershipError` (state unchanged) on an illegal transition and
     `JournalCorrupt` when the LSN does not follow or a blob is missing.
     """
+    undo = Undo.__new__(Undo)
+    undo.records = []
+    _apply_commit(state, commit, chain, timeline, blobs, undo)
+    return undo
+
+
+def _apply_commit(state: State, commit: Commit, chain: int, timeline: int, blobs, undo: Undo) -> None:
+    """`apply`, with positional arguments and the undo record to fill (its `records` list is
+    cleared first), so a replay can fold millions of commits reusing one."""
     lsn = commit.lsn
     if lsn != state.lsn + 1:
         raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
-    undo = Undo(state)
+    counts = state.counts
+    undo.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
+                    counts[:])
+    undo.checkpoints = None
+    records = undo.records
+    records.clear()
     # the four kinds every group goes through are folded inline (this loop runs once per
     # event of every replay); the others go through _apply_event
-    live, counts, record = state.live, state.counts, undo.records.append
+    live, record = state.live, records.append
     live_get = live.get
     try:
         for event in commit.events:
@@ -312,7 +326,6 @@ def apply(state: State, commit: Commit, *, chain: int = 0, timeline: int = 0,
     state.lsn = lsn
     state.chain = chain
     state.timeline = timeline
-    return undo
 
 
 def _check_distinct(event, gids, lsn: int) -> None:

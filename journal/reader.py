@@ -31,7 +31,8 @@ import zstandard
 from . import format as fmt
 from .errors import JournalCorrupt
 from .events import Commit, Taken, commit_decoder
-from .fold import State, apply
+from .fold import State, Undo
+from .fold import _apply_commit as apply_commit
 
 MODES = ("strict", "point_in_time", "salvage")
 
@@ -186,6 +187,27 @@ def _next_intact_frame(data: bytes, start: int) -> int | None:
     return None
 
 
+def _split_frame(data, mv, body: int, stop: int, chain: int, lsn: int) -> list:
+    """The (commit, chain after it) pairs of a verified frame payload holding several commits
+    whose LSNs run on from `lsn`; () when it does not split cleanly (the caller then
+    classifies the frame). Raises what decoding raises."""
+    record_length, decode, crc32 = fmt.RECORD_PREFIX.unpack_from, commit_decoder.decode, zlib.crc32
+    psize = fmt.RECORD_PREFIX_SIZE
+    found, c, rpos = [], chain, body
+    while stop - rpos >= psize:
+        (n,) = record_length(data, rpos)
+        rend = rpos + psize + n
+        if n == 0 or rend > stop:
+            return ()
+        commit = decode(mv[rpos + psize:rend])
+        if commit.lsn != lsn:
+            return ()
+        c = crc32(mv[rpos:rend], c)
+        found.append((commit, c))
+        rpos, lsn = rend, lsn + 1
+    return found if rpos == stop else ()
+
+
 class Reader:
     """Read-only view of a journal directory. Takes no lock; safe beside a live writer."""
 
@@ -336,39 +358,31 @@ class Reader:
                 length, crc, frame_chain = frame_header(data, pos)
                 body = pos + hsize
                 stop = body + length
-                batch = None
-                if (0 < length <= max_frame and stop <= end and crc32(mv[body:stop]) == crc
-                        and crc32(mv[body:stop], chain) == frame_chain and length > psize):
-                    try:
-                        (n,) = record_length(data, body)
-                        if n == length - psize:         # one commit in the frame
-                            commit = decode(mv[body + psize:stop])
-                            if commit.lsn == lsn:
-                                batch = ((commit, frame_chain),)
-                        else:                           # several (group commit)
-                            found, c, rpos, want = [], chain, body, lsn
-                            while stop - rpos >= psize:
-                                (n,) = record_length(data, rpos)
-                                rend = rpos + psize + n
-                                if n == 0 or rend > stop:
-                                    break
-                                commit = decode(mv[rpos + psize:rend])
-                                if commit.lsn != want:
-                                    break
-                                c = crc32(mv[rpos:rend], c)
-                                found.append((commit, c))
-                                rpos, want = rend, want + 1
-                            if rpos == stop:
-                                batch = found
-                    except (ValueError, msgspec.DecodeError):
-                        batch = None                    # classified below
-                if batch is not None:
-                    for commit, c in batch:
-                        for b in commit.blobs:
-                            blobs[b.digest] = b.data
-                        yield new_record(Record, (commit, c, timeline, name, pos, blobs))
-                    chain, lsn, pos = frame_chain, lsn + len(batch), stop
-                    continue
+                if psize < length <= max_frame and stop <= end:
+                    payload = mv[body:stop]
+                    if crc32(payload) == crc and crc32(payload, chain) == frame_chain:
+                        try:
+                            if record_length(data, body)[0] == length - psize:  # one commit
+                                commit = decode(mv[body + psize:stop])
+                                batch = None if commit.lsn == lsn else ()
+                            else:                                             # group commit
+                                commit, batch = None, _split_frame(data, mv, body, stop, chain, lsn)
+                        except (ValueError, msgspec.DecodeError):
+                            batch = ()                  # classified below
+                        if batch is None:
+                            if commit.blobs:
+                                for b in commit.blobs:
+                                    blobs[b.digest] = b.data
+                            yield new_record(Record, (commit, frame_chain, timeline, name, pos, blobs))
+                            chain, lsn, pos = frame_chain, lsn + 1, stop
+                            continue
+                        if batch:
+                            for commit, c in batch:
+                                for b in commit.blobs:
+                                    blobs[b.digest] = b.data
+                                yield new_record(Record, (commit, c, timeline, name, pos, blobs))
+                            chain, lsn, pos = frame_chain, lsn + len(batch), stop
+                            continue
             bad = None
             if end - pos < fmt.FRAME_HEADER_SIZE:
                 bad = f"frame header cut short ({end - pos} bytes left)"
@@ -523,8 +537,10 @@ class Reader:
              timeline: int | None = None) -> State:
         """The state of the active history (or `timeline`'s) after `stop_lsn` (default: the end)."""
         state = State() if state is None else state
-        for rec in self.records(timeline=timeline, start_lsn=state.lsn + 1, stop_lsn=stop_lsn):
-            apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
+        undo = Undo(state)  # one undo record, refilled by every commit (apply's atomicity)
+        for commit, chain, tl, _segment, _offset, blobs in self.records(
+                timeline=timeline, start_lsn=state.lsn + 1, stop_lsn=stop_lsn):
+            apply_commit(state, commit, chain, tl, blobs, undo)
         return state
 
     def max_group_id(self) -> int:
