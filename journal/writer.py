@@ -18,6 +18,7 @@ import os
 import secrets
 import threading
 import time
+from _thread import allocate_lock as _allocate_lock
 from typing import Any, Iterable, Sequence
 
 import msgspec
@@ -53,11 +54,21 @@ class _SegmentPlan:
 
 
 class _Pending:
-    __slots__ = ("segment", "record", "lsn", "undo", "chain_before")
+    __slots__ = ("segment", "record", "lsn", "undo", "chain_before", "waiter")
 
     def __init__(self, segment: _SegmentPlan, record: bytes, lsn: int, undo: Undo, chain_before: int):
         self.segment, self.record, self.lsn, self.undo = segment, record, lsn, undo
         self.chain_before = chain_before
+        self.waiter = None  # a held lock its committer sleeps on (see Journal._wait)
+
+
+def _wake(pendings: list[_Pending]) -> None:
+    """Release the committers sleeping on these commits (journal lock held)."""
+    for p in pendings:
+        w = p.waiter
+        if w is not None:
+            p.waiter = None
+            w.release()
 
 
 def _acquire_lock(path: str, fs: OsFileSystem) -> int:
@@ -415,7 +426,7 @@ class Journal:
         with self._cond:
             self._check_usable()
             pending = self._enqueue(events, blobs or {})
-            return self._wait(pending.lsn)
+            return self._wait(pending.lsn, pending)
 
     def _enqueue(self, events: list, blobs: dict[bytes, bytes]) -> _Pending:
         state = self._state
@@ -454,14 +465,36 @@ class Journal:
         new = [Blob(d, blobs[d]) for d in dict.fromkeys(refs) if d not in seg.blobs]
         return commit_encoder.encode(Commit(lsn, events, new))
 
-    def _wait(self, lsn: int) -> int:
+    def _wait(self, lsn: int, mine: _Pending | None = None) -> int:
+        """Return once commit `lsn` is written (and fsynced under sync="always"); lock held.
+
+        With no batch in flight the caller leads: it writes every queued commit as one batch,
+        then wakes that batch's committers and hands the lead to the oldest queued one. A
+        committer passing its own commit (`mine`) sleeps on a lock of its own, so a batch wakes
+        its committers only, not every thread waiting on the journal."""
         while True:
             if self._failed is not None:
                 self._check_usable()
             if self._durable_lsn >= lsn:
                 return lsn
             if self._flushing:
-                self._cond.wait()
+                if mine is None:
+                    self._cond.wait()
+                    continue
+                waiter = _allocate_lock()
+                waiter.acquire()
+                mine.waiter = waiter
+                try:
+                    saved = self._lock._release_save()  # fully, like Condition.wait
+                    try:
+                        waiter.acquire()
+                    finally:
+                        self._lock._acquire_restore(saved)
+                except BaseException:  # interrupted: do not stay the one the lead is handed to
+                    mine.waiter = None
+                    if not self._flushing:
+                        self._pass_lead()
+                    raise
                 continue
             self._flushing = True
             batch, self._pending = self._pending, []
@@ -476,14 +509,26 @@ class Journal:
             self._flushing = False
             if error is not None:
                 self._fail(error, batch)
-                self._cond.notify_all()
                 raise JournalFailed(f"journal {self.path}: writing LSNs {batch[0].lsn}..{batch[-1].lsn} "
                                     f"failed: {error!r}; the journal now refuses every call") from error
             self._durable_lsn = batch[-1].lsn
-            self._cond.notify_all()
+            _wake(batch)
+            self._pass_lead()
+
+    def _pass_lead(self) -> None:
+        """No batch in flight any more: wake the oldest queued committer (it leads the next
+        batch) and every thread waiting on the condition."""
+        for p in self._pending:
+            if p.waiter is not None:
+                _wake([p])
+                break
+        self._cond.notify_all()
 
     def _fail(self, error: BaseException, batch: list[_Pending]) -> None:
         self._failed = error
+        _wake(batch)
+        _wake(self._pending)
+        self._cond.notify_all()
         for p in reversed(batch + self._pending):
             p.undo.revert(self._state)
         self._pending = []
@@ -561,7 +606,7 @@ class Journal:
             sealed, self._sealed = self._sealed, []
             for f in sealed:
                 f.close()
-            self._cond.notify_all()
+            self._pass_lead()
 
     def close(self) -> None:
         """Flush (unless failed) and release the file and the writer lock. Idempotent."""
@@ -640,7 +685,7 @@ class Transaction:
             # taken (an RLock acquired twice) it kept the lock, so every taken() and
             # transaction paid its own fsync and blocked all other committers meanwhile.
             with j._cond:
-                self.lsn = j._wait(pending.lsn)
+                self.lsn = j._wait(pending.lsn, pending)
 
     def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None) -> list[int]:
         if isinstance(refs, GroupRef):
