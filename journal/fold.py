@@ -186,7 +186,9 @@ class Undo:
     __slots__ = ("records", "scalars", "checkpoints")
 
     def __init__(self, state: State):
-        self.records: list[tuple[int, Group | None, int]] = []  # gid, old live record, old terminal code
+        # per group the commit changed, in order: its old live record, or its id when the
+        # commit took it (so reverting pops it)
+        self.records: list[Group | int] = []
         self.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
                         list(state.counts))
         # Copies of the checkpoint maps, taken by the commit's first checkpoint event only: the
@@ -199,15 +201,13 @@ class Undo:
             self.checkpoints = (dict(state.pending_checkpoints), dict(state.committed_checkpoints))
 
     def revert(self, state: State) -> None:
-        for gid, old, term in reversed(self.records):
-            if old is None:
-                state.live.pop(gid, None)
+        for old in reversed(self.records):
+            if type(old) is int:
+                state.live.pop(old, None)
+                state.terminal.clear(old)
             else:
-                state.live[gid] = old
-            if term:
-                state.terminal.set(gid, term)
-            else:
-                state.terminal.clear(gid)
+                state.live[old.group_id] = old
+                state.terminal.clear(old.group_id)
         (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
          state.counts) = self.scalars
         if self.checkpoints is not None:
@@ -264,12 +264,12 @@ def _apply_commit(state: State, commit: Commit, chain: int, timeline: int, blobs
                     g = live_get(gid)
                     if g is None or g.owner not in _ADMITTED:
                         raise _illegal(state, event, gid, _ADMITTED, lsn)
-                    record((gid, g, 0))
-                    counts[_O_ADMITTED] -= 1
-                    counts[_O_REPLAY] += 1
+                    record(g)
                     live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_REPLAY,
                                       g.target_step, g.policy_version if pv is None else pv,
                                       locators[i] if locators is not None else None, g.replaces)
+                counts[_O_ADMITTED] -= len(gids)   # a failure reverts the counts with the rest
+                counts[_O_REPLAY] += len(gids)
             elif kind is Admitted:
                 # "was it ever taken" is whether it has an owner: ids below next_group_id can be
                 # holes (a GroupRef with an explicit group_id may skip ids), so a range check
@@ -285,37 +285,42 @@ def _apply_commit(state: State, commit: Commit, chain: int, timeline: int, blobs
                     g = live_get(gid)
                     if g is None or g.owner not in _RESERVED_OR_SPARE:
                         raise _illegal(state, event, gid, _RESERVED_OR_SPARE, lsn)
-                    record((gid, g, 0))
+                    record(g)
                     counts[g.owner] -= 1
-                    counts[_O_ADMITTED] += 1
                     live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_ADMITTED,
                                       target_step, pv, g.locator, replaces)
+                counts[_O_ADMITTED] += len(gids)
             elif kind is Trained:
                 gids = event.groups
                 if len(gids) > 1:
                     _check_distinct(event, gids, lsn)
-                terminal_set = state.terminal.set
+                terminal_set, codes = state.terminal.set, state.terminal.codes
                 for gid in gids:
                     g = live_get(gid)
                     if g is None or g.owner not in _REPLAY:
                         raise _illegal(state, event, gid, _REPLAY, lsn)
-                    record((gid, g, 0))
-                    counts[_O_REPLAY] -= 1
-                    counts[_O_TRAINED] += 1
+                    record(g)
                     del live[gid]
-                    terminal_set(gid, _O_TRAINED)
+                    if 0 <= gid < len(codes):       # TerminalOwners.set's common case, inline
+                        codes[gid] = _O_TRAINED
+                    else:
+                        terminal_set(gid, _O_TRAINED)
+                counts[_O_REPLAY] -= len(gids)
+                counts[_O_TRAINED] += len(gids)
             elif kind is Taken:
+                nxt = state.next_group_id
                 for tg in event.groups:
                     gid = tg.group_id
-                    if gid < state.next_group_id:
+                    if gid < nxt:
                         raise OwnershipError(
                             f"LSN {lsn}: taken allocates group {gid}, but ids below "
-                            f"{state.next_group_id} are already used (a group is taken once in "
+                            f"{nxt} are already used (a group is taken once in "
                             "the whole history)", group_id=gid, lsn=lsn)
-                    record((gid, None, 0))
+                    record(gid)
                     live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, _O_RESERVED)
-                    counts[_O_RESERVED] += 1
-                    state.next_group_id = gid + 1
+                    nxt = gid + 1
+                counts[_O_RESERVED] += len(event.groups)
+                state.next_group_id = nxt
                 if event.loader_state is not None:
                     _take_loader_state(state, event.loader_state, blobs, lsn)
             else:
@@ -358,7 +363,7 @@ def _move_terminal(state: State, event, lsn: int, undo: Undo, allowed: frozenset
         g = live_get(gid)
         if g is None or g.owner not in allowed:
             raise _illegal(state, event, gid, allowed, lsn)
-        record((gid, g, 0))
+        record(g)
         counts[g.owner] -= 1
         counts[to] += 1
         del live[gid]
@@ -396,7 +401,7 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
             g = state.live.get(gid)
             if g is None or g.owner not in _RESERVED:
                 raise _illegal(state, event, gid, _RESERVED, lsn)
-            undo.records.append((gid, g, 0))
+            undo.records.append(g)
             state.counts[_O_RESERVED] -= 1
             state.counts[_O_SPARE] += 1
             new = g.copy()
