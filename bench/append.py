@@ -22,6 +22,9 @@ rounds (medians over rounds; see `bench.common`):
    one `BEGIN IMMEDIATE` transaction per commit, each thread its own
    connection (sqlite serialises writers). Targets journal/sqlite >= 1x at 1
    thread, >= 5x at 8 threads.
+
+The three 1-thread measurements (limit, journal, sqlite) run in alternating
+0.25 s slices, so a load change on the shared machine hits them alike.
 4. bulk append, `sync="none"`: transactions of 64 one-group events. Target
    >= 300,000 events/s. Also one-event commits and 64-group events
    (group-transitions/s), informational; their reference is the floor of
@@ -45,7 +48,8 @@ import msgspec
 from journal import (Admitted, Commit, Finished, GroupRef, Journal, OsFileSystem, Reader, Taken,
                      TakenGroup, Trained, list_segments)
 
-from .common import Figure, Report, Rounds, Target, log, scratch_dir, timed_loop, timed_threads
+from .common import (Figure, Report, Rounds, Target, log, scratch_dir, timed_alternating, timed_loop,
+                     timed_threads)
 
 TASK = "math"
 BULK_EVENTS = 64      # one-group events per bulk transaction
@@ -213,12 +217,22 @@ def average_frame_size(parent: str) -> float:
             return (journal_bytes(path) - before_bytes) / (j.lsn - before_lsn)
 
 
-def measure_limit(parent: str, frame: bytes, seconds: float) -> float:
-    with scratch_dir(parent, "limit-") as d:
+def measure_one_thread(parent: str, frame: bytes, seconds: float) -> dict[str, float]:
+    """One thread, durable one-event commits: the raw fdatasync loop ("limit"), the journal with
+    sync="always" ("journal") and sqlite ("sqlite"), in alternating 0.25 s slices in the same
+    directory, so load changes on a shared machine hit all three alike."""
+    with scratch_dir(parent, "one-thread-") as d:
         fd = os.open(os.path.join(d, "raw.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        conn = sqlite_connect(os.path.join(d, "events.db"))
         try:
-            return timed_loop(raw_fsync_loop(fd, frame), seconds)
+            conn.execute(SQL_SCHEMA)
+            with Journal.open(os.path.join(d, "j"), sync="always") as j:
+                return timed_alternating({"limit": raw_fsync_loop(fd, frame),
+                                          "journal": lifecycle(j, 0),
+                                          "sqlite": sqlite_lifecycle(conn, itertools.count(), 0)},
+                                         seconds)
         finally:
+            conn.close()
             os.close(fd)
 
 
@@ -383,12 +397,13 @@ def run(args) -> Report:
     fsyncs_8 = []
     for i in range(rounds):
         log(f"round {i + 1}/{rounds}")
-        r.add("limit", measure_limit(parent, frame, seconds))
-        r.add("j1", measure_journal(parent, "always", 1, seconds))
+        one = measure_one_thread(parent, frame, seconds)
+        r.add("limit", one["limit"])
+        r.add("j1", one["journal"])
+        r.add("sq1", one["sqlite"])
         before = fs8.fsyncs
         j8 = r.add("j8", measure_journal(parent, "always", threads, seconds, fs=fs8))
         fsyncs_8.append((fs8.fsyncs - before) / seconds)
-        r.add("sq1", measure_sqlite(parent, 1, seconds))
         r.add("sq8", measure_sqlite(parent, threads, seconds))
         r.add("raw_bulk", measure_raw(parent, BULK_EVENTS, 1, seconds))
         r.add("bulk", measure_journal(parent, "none", 1, seconds, workload=bulk_transactions))

@@ -15,6 +15,7 @@ A benchmark module builds a `Report`::
 and `python -m bench` prints it as a markdown table or (`--json`) as one JSON
 document. Other helpers: `Rounds` (collect interleaved samples, take medians),
 `timed_loop` / `timed_threads` (run a body for a while, count operations),
+`timed_alternating` (a figure and its reference in alternating short slices),
 `scratch_dir`, `peak_rss_mib`, `environment`.
 """
 
@@ -207,6 +208,33 @@ def timed_loop(body: Callable[[], int], seconds: float) -> float:
         now = clock()
         if now >= deadline:
             return n / (now - start)
+
+
+def timed_alternating(bodies: dict[str, Callable[[], int]], seconds: float,
+                      slice_seconds: float = 0.25) -> dict[str, float]:
+    """Like `timed_loop` for several bodies at once: run them in turn, `slice_seconds` each, until
+    each had `seconds`; ops per second of each. Slices interleave finely, so a load change on a
+    shared machine hits every body alike (use it for a figure and its reference)."""
+    ops = dict.fromkeys(bodies, 0)
+    spent = dict.fromkeys(bodies, 0.0)
+    clock = time.perf_counter
+    while True:
+        for name, body in bodies.items():
+            left = seconds - spent[name]
+            if left <= 0:
+                continue
+            n = 0
+            start = clock()
+            deadline = start + min(slice_seconds, left)
+            while True:
+                n += body()
+                now = clock()
+                if now >= deadline:
+                    break
+            ops[name] += n
+            spent[name] += now - start
+        if all(t >= seconds for t in spent.values()):
+            return {name: ops[name] / spent[name] for name in bodies}
 
 
 def timed_threads(make_body: Callable[[int], Callable[[], int]], threads: int, seconds: float) -> float:
