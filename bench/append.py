@@ -59,9 +59,9 @@ THREADS = 8
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=None,
-                        help="seconds per measurement (default 0.4 quick, 2.5 full)")
+                        help="seconds per measurement (default 0.4 quick, 2 full)")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds, medians reported (default 2 quick, 3 full)")
+                        help="interleaved rounds, medians reported (default 2 quick, 5 full)")
     parser.add_argument("--threads", type=int, default=THREADS, help="producer threads (default 8)")
 
 
@@ -377,8 +377,8 @@ def trainer_mix(path: str, *, steps: int, groups_per_step: int, loader_rows: int
 
 def run(args) -> Report:
     quick = args.quick
-    seconds = args.seconds or (0.4 if quick else 2.5)
-    rounds = args.rounds or (2 if quick else 3)
+    seconds = args.seconds or (0.4 if quick else 2.0)
+    rounds = args.rounds or (2 if quick else 5)
     threads = args.threads
     parent = os.path.abspath(args.dir) if args.dir else None
     report = Report("append", quick=quick, directory=parent)
