@@ -324,8 +324,17 @@ class Reader:
     # -- frames ------------------------------------------------------------------
 
     def segment_records(self, seg: Segment, *, last: bool, expect_lsn: int | None = None,
-                        chain: int | None = None) -> Iterator[Record]:
-        """Commits of one segment. `last`: damage at its end may be a torn tail."""
+                        chain: int | None = None, start_lsn: int | None = None,
+                        stop_lsn: int | None = None) -> Iterator[Record]:
+        """Commits of one segment. `last`: damage at its end may be a torn tail.
+
+        Only commits with `start_lsn <= lsn` are yielded (all are read and checked), and the
+        scan ends at the first commit past `stop_lsn`. The generator's return value (for
+        `yield from`) is `(LSN and chain of the last commit read before stopping, whether it
+        stopped at stop_lsn, the last Record yielded)`; a plain for-loop ignores it."""
+        lo = start_lsn if start_lsn is not None else -1
+        hi = stop_lsn if stop_lsn is not None else float("inf")
+        seen_lsn = seen_chain = yielded = None
         data = read_segment_bytes(seg)
         h = seg.header
         if expect_lsn is not None and h.first_lsn != expect_lsn:
@@ -333,13 +342,13 @@ class Reader:
                                  f"segment starts at LSN {h.first_lsn}, expected {expect_lsn} "
                                  "(a segment is missing)", 0))
             if self.mode == "point_in_time":
-                return
+                return seen_lsn, seen_chain, False, yielded
         if chain is not None and h.chain_seed != chain:
             self._damage(Problem("chain", seg.name, 0, h.first_lsn,
                                  f"segment chain seed {h.chain_seed:#010x} does not continue the "
                                  f"previous segment's chain {chain:#010x}", 0))
             if self.mode == "point_in_time":
-                return
+                return seen_lsn, seen_chain, False, yielded
         chain = h.chain_seed
         lsn = h.first_lsn
         blobs: dict[bytes, bytes] = {}
@@ -370,17 +379,27 @@ class Reader:
                         except (ValueError, msgspec.DecodeError):
                             batch = ()                  # classified below
                         if batch is None:
+                            if lsn > hi:
+                                return seen_lsn, seen_chain, True, yielded
                             if commit.blobs:
                                 for b in commit.blobs:
                                     blobs[b.digest] = b.data
-                            yield new_record(Record, (commit, frame_chain, timeline, name, pos, blobs))
+                            seen_lsn, seen_chain = lsn, frame_chain
+                            if lsn >= lo:
+                                yielded = new_record(Record, (commit, frame_chain, timeline, name, pos, blobs))
+                                yield yielded
                             chain, lsn, pos = frame_chain, lsn + 1, stop
                             continue
                         if batch:
                             for commit, c in batch:
+                                if commit.lsn > hi:
+                                    return seen_lsn, seen_chain, True, yielded
                                 for b in commit.blobs:
                                     blobs[b.digest] = b.data
-                                yield new_record(Record, (commit, c, timeline, name, pos, blobs))
+                                seen_lsn, seen_chain = commit.lsn, c
+                                if commit.lsn >= lo:
+                                    yielded = new_record(Record, (commit, c, timeline, name, pos, blobs))
+                                    yield yielded
                             chain, lsn, pos = frame_chain, lsn + len(batch), stop
                             continue
             bad = None
@@ -400,7 +419,7 @@ class Reader:
                 if nxt is None and last:
                     self.torn[seg.timeline] = TornTail(seg, pos, end)
                     self.problems.append(Problem("torn", seg.name, pos, lsn, f"torn tail: {bad}", end - pos))
-                    return
+                    return seen_lsn, seen_chain, False, yielded
                 if nxt == UNDECIDED:
                     bad += ("; the bytes after it hold too many frame-like candidates to tell a "
                             "torn tail from damage, so it is treated as damage")
@@ -408,7 +427,7 @@ class Reader:
                 self._damage(Problem("damaged", seg.name, pos, lsn, bad,
                                      (nxt if nxt is not None else end) - pos))
                 if self.mode == "point_in_time" or nxt is None:
-                    return
+                    return seen_lsn, seen_chain, False, yielded
                 # salvage: continue from the next intact frame; its chain cannot be checked
                 pos = nxt
                 length, crc, frame_chain = fmt.decode_frame_header(data, pos)
@@ -422,7 +441,7 @@ class Reader:
                 self._damage(Problem("damaged", seg.name, pos, lsn,
                                      f"frame verifies but does not decode: {exc}", length + 12))
                 if self.mode == "point_in_time":
-                    return
+                    return seen_lsn, seen_chain, False, yielded
                 pos = body + length
                 chain, lsn = frame_chain, None
                 continue
@@ -437,26 +456,33 @@ class Reader:
                                      f"computed {c:#010x}): a frame is missing, stale or reordered",
                                      length + 12))
                 if self.mode == "point_in_time":
-                    return
+                    return seen_lsn, seen_chain, False, yielded
             if lsn is not None and commits[0].lsn != lsn:
                 self._damage(Problem("gap", seg.name, pos, lsn,
                                      f"frame starts at LSN {commits[0].lsn}, expected {lsn}", length + 12))
                 if self.mode == "point_in_time":
-                    return
+                    return seen_lsn, seen_chain, False, yielded
             for i, commit in enumerate(commits):
                 if i and commit.lsn != commits[i - 1].lsn + 1:
                     self._damage(Problem("gap", seg.name, pos, commits[i - 1].lsn + 1,
                                          f"commit LSN {commit.lsn} inside a frame does not follow "
                                          f"{commits[i - 1].lsn}", length + 12))
                     if self.mode == "point_in_time":
-                        return
+                        return seen_lsn, seen_chain, False, yielded
+                if commit.lsn > hi:
+                    return seen_lsn, seen_chain, True, yielded
                 for b in commit.blobs:
                     blobs[b.digest] = b.data
-                yield Record(commit, chains[i] if chains[i] is not None else frame_chain,
+                rec = Record(commit, chains[i] if chains[i] is not None else frame_chain,
                              seg.timeline, seg.name, pos, blobs)
+                seen_lsn, seen_chain = commit.lsn, rec.chain
+                if commit.lsn >= lo:
+                    yielded = rec
+                    yield rec
             chain = frame_chain
             lsn = commits[-1].lsn + 1
             pos = body + length
+        return seen_lsn, seen_chain, False, yielded
 
     def timeline_records(self, timeline: int, *, start_lsn: int = 1,
                          stop_lsn: int | None = None) -> Iterator[Record]:
@@ -468,23 +494,26 @@ class Reader:
         for i, seg in enumerate(segs):  # skip segments wholly before start_lsn
             if i + 1 < len(segs) and segs[i + 1].first_lsn <= start_lsn:
                 first = i + 1
+        last_yielded = None  # returned, for `yield from` (records() checks branch points with it)
         for i in range(first, len(segs)):
             seg = segs[i]
             if stop_lsn is not None and seg.first_lsn > stop_lsn:
-                return
-            last_lsn = None
-            for rec in self.segment_records(seg, last=i == len(segs) - 1, expect_lsn=expect, chain=chain):
-                last_lsn = rec.commit.lsn
-                chain = rec.chain
-                if stop_lsn is not None and last_lsn > stop_lsn:
-                    return
-                if last_lsn >= start_lsn:
-                    yield rec
+                return last_yielded
+            last_lsn, last_chain, stopped, yielded = yield from self.segment_records(
+                seg, last=i == len(segs) - 1, expect_lsn=expect, chain=chain, start_lsn=start_lsn,
+                stop_lsn=stop_lsn)
+            if yielded is not None:
+                last_yielded = yielded
+            if last_lsn is not None:
+                chain = last_chain
+            if stopped:
+                return last_yielded
             if self.mode == "point_in_time" and self._stopped_in(seg):
-                return
+                return last_yielded
             expect = (last_lsn + 1) if last_lsn is not None else seg.first_lsn
             if i + 1 < len(segs) and last_lsn is None and chain is None:
                 chain = seg.header.chain_seed
+        return last_yielded
 
     def _stopped_in(self, seg: Segment) -> bool:
         return any(p.segment == seg.name and p.kind != "torn" for p in self.problems)
@@ -499,10 +528,7 @@ class Reader:
             if hi is not None and hi < start_lsn:
                 continue
             lo = max(start_lsn, tl.branch_lsn + 1)
-            last = None
-            for rec in self.timeline_records(tl.timeline, start_lsn=lo, stop_lsn=hi):
-                last = rec
-                yield rec
+            last = yield from self.timeline_records(tl.timeline, start_lsn=lo, stop_lsn=hi)
             if i + 1 < len(lineage):
                 child = lineage[i + 1]
                 seed = child.segments[0].header.chain_seed
