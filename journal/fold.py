@@ -235,102 +235,110 @@ def apply(state: State, commit: Commit, *, chain: int = 0, timeline: int = 0,
 
 
 def _apply_commit(state: State, commit: Commit, chain: int, timeline: int, blobs, undo: Undo) -> None:
-    """`apply`, with positional arguments and the undo record to fill (its `records` list is
-    cleared first), so a replay can fold millions of commits reusing one."""
-    lsn = commit.lsn
-    if lsn != state.lsn + 1:
-        raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
-    counts = state.counts
-    undo.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-                    counts[:])
-    undo.checkpoints = None
-    records = undo.records
-    records.clear()
-    # the four kinds every group goes through are folded inline (this loop runs once per
-    # event of every replay); the others go through _apply_event
-    live, record = state.live, records.append
-    live_get = live.get
-    try:
-        for event in commit.events:
-            kind = type(event)
-            if kind is Finished:
-                gids, locators, pv = event.groups, event.locators, event.policy_version
-                if locators is not None and len(locators) != len(gids):
-                    raise OwnershipError(f"LSN {lsn}: finished has {len(gids)} groups but "
-                                         f"{len(locators)} locators", lsn=lsn)
-                if len(gids) > 1:
-                    _check_distinct(event, gids, lsn)
-                for i, gid in enumerate(gids):
-                    g = live_get(gid)
-                    if g is None or g.owner not in _ADMITTED:
-                        raise _illegal(state, event, gid, _ADMITTED, lsn)
-                    record(g)
-                    live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_REPLAY,
-                                      g.target_step, g.policy_version if pv is None else pv,
-                                      locators[i] if locators is not None else None, g.replaces)
-                counts[_O_ADMITTED] -= len(gids)   # a failure reverts the counts with the rest
-                counts[_O_REPLAY] += len(gids)
-            elif kind is Admitted:
-                # "was it ever taken" is whether it has an owner: ids below next_group_id can be
-                # holes (a GroupRef with an explicit group_id may skip ids), so a range check
-                # is not enough
-                gids, replaces = event.groups, event.replaces
-                if replaces is not None and state.owner_of(replaces) is None:
-                    raise OwnershipError(f"LSN {lsn}: admitted replaces group {replaces}, "
-                                         "which was never taken", group_id=replaces, lsn=lsn)
-                if len(gids) > 1:
-                    _check_distinct(event, gids, lsn)
-                target_step, pv = event.target_step, event.policy_version
-                for gid in gids:
-                    g = live_get(gid)
-                    if g is None or g.owner not in _RESERVED_OR_SPARE:
-                        raise _illegal(state, event, gid, _RESERVED_OR_SPARE, lsn)
-                    record(g)
-                    counts[g.owner] -= 1
-                    live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_ADMITTED,
-                                      target_step, pv, g.locator, replaces)
-                counts[_O_ADMITTED] += len(gids)
-            elif kind is Trained:
-                gids = event.groups
-                if len(gids) > 1:
-                    _check_distinct(event, gids, lsn)
-                terminal_set, codes = state.terminal.set, state.terminal.codes
-                for gid in gids:
-                    g = live_get(gid)
-                    if g is None or g.owner not in _REPLAY:
-                        raise _illegal(state, event, gid, _REPLAY, lsn)
-                    record(g)
-                    del live[gid]
-                    if 0 <= gid < len(codes):       # TerminalOwners.set's common case, inline
-                        codes[gid] = _O_TRAINED
-                    else:
-                        terminal_set(gid, _O_TRAINED)
-                counts[_O_REPLAY] -= len(gids)
-                counts[_O_TRAINED] += len(gids)
-            elif kind is Taken:
-                nxt = state.next_group_id
-                for tg in event.groups:
-                    gid = tg.group_id
-                    if gid < nxt:
-                        raise OwnershipError(
-                            f"LSN {lsn}: taken allocates group {gid}, but ids below "
-                            f"{nxt} are already used (a group is taken once in "
-                            "the whole history)", group_id=gid, lsn=lsn)
-                    record(gid)
-                    live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, _O_RESERVED)
-                    nxt = gid + 1
-                counts[_O_RESERVED] += len(event.groups)
-                state.next_group_id = nxt
-                if event.loader_state is not None:
-                    _take_loader_state(state, event.loader_state, blobs, lsn)
-            else:
-                _apply_event(state, event, lsn, undo, blobs)
-    except BaseException:
-        undo.revert(state)
-        raise
-    state.lsn = lsn
-    state.chain = chain
-    state.timeline = timeline
+    """`apply` with positional arguments and the undo record to fill."""
+    fold_records(state, ((commit, chain, timeline, None, None, blobs),), undo)
+
+
+def fold_records(state: State, records, undo: Undo | None = None) -> State:
+    """Fold `(commit, chain, timeline, segment, offset, blobs)` tuples (the `Record`s a reader
+    yields) into `state`, each commit atomically as `apply` does (an error leaves the state
+    after the last whole commit). One undo record is refilled by every commit (its list is
+    cleared first); this is the loop every replay runs, once per commit."""
+    undo = Undo(state) if undo is None else undo
+    live, counts, undo_records = state.live, state.counts, undo.records
+    live_get, record = live.get, undo_records.append
+    for commit, chain, timeline, _segment, _offset, blobs in records:
+        lsn = commit.lsn
+        if lsn != state.lsn + 1:
+            raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
+        undo.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
+                        counts[:])
+        undo.checkpoints = None
+        undo_records.clear()
+        # the four kinds every group goes through are folded inline (this loop runs once per
+        # event of every replay); the others go through _apply_event
+        try:
+            for event in commit.events:
+                kind = type(event)
+                if kind is Finished:
+                    gids, locators, pv = event.groups, event.locators, event.policy_version
+                    if locators is not None and len(locators) != len(gids):
+                        raise OwnershipError(f"LSN {lsn}: finished has {len(gids)} groups but "
+                                             f"{len(locators)} locators", lsn=lsn)
+                    if len(gids) > 1:
+                        _check_distinct(event, gids, lsn)
+                    for i, gid in enumerate(gids):
+                        g = live_get(gid)
+                        if g is None or g.owner not in _ADMITTED:
+                            raise _illegal(state, event, gid, _ADMITTED, lsn)
+                        record(g)
+                        live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_REPLAY,
+                                          g.target_step, g.policy_version if pv is None else pv,
+                                          locators[i] if locators is not None else None, g.replaces)
+                    counts[_O_ADMITTED] -= len(gids)   # a failure reverts the counts with the rest
+                    counts[_O_REPLAY] += len(gids)
+                elif kind is Admitted:
+                    # "was it ever taken" is whether it has an owner: ids below next_group_id can be
+                    # holes (a GroupRef with an explicit group_id may skip ids), so a range check
+                    # is not enough
+                    gids, replaces = event.groups, event.replaces
+                    if replaces is not None and state.owner_of(replaces) is None:
+                        raise OwnershipError(f"LSN {lsn}: admitted replaces group {replaces}, "
+                                             "which was never taken", group_id=replaces, lsn=lsn)
+                    if len(gids) > 1:
+                        _check_distinct(event, gids, lsn)
+                    target_step, pv = event.target_step, event.policy_version
+                    for gid in gids:
+                        g = live_get(gid)
+                        if g is None or g.owner not in _RESERVED_OR_SPARE:
+                            raise _illegal(state, event, gid, _RESERVED_OR_SPARE, lsn)
+                        record(g)
+                        counts[g.owner] -= 1
+                        live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_ADMITTED,
+                                          target_step, pv, g.locator, replaces)
+                    counts[_O_ADMITTED] += len(gids)
+                elif kind is Trained:
+                    gids = event.groups
+                    if len(gids) > 1:
+                        _check_distinct(event, gids, lsn)
+                    terminal_set, codes = state.terminal.set, state.terminal.codes
+                    for gid in gids:
+                        g = live_get(gid)
+                        if g is None or g.owner not in _REPLAY:
+                            raise _illegal(state, event, gid, _REPLAY, lsn)
+                        record(g)
+                        del live[gid]
+                        if 0 <= gid < len(codes):       # TerminalOwners.set's common case, inline
+                            codes[gid] = _O_TRAINED
+                        else:
+                            terminal_set(gid, _O_TRAINED)
+                    counts[_O_REPLAY] -= len(gids)
+                    counts[_O_TRAINED] += len(gids)
+                elif kind is Taken:
+                    nxt = state.next_group_id
+                    for tg in event.groups:
+                        gid = tg.group_id
+                        if gid < nxt:
+                            raise OwnershipError(
+                                f"LSN {lsn}: taken allocates group {gid}, but ids below "
+                                f"{nxt} are already used (a group is taken once in "
+                                "the whole history)", group_id=gid, lsn=lsn)
+                        record(gid)
+                        live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, _O_RESERVED)
+                        nxt = gid + 1
+                    counts[_O_RESERVED] += len(event.groups)
+                    state.next_group_id = nxt
+                    if event.loader_state is not None:
+                        _take_loader_state(state, event.loader_state, blobs, lsn)
+                else:
+                    _apply_event(state, event, lsn, undo, blobs)
+        except BaseException:
+            undo.revert(state)
+            raise
+        state.lsn = lsn
+        state.chain = chain
+        state.timeline = timeline
+    return state
 
 
 def _check_distinct(event, gids, lsn: int) -> None:

@@ -31,8 +31,7 @@ import zstandard
 from . import format as fmt
 from .errors import JournalCorrupt
 from .events import Commit, Taken, commit_decoder
-from .fold import State, Undo
-from .fold import _apply_commit as apply_commit
+from .fold import State, fold_records
 
 MODES = ("strict", "point_in_time", "salvage")
 
@@ -563,11 +562,8 @@ class Reader:
              timeline: int | None = None) -> State:
         """The state of the active history (or `timeline`'s) after `stop_lsn` (default: the end)."""
         state = State() if state is None else state
-        undo = Undo(state)  # one undo record, refilled by every commit (apply's atomicity)
-        for commit, chain, tl, _segment, _offset, blobs in self.records(
-                timeline=timeline, start_lsn=state.lsn + 1, stop_lsn=stop_lsn):
-            apply_commit(state, commit, chain, tl, blobs, undo)
-        return state
+        return fold_records(state, self.records(timeline=timeline, start_lsn=state.lsn + 1,
+                                                stop_lsn=stop_lsn))
 
     def max_group_id(self) -> int:
         """The highest group id any timeline ever allocated (-1 if none): ids are never reused."""
