@@ -304,17 +304,21 @@ def fold_records(state: State, records, undo: Undo | None = None) -> State:
                     gids = event.groups
                     if len(gids) > 1:
                         _check_distinct(event, gids, lsn)
-                    terminal_set, codes = state.terminal.set, state.terminal.codes
+                    terminal = state.terminal
+                    codes = terminal.codes
+                    dense = len(codes)
                     for gid in gids:
                         g = live_get(gid)
                         if g is None or g.owner not in _REPLAY:
                             raise _illegal(state, event, gid, _REPLAY, lsn)
                         record(g)
                         del live[gid]
-                        if 0 <= gid < len(codes):       # TerminalOwners.set's common case, inline
+                        if 0 <= gid < dense:            # TerminalOwners.set's common case, inline
                             codes[gid] = _O_TRAINED
                         else:
-                            terminal_set(gid, _O_TRAINED)
+                            terminal.set(gid, _O_TRAINED)
+                            codes = terminal.codes
+                            dense = len(codes)
                     counts[_O_REPLAY] -= len(gids)
                     counts[_O_TRAINED] += len(gids)
                 elif kind is Taken:
