@@ -581,6 +581,9 @@ class Journal:
             self._check_usable()
             while self._flushing:
                 self._cond.wait()
+            # re-check: the flush or batch we waited for may have failed (fail-stop: never
+            # fsync again after a failed fsync and report success)
+            self._check_usable()
             if self._pending:
                 self._wait(self._pending[-1].lsn)
             if not self._dirty:

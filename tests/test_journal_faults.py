@@ -338,3 +338,53 @@ def test_fault_while_open_repairs_a_torn_tail(fast_tmp, kind):
     with Journal.open(path) as j:  # the lock was released, the repair happens now
         assert_journal_matches(j, m)
     append_and_verify(path, m)
+
+
+def test_a_flush_waiting_on_a_failing_fsync_does_not_fsync_again_and_succeed(tmp_path):
+    """Fail-stop across concurrent flushes: the second flush() waited for the first, whose
+    fsync failed; it must raise JournalFailed, not fsync again and return normally."""
+    import threading
+    import time
+
+    from journal import JournalFailed
+    from journal.vfs import OsFileSystem
+
+    gate, entered = threading.Event(), threading.Event()
+
+    class BlockingFailingFsync(OsFileSystem):
+        armed = False
+        fsyncs_after_failure = 0
+
+        def fsync(self, f):
+            if self.armed and f.path.endswith(".wal"):
+                if entered.is_set():
+                    self.fsyncs_after_failure += 1
+                entered.set()
+                gate.wait(5)
+                raise OSError(errno.EIO, "injected")
+            return super().fsync(f)
+
+    fs = BlockingFailingFsync()
+    j = Journal.open(str(tmp_path / "j"), sync="batch", sync_interval=3600, fs=fs)
+    j.taken([GroupRef(1)])
+    fs.armed = True
+    outcome = {}
+
+    def flush(name):
+        try:
+            j.flush()
+            outcome[name] = "returned"
+        except JournalFailed:
+            outcome[name] = "JournalFailed"
+
+    first = threading.Thread(target=flush, args=("first",))
+    first.start()
+    assert entered.wait(5)
+    second = threading.Thread(target=flush, args=("second",))
+    second.start()
+    time.sleep(0.2)
+    gate.set()
+    first.join(5)
+    second.join(5)
+    assert outcome == {"first": "JournalFailed", "second": "JournalFailed"}
+    assert fs.fsyncs_after_failure == 0
