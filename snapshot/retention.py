@@ -49,17 +49,7 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
             if zstandard.ZstdDecompressor().decompress(data) != raw:  # never unlink on a bad archive
                 raise OSError(f"{seg.path}: the zstd archive does not decompress to the segment")
             final = seg.path + ".zst"
-            tmp = final + ".tmp"
-            if os.path.exists(tmp):
-                fs.unlink(tmp)
-            f = fs.create(tmp)
-            try:
-                f.write(data)
-                f.sync()
-            finally:
-                f.close()
-            fs.rename(tmp, final)
-            fs.fsync_dir(journal_path)
+            fs.replace_file(final, data)  # via <final>.tmp: fsync, rename, directory fsync
             fs.unlink(seg.path)
             fs.fsync_dir(journal_path)
             done.append(os.path.basename(final))
