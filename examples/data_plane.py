@@ -22,16 +22,11 @@ from typing import Iterable
 
 import torch
 
+from journal import DEFAULT_FS
+
 _LOCATOR = re.compile(r"^g(\d+)\.pt$")
 _TMP = ".tmp-"
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -46,7 +41,7 @@ def _write_atomic(path: str, data: bytes) -> None:
     finally:
         os.close(fd)
     os.rename(tmp, path)
-    _fsync_dir(directory)
+    DEFAULT_FS.fsync_dir(directory)
 
 
 class LocalDataPlane:
@@ -89,7 +84,7 @@ class LocalDataPlane:
             except FileNotFoundError:
                 pass
         if n:
-            _fsync_dir(self.root)
+            DEFAULT_FS.fsync_dir(self.root)
         return n
 
     def sweep(self, keep: Iterable[str]) -> int:
@@ -101,7 +96,7 @@ class LocalDataPlane:
                 os.unlink(os.path.join(self.root, name))
                 gone += 1
         if gone:
-            _fsync_dir(self.root)
+            DEFAULT_FS.fsync_dir(self.root)
         return gone
 
     def import_cut(self, cut_dir: str) -> int:

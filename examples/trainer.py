@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from journal import AsyncJournal, GroupRef, Journal, list_segments
+from journal import DEFAULT_FS, AsyncJournal, GroupRef, Journal, list_segments
 from replay import fingerprint, restore
 from snapshot import BackgroundCompactor, compact
 
@@ -276,13 +276,6 @@ class NoOwnership:
 
 # -- checkpoints on disk -----------------------------------------------------------------------
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def checkpoint_dirs(ckpt_dir: str) -> list[tuple[int, str]]:
@@ -660,12 +653,12 @@ class Trainer:
             self._compact_in_background()
 
     def _publish_checkpoint(self, tmp: str, t: int) -> None:
-        _fsync_dir(tmp)
+        DEFAULT_FS.fsync_dir(tmp)
         final = step_dir(self.cfg.ckpt_dir, t)
         if os.path.exists(final):   # written by a run that died before committing it
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync_dir(self.cfg.ckpt_dir)
+        DEFAULT_FS.fsync_dir(self.cfg.ckpt_dir)
 
     def _retire_old(self, committed: int) -> None:
         """After the step-`committed` checkpoint is durable no restore goes back further: older
