@@ -239,15 +239,23 @@ def _apply_commit(state: State, commit: Commit, chain: int, timeline: int, blobs
     fold_records(state, ((commit, chain, timeline, None, None, blobs),), undo)
 
 
-def fold_records(state: State, records, undo: Undo | None = None) -> State:
+def fold_records(state: State, records, undo: Undo | None = None, log=None) -> State:
     """Fold `(commit, chain, timeline, segment, offset, blobs)` tuples (the `Record`s a reader
     yields) into `state`, each commit atomically as `apply` does (an error leaves the state
     after the last whole commit). One undo record is refilled by every commit (its list is
-    cleared first); this is the loop every replay runs, once per commit."""
+    cleared first); this is the loop every replay runs, once per commit.
+
+    With `log`, every commit gets its own undo record instead, and `log(lsn, undo, commit)`
+    is called after it was folded: a caller that may have to go back to an earlier LSN keeps
+    the ones it needs and reverts them, newest first."""
     undo = Undo(state) if undo is None else undo
     live, counts, undo_records = state.live, state.counts, undo.records
     live_get, record = live.get, undo_records.append
     for commit, chain, timeline, _segment, _offset, blobs in records:
+        if log is not None:
+            undo = Undo.__new__(Undo)
+            undo_records = undo.records = []
+            record = undo_records.append
         lsn = commit.lsn
         if lsn != state.lsn + 1:
             raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
@@ -345,6 +353,8 @@ def fold_records(state: State, records, undo: Undo | None = None) -> State:
         state.lsn = lsn
         state.chain = chain
         state.timeline = timeline
+        if log is not None:
+            log(lsn, undo, commit)
     return state
 
 

@@ -559,11 +559,12 @@ class Reader:
             yield t, cut, self.timeline_records(t, start_lsn=cut + 1)
 
     def fold(self, *, stop_lsn: int | None = None, state: State | None = None,
-             timeline: int | None = None) -> State:
-        """The state of the active history (or `timeline`'s) after `stop_lsn` (default: the end)."""
+             timeline: int | None = None, log=None) -> State:
+        """The state of the active history (or `timeline`'s) after `stop_lsn` (default: the end).
+        `log`: see `fold.fold_records` (each commit's own undo record, for going back)."""
         state = State() if state is None else state
         return fold_records(state, self.records(timeline=timeline, start_lsn=state.lsn + 1,
-                                                stop_lsn=stop_lsn))
+                                                stop_lsn=stop_lsn), log=log)
 
     def max_group_id(self) -> int:
         """The highest group id any timeline ever allocated (-1 if none): ids are never reused."""

@@ -7,13 +7,15 @@ depends on a cut existing (without one the whole history is folded).
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from journal import CheckpointBegun, CheckpointCommitted, JournalCorrupt, Reader, State
+from journal import CheckpointBegun, CheckpointCommitted, JournalCorrupt, OwnershipError, Reader, State
 
+from . import manifest as mf
 from .cut import TMP_PREFIX, Cut, read_cut
 from .errors import JournalMismatch, RestoreError
 
@@ -97,32 +99,151 @@ def usable_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> It
         yield cut
 
 
-def _markers(reader: Reader, state: State) -> tuple[int, dict[int, int], dict[int, int]]:
-    """Scan the tail after `state` for checkpoint markers; returns (end LSN, pending, committed)."""
-    pending = dict(state.pending_checkpoints)
-    committed = dict(state.committed_checkpoints)
-    end = state.lsn
-    for rec in reader.records(start_lsn=state.lsn + 1):
-        end = rec.commit.lsn
-        for ev in rec.commit.events:
-            t = type(ev)
-            if t is CheckpointBegun:
-                pending[ev.step] = end
-            elif t is CheckpointCommitted and ev.step in pending:
-                committed[ev.step] = pending.pop(ev.step)
-    return end, pending, committed
+class _ManifestView:
+    """A cut known by its manifest only (enough for `anchor_problem`); loaded when used."""
+
+    def __init__(self, path: str, manifest) -> None:
+        self.path, self.manifest = path, manifest
+
+    @property
+    def lsn(self) -> int:
+        return self.manifest.lsn
+
+
+def _anchored_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> list[_ManifestView]:
+    """Cuts whose manifest reads and whose anchor is on the active history, newest first; the
+    others are reported. Only manifests are read here: nothing is hashed or unpickled."""
+    out = []
+    for _lsn, _timeline, path in cut_dirs(journal_path):
+        try:
+            with open(os.path.join(path, mf.MANIFEST_NAME), "rb") as f:
+                raw = f.read()
+            view = _ManifestView(path, mf.decode(raw, path))
+        except FileNotFoundError:
+            skipped.append(Skipped(path, f"ManifestMissing: {path}: no {mf.MANIFEST_NAME} "
+                                         "(an incomplete or foreign cut)"))
+            continue
+        except (OSError, RestoreError) as exc:
+            name = type(exc).__name__ if isinstance(exc, RestoreError) else "ManifestMissing"
+            skipped.append(Skipped(path, f"{name}: {exc}"))
+            continue
+        problem = anchor_problem(reader, view)
+        if problem is not None:
+            skipped.append(Skipped(path, f"JournalMismatch: {problem}"))
+            continue
+        out.append(view)
+    return out
+
+
+def _load(views: list[_ManifestView], below: int | None, skipped: list[Skipped]) -> Cut | None:
+    """The newest of `views` at or before `below` (any if None) that passes every check of
+    `read_cut`; those that fail are reported and dropped from `views`."""
+    for v in list(views):
+        if below is not None and v.lsn > below:
+            continue
+        try:
+            cut = read_cut(v.path)
+        except RestoreError as exc:
+            skipped.append(Skipped(v.path, f"{type(exc).__name__}: {exc}"))
+            views.remove(v)
+            continue
+        m, seen = cut.manifest, v.manifest
+        if (m.run_id, m.timeline, m.lsn, m.chain) != (seen.run_id, seen.timeline, seen.lsn, seen.chain):
+            skipped.append(Skipped(v.path, "JournalMismatch: the cut's manifest changed while it was read"))
+            views.remove(v)
+            continue
+        return cut
+    return None
+
+
+_MAX_UNDO_COMMITS = 100_000  # beyond this, going back means folding again from a cut
+
+
+class _GoBack:
+    """The undo records of the commits a fold may have to take back: those after `floor`, the
+    newest LSN known to be at or before wherever the restore will land. The floor rises as
+    checkpoint markers go by, and older undo records are dropped; at most _MAX_UNDO_COMMITS
+    are kept (`overflow` then says going back needs a fold from a cut instead)."""
+
+    def __init__(self, state: State, mode: str, step: int | None = None, lsn: int | None = None):
+        self.state, self.mode, self.step = state, mode, step  # mode: latest | step | lsn | end
+        self.undos: collections.deque = collections.deque()
+        self.overflow = False
+        self.floor = {"lsn": lsn, "end": 1 << 62}.get(mode, 0)
+        self._rise()
+
+    def _rise(self) -> None:
+        st = self.state
+        if self.mode == "latest":
+            # lands on the newest checkpoint_begun among the committed ones: never below this
+            self.floor = max(self.floor, max(st.committed_checkpoints.values(), default=0))
+        elif self.mode == "step":
+            # lands on the checkpoint_begun(S) that gets committed: never below the latest
+            # begun(S) seen; before any, never below where the fold is now
+            lsn = st.committed_checkpoints.get(self.step, st.pending_checkpoints.get(self.step))
+            self.floor = max(self.floor, lsn if lsn is not None else st.lsn)
+        undos = self.undos
+        while undos and undos[0][0] <= self.floor:
+            undos.popleft()
+
+    def __call__(self, lsn: int, undo, commit) -> None:
+        if self.mode == "step":
+            self._rise()
+        else:
+            for ev in commit.events:
+                if type(ev) is CheckpointCommitted:
+                    self._rise()
+                    break
+        if lsn > self.floor and not self.overflow:
+            if len(self.undos) >= _MAX_UNDO_COMMITS:
+                self.undos.clear()
+                self.overflow = True
+            else:
+                self.undos.append((lsn, undo))
+
+    def back_to(self, target: int) -> bool:
+        """Revert the state to `target` with the kept undo records; False if they do not reach."""
+        st = self.state
+        if self.overflow or target < self.floor and st.lsn > target:
+            return False
+        while self.undos and self.undos[-1][0] > target:
+            lsn, undo = self.undos.pop()
+            if lsn != st.lsn:
+                return False
+            undo.revert(st)
+        return st.lsn == target
 
 
 def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: int | None = None,
              reader: Reader | None = None) -> Point:
     """The state of the active history at `at` ("latest-checkpoint", "end", an LSN) or at the
-    committed checkpoint of `step`."""
+    committed checkpoint of `step`.
+
+    One pass: the newest usable cut is loaded (the others are only anchor-checked), the tail
+    after it is folded to the end of the active history (which checks every commit and finds
+    the checkpoint markers), and the commits after the restore point are taken back with
+    their undo records. Only when the point is before that cut (or more than
+    _MAX_UNDO_COMMITS commits follow it) is an older cut loaded and folded up to the point."""
+    explicit = step is None and isinstance(at, int) and not isinstance(at, bool)
+    if not (step is not None or explicit or at in ("latest-checkpoint", "end")):
+        raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
     reader = reader or Reader(journal_path, "strict")
     skipped: list[Skipped] = []
-    cuts = list(usable_cuts(reader, journal_path, skipped))
-    newest = cuts[0] if cuts else None
-    base_state = newest.state if newest is not None else State()
-    end, pending, committed = _markers(reader, base_state)
+    views = _anchored_cuts(reader, journal_path, skipped)
+    newest = _load(views, None, skipped)
+    state = _from(newest)
+    mode = "step" if step is not None else "lsn" if explicit else "end" if at == "end" else "latest"
+    back = _GoBack(state, mode, step, at if explicit else None)
+    try:
+        reader.fold(state=state, log=back)
+        end, committed = state.lsn, dict(state.committed_checkpoints)
+    except (OwnershipError, JournalCorrupt):
+        # The fold to the end failed somewhere; maybe after the restore point, in a dead tail
+        # that is never folded into the state (and must not stop a restore). Find the point by
+        # its markers only, then fold up to it: an error there is the restore's.
+        back.undos.clear()
+        end, committed = _markers(reader, newest.state if newest is not None else State())
+        state = None
     target_step = None
     if step is not None:
         if step not in committed:
@@ -136,29 +257,55 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
             target = 0
     elif at == "end":
         target = end
-    elif isinstance(at, int) and not isinstance(at, bool):
+    else:
         if not 0 <= at <= end:
             raise RestoreError(f"{journal_path}: LSN {at} is outside the active history (0..{end})")
         target = at
         target_step = next((s for s, lsn in committed.items() if lsn == at), None)
-    else:
-        raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
-    base = next((c for c in cuts if c.lsn <= target), None)
-    for c in cuts:
-        if c.lsn > target and c is not base:
-            skipped.append(Skipped(c.path, f"cut LSN {c.lsn} is after the restore point {target}"))
     if target == 0 and step is None and at == "latest-checkpoint":
-        return Point(0, None, State(), None, end, skipped, committed)
-    state = base.state.copy() if base is not None else State()
-    if base is not None:
-        # the cut's anchor timeline: a state read from a cut does not carry it, and a resume
-        # or a new cut at exactly this LSN (no tail folded on top) must name the right one
-        state.timeline = base.manifest.timeline
-    reader.fold(stop_lsn=target, state=state)
+        base, state = None, State()
+    elif state is None or newest is not None and newest.lsn > target or not back.back_to(target):
+        # fold again, from a cut at or before the point
+        base = newest if newest is not None and newest.lsn <= target else _load(views, target, skipped)
+        state = _from(base)
+        reader.fold(stop_lsn=target, state=state)
+    else:
+        base = newest
+    for v in views:
+        if v.lsn > target and (base is None or v.path != base.path):
+            skipped.append(Skipped(v.path, f"cut LSN {v.lsn} is after the restore point {target}"))
     if state.lsn != target:
         raise JournalCorrupt(f"{journal_path}: the active history ends at LSN {state.lsn}, before the "
                              f"restore point {target}", lsn=state.lsn + 1)
     return Point(target, target_step, state, base, end, skipped, committed)
+
+
+def _markers(reader: Reader, state: State) -> tuple[int, dict[int, int]]:
+    """(end LSN, committed checkpoints) of the active history after `state`, by its checkpoint
+    markers alone (every commit is read and checked, none is folded)."""
+    pending = dict(state.pending_checkpoints)
+    committed = dict(state.committed_checkpoints)
+    end = state.lsn
+    for rec in reader.records(start_lsn=state.lsn + 1):
+        end = rec.commit.lsn
+        for ev in rec.commit.events:
+            t = type(ev)
+            if t is CheckpointBegun:
+                pending[ev.step] = end
+            elif t is CheckpointCommitted and ev.step in pending:
+                committed[ev.step] = pending.pop(ev.step)
+    return end, committed
+
+
+def _from(cut: Cut | None) -> State:
+    """A state to fold on: a copy of the cut's (with its anchor timeline), or an empty one."""
+    if cut is None:
+        return State()
+    state = cut.state.copy()
+    # a state read from a cut does not carry the anchor's timeline, and a resume or a new cut
+    # at exactly this LSN (no tail folded on top) must name the right one
+    state.timeline = cut.manifest.timeline
+    return state
 
 
 def check_anchor(reader: Reader, cut: Cut) -> None:

@@ -221,3 +221,30 @@ def test_restore_from_a_cut_alone_then_resume_into_a_fresh_journal(tmp_path):
     assert deep_equal(back8.loader_state, from_cut.loader_state)
     assert compact(fresh, retention=None).lsn == l9
     assert top >= from_cut.fold_state.next_group_id
+
+
+def test_restore_point_far_behind_the_end(tmp_path, monkeypatch):
+    """restore folds the tail once to the end and takes back the commits after the point; when
+    too many follow it (bounded memory), it folds again from a cut instead. Same state."""
+    import sys
+    sa = sys.modules["snapshot.state_at"]  # (the package re-exports a function of that name)
+    path = str(tmp_path / "journal")
+    j = Journal.open(path, sync="none")
+    d = Driver(j)
+    d.step(1)
+    compact(path, at="end", retention=None)
+    d.step(2)
+    l2 = j.begin_checkpoint(step=2)
+    at_l2 = j.state_copy()
+    j.commit_checkpoint(step=2)
+    for s in range(3, 9):
+        d.step(s)
+    j.begin_checkpoint(step=9)                      # never committed: the point stays at L2
+    j.close()
+    normal = restore(path)
+    monkeypatch.setattr(sa, "_MAX_UNDO_COMMITS", 3)
+    bounded = restore(path)
+    for state in (normal, bounded):
+        assert (state.lsn, state.step) == (l2, 2)
+        assert_same(recovered_view(state), state_view(at_l2))
+    assert normal.base_cut == bounded.base_cut is not None
