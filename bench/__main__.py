@@ -16,6 +16,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
                                "bulk append, bytes per event"),
     "inspect": ("bench.inspect", "journal-inspect summary and verify on 10M events: wall time and "
                                  "peak RSS vs the 300 MB target"),
+    "replay": ("bench.replay", "tail replay throughput vs a decode-only loop; restore of a cut of "
+                               "100k live groups + a 1M-event tail: time and peak RSS"),
     "snapshot": ("bench.snapshot", "cut time and size at 1k/10k/100k live groups vs the ledger's "
                                    "torch.save, history independence, memory per group"),
 }
