@@ -245,12 +245,13 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
     after the last whole commit). One undo record is refilled by every commit (its list is
     cleared first); this is the loop every replay runs, once per commit.
 
-    With `log`, every commit gets its own undo record instead, and `log(lsn, undo, commit)`
-    is called after it was folded: a caller that may have to go back to an earlier LSN keeps
-    the ones it needs and reverts them, newest first."""
+    With `log` (a list or deque), every commit gets its own undo record instead, appended as
+    `(lsn, undo)` once the commit is folded: a caller that may have to go back to an earlier
+    LSN keeps the ones it needs and reverts them, newest first."""
     undo = Undo(state) if undo is None else undo
     live, counts, undo_records = state.live, state.counts, undo.records
     live_get, record = live.get, undo_records.append
+    log_append = log.append if log is not None else None
     for commit, chain, timeline, _segment, _offset, blobs in records:
         if log is not None:
             undo = Undo.__new__(Undo)
@@ -354,7 +355,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
         state.chain = chain
         state.timeline = timeline
         if log is not None:
-            log(lsn, undo, commit)
+            log_append((lsn, undo))
     return state
 
 
