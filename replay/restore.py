@@ -25,7 +25,7 @@ from snapshot.manifest import decode as _decode_manifest
 from snapshot.state_at import cut_dir_name
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError
-from .rehydrate import rehydrate
+from .rehydrate import ROW_CHANGED_POLICIES, rehydrate
 
 
 @dataclass
@@ -172,6 +172,10 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     """Rebuild the state to resume from. `path` is a journal directory or a cut directory;
     `at` is "latest-checkpoint" (default), "end" (forensics) or an LSN; `step=S` picks the
     committed checkpoint of step S. Raises a `RestoreError` subclass naming what failed."""
+    if not (at in ("latest-checkpoint", "end") or isinstance(at, int) and not isinstance(at, bool)):
+        raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
+    if on_row_changed not in ROW_CHANGED_POLICIES:
+        raise ValueError(f"on_row_changed must be one of {ROW_CHANGED_POLICIES}, not {on_row_changed!r}")
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise RestoreError(f"{path}: no such journal or cut directory")
