@@ -459,3 +459,21 @@ def fold(commits: Iterable[Commit], state: State | None = None) -> State:
     for c in commits:
         apply(state, c, blobs={b.digest: b.data for b in c.blobs})
     return state
+
+
+def checkpoint_markers(records: Iterable, state: State | None = None) -> tuple[int, dict[int, int]]:
+    """(last LSN, step -> checkpoint_begun LSN of every committed checkpoint) after folding only
+    the checkpoint markers of `records` (journal `Record`s) onto `state`'s: the fold's checkpoint
+    rule without the cost of the ownership fold, to find restore points."""
+    pending = dict(state.pending_checkpoints) if state is not None else {}
+    committed = dict(state.committed_checkpoints) if state is not None else {}
+    end = state.lsn if state is not None else 0
+    for rec in records:
+        end = rec.commit.lsn
+        for ev in rec.commit.events:
+            kind = type(ev)
+            if kind is CheckpointBegun:
+                pending[ev.step] = end
+            elif kind is CheckpointCommitted and ev.step in pending:
+                committed[ev.step] = pending.pop(ev.step)
+    return end, committed

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 import journal
-from journal import CheckpointBegun, CheckpointCommitted, Owner, State
+from journal import Owner, State, checkpoint_markers
 from snapshot import RestoreError, read_cut, state_at
 
 from . import output, tables
@@ -77,21 +77,9 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def _markers(reader) -> tuple[int, dict[int, int]]:
-    pending, committed, end = {}, {}, 0
-    for rec in history(reader):
-        end = rec.commit.lsn
-        for ev in rec.commit.events:
-            if type(ev) is CheckpointBegun:
-                pending[ev.step] = end
-            elif type(ev) is CheckpointCommitted and ev.step in pending:
-                committed[ev.step] = pending.pop(ev.step)
-    return end, committed
-
-
 def _reading_point(src: Source, at, step):
     reader = src.reader
-    end, committed = _markers(reader)
+    end, committed = checkpoint_markers(history(reader))
     target_step = None
     if step is not None:
         if step not in committed:

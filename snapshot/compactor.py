@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from journal import DEFAULT_FS, CheckpointBegun, CheckpointCommitted, Journal, OsFileSystem, Reader
+from journal import DEFAULT_FS, Journal, OsFileSystem, Reader, checkpoint_markers
 
 from .cut import DATA_PLANE_DIR, TMP_PREFIX, Cut, DataPlane, read_cut, write_cut
 from .errors import RestoreError
@@ -135,19 +135,6 @@ def _reusable(journal_path: str, cut_path: str, data_plane: DataPlane | None) ->
     return data_plane is None or has_dp
 
 
-def _committed_at_end(reader: Reader, newest: Cut) -> dict[int, int]:
-    """step -> checkpoint_begun LSN of every checkpoint committed on the active history."""
-    pending = dict(newest.state.pending_checkpoints)
-    committed = dict(newest.state.committed_checkpoints)
-    for rec in reader.records(start_lsn=newest.lsn + 1):
-        for ev in rec.commit.events:
-            if type(ev) is CheckpointBegun:
-                pending[ev.step] = rec.commit.lsn
-            elif type(ev) is CheckpointCommitted and ev.step in pending:
-                committed[ev.step] = pending.pop(ev.step)
-    return committed
-
-
 def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int], mode: str,
                      result: CompactResult, protect: str) -> None:
     reader = Reader(path, "strict")
@@ -155,7 +142,7 @@ def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int]
     cuts = list(usable_cuts(reader, path, ignored))  # newest first
     if not cuts:
         return
-    committed = _committed_at_end(reader, cuts[0])
+    _, committed = checkpoint_markers(reader.records(start_lsn=cuts[0].lsn + 1), cuts[0].state)
     latest = max(committed.values()) if committed else 0  # no checkpoint: a restart resumes at 0
     points = {latest} | {committed[s] for s in pins if s in committed}
     keep = {c.path for c in cuts[:keep_cuts]} | {protect}  # never the cut just asked for

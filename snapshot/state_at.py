@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from journal import CheckpointBegun, CheckpointCommitted, JournalCorrupt, OwnershipError, Reader, State
-from journal.fold import fold_records
+from journal import JournalCorrupt, OwnershipError, Reader, State, checkpoint_markers, fold_records
 
 from . import manifest as mf
 from .cut import TMP_PREFIX, Cut, read_cut
@@ -260,7 +259,8 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
         # that is never folded into the state (and must not stop a restore). Find the point by
         # its markers only, then fold up to it: an error there is the restore's.
         back.undos.clear()
-        end, committed = _markers(reader, newest.state if newest is not None else State())
+        end, committed = checkpoint_markers(reader.records(start_lsn=newest.lsn + 1 if newest else 1),
+                                            newest.state if newest is not None else None)
         state = None
     target_step = None
     if step is not None:
@@ -296,23 +296,6 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
         raise JournalCorrupt(f"{journal_path}: the active history ends at LSN {state.lsn}, before the "
                              f"restore point {target}", lsn=state.lsn + 1)
     return Point(target, target_step, state, base, end, skipped, committed)
-
-
-def _markers(reader: Reader, state: State) -> tuple[int, dict[int, int]]:
-    """(end LSN, committed checkpoints) of the active history after `state`, by its checkpoint
-    markers alone (every commit is read and checked, none is folded)."""
-    pending = dict(state.pending_checkpoints)
-    committed = dict(state.committed_checkpoints)
-    end = state.lsn
-    for rec in reader.records(start_lsn=state.lsn + 1):
-        end = rec.commit.lsn
-        for ev in rec.commit.events:
-            t = type(ev)
-            if t is CheckpointBegun:
-                pending[ev.step] = end
-            elif t is CheckpointCommitted and ev.step in pending:
-                committed[ev.step] = pending.pop(ev.step)
-    return end, committed
 
 
 def _from(cut: Cut | None) -> State:
