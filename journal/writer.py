@@ -125,6 +125,7 @@ class Journal:
         self._closed = False
         self._dirty = False
         self._syncer: threading.Thread | None = None
+        self._stop_syncer = threading.Event()  # set by close(): the batch syncer exits at once
         self._sealed: list = []  # sync="none": sealed segments not fsynced yet (flush() does it)
         fs.makedirs(self.path)
         self._lock_fd = _acquire_lock(self.path, fs)
@@ -565,8 +566,7 @@ class Journal:
     # -- syncing and closing ---------------------------------------------------------------
 
     def _sync_loop(self) -> None:
-        while True:
-            time.sleep(self.sync_interval)
+        while not self._stop_syncer.wait(self.sync_interval):
             with self._cond:
                 if self._closed or self._failed is not None:
                     return
@@ -622,6 +622,7 @@ class Journal:
             with self._cond:
                 self._closed = True
                 self._cond.notify_all()
+            self._stop_syncer.set()
             seg = getattr(self, "_disk_segment", None)
             files = list(getattr(self, "_sealed", ()))
             if seg is not None and seg.file is not None:

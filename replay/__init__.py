@@ -9,7 +9,7 @@
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalCorrupt, JournalMismatch,
                      ManifestMissing, MissingFile, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
-                     TwoOwners, UnsafePath)
+                     TwoOwners, Unreadable, UnsafePath)
 from .fingerprint import fingerprint
 from .rehydrate import ROW_CHANGED_POLICIES
 from .restore import RecoveredGroup, RecoveredState, restore
@@ -18,5 +18,5 @@ __all__ = [
     "restore", "RecoveredState", "RecoveredGroup", "fingerprint", "ROW_CHANGED_POLICIES",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
-    "JournalCorrupt", "OwnershipError", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
+    "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
 ]

@@ -19,6 +19,10 @@ class OwnershipError(RestoreError, journal.OwnershipError):
     """9. The journal tail breaks the ownership rules (names the group and LSN)."""
 
 
+class Unreadable(RestoreError):
+    """A journal file cannot be read at all (permissions, a directory where a segment belongs)."""
+
+
 class RowMissing(RestoreError):
     """10. `dataset[idx]` does not exist (the dataset shrank)."""
 
@@ -37,5 +41,5 @@ class RowChangedWarning(UserWarning):
 
 __all__ = ["RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile",
            "ChecksumMismatch", "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners",
-           "JournalMismatch", "JournalCorrupt", "OwnershipError", "RowMissing", "RowMismatch",
+           "JournalMismatch", "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch",
            "RowChanged", "RowChangedWarning"]

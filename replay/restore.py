@@ -24,7 +24,7 @@ from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE
 from snapshot.manifest import decode as _decode_manifest
 from snapshot.state_at import cut_dir_name
 
-from .errors import JournalCorrupt, OwnershipError, RestoreError
+from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
 from .rehydrate import ROW_CHANGED_POLICIES, rehydrate
 
 
@@ -130,6 +130,8 @@ def _wrap_journal_errors(fn, *args, **kwargs):
         raise OwnershipError(str(exc), group_id=exc.group_id, lsn=exc.lsn) from exc
     except journal.JournalCorrupt as exc:
         raise JournalCorrupt(str(exc), segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+        raise Unreadable(f"{exc.filename}: cannot be read: {exc.strerror}") from exc
 
 
 def _decode_loader(state: State, where: str) -> Any:

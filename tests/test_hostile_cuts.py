@@ -35,7 +35,7 @@ import torch
 
 from crash_oracle import Run, loader
 from journal import Journal, JournalError, Reader
-from replay import (ChecksumMismatch, CorruptRecord, ManifestMissing, MissingFile, RestoreError,
+from replay import (ChecksumMismatch, CorruptRecord, ManifestMissing, MissingFile, RestoreError, Unreadable,
                     UnsafePath, restore)
 from snapshot import SNAPSHOTS_DIR, compact, read_cut
 
@@ -298,6 +298,8 @@ def test_a_directory_where_a_segment_belongs(cut_copy):
         with pytest.raises((OSError, JournalError, RestoreError)) as info:
             call()
         assert _names_file(info.value, seg), repr(info.value)
+    with pytest.raises(Unreadable):  # restore speaks RestoreError only
+        restore(journal)
 
 
 def test_permission_denied_on_a_segment(cut_copy, monkeypatch):
@@ -316,6 +318,8 @@ def test_permission_denied_on_a_segment(cut_copy, monkeypatch):
         with pytest.raises((OSError, JournalError, RestoreError)) as info:
             call()
         assert _names_file(info.value, seg) and "ermission" in str(info.value), repr(info.value)
+    with pytest.raises(Unreadable):  # restore speaks RestoreError only
+        restore(journal)
 
 
 CHILD = textwrap.dedent("""
