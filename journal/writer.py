@@ -132,6 +132,12 @@ class Journal:
         try:
             self._recover(resume)
         except BaseException:
+            seg = getattr(self, "_disk_segment", None)  # opened before a later step failed
+            if seg is not None and seg.file is not None and seg.file.fd >= 0:
+                try:
+                    seg.file.close()
+                except OSError:
+                    pass
             os.close(self._lock_fd)
             raise
         if sync == "batch":

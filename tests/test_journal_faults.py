@@ -388,3 +388,32 @@ def test_a_flush_waiting_on_a_failing_fsync_does_not_fsync_again_and_succeed(tmp
     second.join(5)
     assert outcome == {"first": "JournalFailed", "second": "JournalFailed"}
     assert fs.fsyncs_after_failure == 0
+
+
+def test_a_failed_open_leaves_no_file_open(fast_tmp):
+    """Journal.open fails after it opened the last segment (its first append during a resume
+    hits ENOSPC): the segment's descriptor is closed along with the lock, nothing leaks."""
+    path = str(fast_tmp / "j")
+    with Journal.open(path) as j:
+        gids = j.taken([GroupRef(1), GroupRef(2)])
+        j.admitted(gids, target_step=1)
+        j.begin_checkpoint(step=1)
+        j.commit_checkpoint(step=1)
+    at_checkpoint = Reader(path).fold(stop_lsn=3)
+
+    class Resume:  # what replay.restore hands over, reduced to what the journal reads
+        fold_state, step, salvaged, demoted = at_checkpoint, 1, (), ()
+
+    def open_fds() -> set[str]:
+        return {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                if os.path.exists(f"/proc/self/fd/{fd}")}
+
+    before = open_fds()
+    fs = FaultFS(root=path)
+    fs.inject("write", nth=2, error=errno.ENOSPC, persistent=True)
+    with pytest.raises((OSError, JournalFailed)):
+        Journal.open(path, resume=Resume(), fs=fs)
+    leaked = {p for p in open_fds() - before if p.startswith(path)}
+    assert not leaked, leaked
+    with Journal.open(path) as j:  # the lock was released too
+        assert j.lsn == 4
