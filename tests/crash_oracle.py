@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
+from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted, Finished,
                      GroupRef, Journal, JournalCorrupt, Reader, Taken, TakenGroup, Trained)
 from journal.loader_state import unpack
-from journal_model import Model, deep_equal
+from journal_model import Model, deep_equal, events_of
 from replay import restore
 from snapshot import SNAPSHOTS_DIR, compact, read_cut
 
@@ -38,28 +38,11 @@ except ImportError:  # pragma: no cover
 
 
 def model_events(events: list, loaders: list) -> list[tuple]:
-    """Journal event structs (+ the loader state objects of the `taken`s) in the model's vocabulary."""
-    out = []
+    """Journal event structs in the model's vocabulary, each `taken` carrying its loader state
+    object (in order) instead of the packed struct `events_of` gives."""
     li = iter(loaders)
-    for ev in events:
-        t = type(ev)
-        if t is Taken:
-            out.append(("taken", [g.group_id for g in ev.groups], next(li)))
-        elif t is Diverted:
-            out.append(("diverted", list(ev.groups)))
-        elif t is Admitted:
-            out.append(("admitted", list(ev.groups), ev.replaces))
-        elif t is Finished:
-            out.append(("finished", list(ev.groups), ev.locators))
-        elif t is Trained:
-            out.append(("trained", list(ev.groups)))
-        elif t is Discarded:
-            out.append(("discarded", list(ev.groups)))
-        elif t is CheckpointBegun:
-            out.append(("begin", ev.step))
-        elif t is CheckpointCommitted:
-            out.append(("commit", ev.step))
-    return out
+    return [(ev[0], ev[1], next(li)) if ev[0] == "taken" else ev
+            for ev in events_of(Commit(0, events))]
 
 
 @dataclass
