@@ -233,8 +233,9 @@ def w_checkpoint(run: Run) -> None:
     j.close()
 
 
-def _compaction(run: Run, mode: str) -> None:
-    j = run.open()
+def finished_groups_with_checkpoint(run: Run, j) -> list[int]:
+    """14 groups taken and admitted, the odd ones finished, checkpoint 1 committed after the
+    tenth: the history the compaction workloads start from. Returns the finished groups."""
     done = []
     for i in range(14):
         g = run.taken(j, [i], loader(i))
@@ -245,6 +246,12 @@ def _compaction(run: Run, mode: str) -> None:
         if i == 9:
             run.call(j, "begin_checkpoint", step=1)
             run.call(j, "commit_checkpoint", step=1)
+    return done
+
+
+def _compaction(run: Run, mode: str) -> None:
+    j = run.open()
+    done = finished_groups_with_checkpoint(run, j)
     compact(run.root, journal=j, keep_cuts=1, retention=mode, fs=run.fs)  # retires segments
     run.call(j, "trained", done[:3], step=2)
     for i in range(14, 22):

@@ -26,7 +26,7 @@ import shutil
 
 import pytest
 
-from crash_oracle import Run, check_journal, loader
+from crash_oracle import Run, check_journal, finished_groups_with_checkpoint, loader
 from faultfs import FaultFS
 from journal import CheckpointCommitted, JournalFailed
 from replay import RestoreError, restore
@@ -43,16 +43,7 @@ def setup_compaction(run: Run) -> None:
     """A journal with rotated segments, two committed checkpoints and a cut of the first
     (so a compaction writes a cut, removes the old one and retires segments)."""
     j = run.open()
-    done = []
-    for i in range(14):
-        g = run.taken(j, [i], loader(i))
-        run.call(j, "admitted", g, target_step=i)
-        if i % 2:
-            run.call(j, "finished", g, locators=[f"r{i}"])
-            done += g
-        if i == 9:
-            run.call(j, "begin_checkpoint", step=1)
-            run.call(j, "commit_checkpoint", step=1)
+    done = finished_groups_with_checkpoint(run, j)
     j.close()
     compact(run.root, keep_cuts=1, retention=None, fs=run.fs)
     j = run.open()
