@@ -127,24 +127,21 @@ _COMMANDS = {
 }
 
 
-def _lsn(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"an LSN is an integer, not {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"an LSN is 0 or more, not {v}")
-    return v
+def _int_at_least(low: int, what: str):
+    """An argparse type: an integer >= `low`, with a message naming what it is."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, not {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"{what} must be {low} or more, not {v}")
+        return v
+    return parse
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, not {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, not {v}")
-    return v
+_lsn = _int_at_least(0, "an LSN")
+_positive = _int_at_least(1, "N")
 
 
 class _Parser(argparse.ArgumentParser):
