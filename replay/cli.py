@@ -133,9 +133,9 @@ def _int_at_least(low: int, what: str):
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer, not {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{what} is an integer, not {text!r}") from None
         if v < low:
-            raise argparse.ArgumentTypeError(f"{what} must be {low} or more, not {v}")
+            raise argparse.ArgumentTypeError(f"{what} is {low} or more, not {v}")
         return v
     return parse
 
