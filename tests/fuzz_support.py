@@ -18,6 +18,8 @@ import struct
 import tracemalloc
 import zlib
 
+import pytest
+
 from crash_oracle import Run, loader, w_compact_archive
 from journal import JournalError, MODES, Journal, Reader
 from journal import format as fmt
@@ -167,3 +169,17 @@ def crc_fix(data: bytearray, pos: int) -> None:
     (length,) = struct.unpack_from("<I", data, pos)
     body = bytes(data[pos + 12:pos + 12 + length])
     struct.pack_into("<I", data, pos + 4, zlib.crc32(body))
+
+
+def summary_fixture(counts: dict[str, int], label: str):
+    """A module-scoped autouse fixture that prints how many fuzz inputs of each kind ran."""
+    @pytest.fixture(scope="module", autouse=True)
+    def summary(request):
+        yield
+        if not counts:
+            return
+        capman = request.config.pluginmanager.getplugin("capturemanager")
+        with capman.global_and_fixture_disabled():
+            print(f"\nfuzzed {label} inputs: {sum(counts.values())} "
+                  f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})")
+    return summary

@@ -27,7 +27,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzz_support import DERANDOMIZE, EXAMPLES, Guard, build_corpus, copy_corpus
+from fuzz_support import DERANDOMIZE, EXAMPLES, Guard, build_corpus, copy_corpus, summary_fixture
 from replay import RestoreError, restore
 from snapshot import SNAPSHOTS_DIR, read_cut
 
@@ -248,12 +248,4 @@ def test_fuzz_pt_files(corpus, data, tmp_path_factory):
         _exercise(d, cut, baseline)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def summary(request):
-    yield
-    if not COUNTS:
-        return
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    with capman.global_and_fixture_disabled():
-        print(f"\nfuzzed cut inputs: {sum(COUNTS.values())} "
-              f"({', '.join(f'{k} {v}' for k, v in sorted(COUNTS.items()))})")
+summary = summary_fixture(COUNTS, "cut")

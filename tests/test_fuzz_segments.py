@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz_support import (DERANDOMIZE, EXAMPLES, Guard, build_corpus, copy_corpus, crc_fix, encode_segment,
-                          frame_offsets, read_everything, segment_frames)
+                          frame_offsets, read_everything, segment_frames, summary_fixture)
 from journal import format as fmt
 from journal.reader import read_segment_bytes, list_segments
 
@@ -289,15 +289,7 @@ def test_archive_declaring_a_huge_content_size(corpus, tmp_path):
     assert g.peak < 256 << 20
 
 
-@pytest.fixture(scope="module", autouse=True)
-def summary(request):
-    yield
-    if not COUNTS:
-        return
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    with capman.global_and_fixture_disabled():
-        print(f"\nfuzzed segment inputs: {sum(COUNTS.values())} "
-              f"({', '.join(f'{k} {v}' for k, v in sorted(COUNTS.items()))})")
+summary = summary_fixture(COUNTS, "segment")
 
 
 def _append_commit(path: str, make_events) -> None:
