@@ -88,17 +88,11 @@ class Point:
 def usable_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> Iterator[Cut]:
     """Cuts under the journal that pass every check and sit on the active history, newest first;
     every other one is appended to `skipped` with the reason."""
-    for lsn, timeline, path in cut_dirs(journal_path):
+    for view in _anchored_cuts(reader, journal_path, skipped):
         try:
-            cut = read_cut(path)
+            yield read_cut(view.path)
         except RestoreError as exc:
-            skipped.append(Skipped(path, f"{type(exc).__name__}: {exc}"))
-            continue
-        problem = anchor_problem(reader, cut)
-        if problem is not None:
-            skipped.append(Skipped(path, f"JournalMismatch: {problem}"))
-            continue
-        yield cut
+            skipped.append(Skipped(view.path, f"{type(exc).__name__}: {exc}"))
 
 
 class _ManifestView:
