@@ -168,6 +168,14 @@ def _salvage(reader: Reader, state: State, step: int | None, data_plane: DataPla
             and data_plane.has(loc)}
 
 
+def _empty_state() -> RecoveredState:
+    """The state of a journal that holds nothing yet."""
+    state = State()
+    return RecoveredState(loader_state=None, reserved=[], admitted=[], replay=[], spare=[], lsn=0,
+                          step=None, counts={o.name: 0 for o in Owner}, source="journal",
+                          base_cut=None, fold_state=state)
+
+
 def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None = None,
             dataset: Any = None, collate_fn: Callable | None = None, on_row_changed: str = "error",
             data_plane: DataPlane | None = None, salvage: bool = False) -> RecoveredState:
@@ -179,8 +187,16 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     if on_row_changed not in ROW_CHANGED_POLICIES:
         raise ValueError(f"on_row_changed must be one of {ROW_CHANGED_POLICIES}, not {on_row_changed!r}")
     path = os.path.abspath(path)
+    if not os.path.exists(path):
+        # a first start: nothing was ever written, so the state is the empty one, exactly as
+        # for an empty journal directory (restore never creates the directory)
+        if step is None and at in ("latest-checkpoint", "end", 0):
+            return _empty_state()
+        wanted = f"step {step}" if step is not None else f"LSN {at}"
+        raise RestoreError(f"{path}: no such journal or cut directory, so there is no {wanted} "
+                           f"to restore (a first start restores with the default at=)")
     if not os.path.isdir(path):
-        raise RestoreError(f"{path}: no such journal or cut directory")
+        raise RestoreError(f"{path}: not a directory: restore takes a journal or a cut directory")
     reader = None
     salvaged_ids: dict[int, tuple] = {}
     if _is_cut(path):
