@@ -20,8 +20,8 @@ naming segment, offset and LSN (or, for inspection, `point_in_time` and
 function that checked each commit before it was written.
 """
 
-from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalLocked,
-                     OwnershipError)
+from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
+                     JournalLocked, JournalWarning, OwnershipError, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, Taken,
                      TakenGroup, Trained)
@@ -36,7 +36,7 @@ __all__ = [
     "LoaderState", "apply", "checkpoint_markers", "fold", "fold_records", "Reader", "Record", "Problem", "Segment", "Timeline", "MODES",
     "list_segments", "read_segment_bytes", "FileSystem", "OsFileSystem", "File", "DEFAULT_FS",
     "JournalError", "OwnershipError", "JournalCorrupt", "JournalFailed", "JournalLocked",
-    "JournalClosed", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",
+    "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",
     "Diverted", "Admitted", "Finished", "Trained", "Discarded", "CheckpointBegun",
     "CheckpointCommitted", "Blob", "TORN_DIR", "LOCK_NAME",
 ]

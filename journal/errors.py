@@ -35,3 +35,27 @@ class JournalLocked(JournalError):
 
 class JournalClosed(JournalError):
     """The journal was closed; open it again to write."""
+
+
+class JournalIOError(JournalError):
+    """An operating-system error while opening, repairing, compacting or retiring files.
+
+    `path` is the file or directory involved, `operation` what was being done to it
+    ("copy the torn tail aside", "write the cut", ...), `errno` the OS error number. The
+    operation left no partial file behind; free space or fix permissions, then retry."""
+
+    def __init__(self, message: str, *, path: str | None = None, operation: str | None = None,
+                 errno: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.operation = operation
+        self.errno = errno
+
+
+class TransactionClosed(JournalClosed):
+    """A call on a transaction whose `with` block has ended; nothing was written."""
+
+
+class JournalWarning(UserWarning):
+    """Something the caller most likely did not mean, such as continuing a crashed run's
+    history without `resume=`."""
