@@ -13,14 +13,56 @@ history of millions of events needs memory for the live set, not the history.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 import msgspec
 
 from .errors import JournalCorrupt, OwnershipError
-from .events import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted,
-                     Finished, Owner, PackedLoaderState, Taken, Trained)
+from .events import (LIVE_OWNERS, Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
+                     Diverted, Finished, Owner, PackedLoaderState, Taken, Trained)
 from . import loader_state as _loader_state
+
+
+class Transition(NamedTuple):
+    """One row of the ownership table: an event moves each group it names from one of
+    `from_owners` to `to`. `from_owners` is empty for `taken` (the group comes from the
+    loader, which the journal does not track); `to` is None for events that name no group."""
+
+    event: str
+    from_owners: frozenset
+    to: Owner | None
+
+
+# The ownership rules, written once. `fold_records` folds the four kinds every group goes
+# through inline for speed; tests/test_journal_fold_table.py holds every kind of the fold
+# against this table, and the README's table is `transition_table_markdown()`.
+TRANSITIONS: dict[str, Transition] = {t.event: t for t in (
+    Transition("taken", frozenset(), Owner.RESERVED),
+    Transition("diverted", frozenset({Owner.RESERVED}), Owner.SPARE),
+    Transition("admitted", frozenset({Owner.RESERVED, Owner.SPARE}), Owner.ADMITTED),
+    Transition("finished", frozenset({Owner.ADMITTED}), Owner.REPLAY),
+    Transition("trained", frozenset({Owner.REPLAY}), Owner.TRAINED),
+    Transition("discarded", LIVE_OWNERS, Owner.DROPPED),
+    Transition("checkpoint_begun", frozenset(), None),
+    Transition("checkpoint_committed", frozenset(), None),
+)}
+
+
+def transition_table_markdown() -> str:
+    """The ownership table as the README shows it (event | from | to)."""
+    def owners(t: Transition) -> str:
+        if t.to is None:
+            return "-"
+        if not t.from_owners:
+            return "loader"
+        if t.from_owners == LIVE_OWNERS:
+            return "any live owner"
+        return ", ".join(o.name for o in sorted(t.from_owners))
+    rows = ["| event | from | to |", "| --- | --- | --- |"]
+    rows += [f"| `{t.event}` | {owners(t)} | {t.to.name if t.to is not None else '-'} |"
+             for t in TRANSITIONS.values()]
+    return "\n".join(rows)
+
 
 _DENSE_GAP = 1 << 20  # group ids further than this past the dense table go to a dict
 
@@ -280,8 +322,8 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     i = 0  # (an index, not zip/enumerate: those cost more than the move itself)
                     for gid in gids:
                         g = live_get(gid)
-                        if g is None or g.owner not in _ADMITTED:
-                            raise _illegal(state, event, gid, _ADMITTED, lsn)
+                        if g is None or g.owner not in _FROM_FINISHED:
+                            raise _illegal(state, event, gid, lsn)
                         record(g)
                         live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_REPLAY,
                                           g.target_step, g.policy_version if pv is None else pv,
@@ -302,8 +344,8 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     target_step, pv = event.target_step, event.policy_version
                     for gid in gids:
                         g = live_get(gid)
-                        if g is None or g.owner not in _RESERVED_OR_SPARE:
-                            raise _illegal(state, event, gid, _RESERVED_OR_SPARE, lsn)
+                        if g is None or g.owner not in _FROM_ADMITTED:
+                            raise _illegal(state, event, gid, lsn)
                         record(g)
                         counts[g.owner] -= 1
                         live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_ADMITTED,
@@ -318,8 +360,8 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     dense = len(codes)
                     for gid in gids:
                         g = live_get(gid)
-                        if g is None or g.owner not in _REPLAY:
-                            raise _illegal(state, event, gid, _REPLAY, lsn)
+                        if g is None or g.owner not in _FROM_TRAINED:
+                            raise _illegal(state, event, gid, lsn)
                         record(g)
                         del live[gid]
                         if 0 <= gid < dense:            # TerminalOwners.set's common case, inline
@@ -366,7 +408,9 @@ def _check_distinct(event, gids, lsn: int) -> None:
                              group_id=dup, lsn=lsn)
 
 
-def _illegal(state: State, event, gid: int, allowed: frozenset, lsn: int) -> OwnershipError:
+def _illegal(state: State, event, gid: int, lsn: int) -> OwnershipError:
+    """The error for `event` naming `gid` while it is not in one of the table's from-owners."""
+    allowed = TRANSITIONS[_event_name(event)].from_owners
     g = state.live.get(gid)
     cur = g.owner.name if g is not None else (
         state.terminal.get(gid).name if state.terminal.get(gid) else "none (never taken)")
@@ -388,7 +432,7 @@ def _move_terminal(state: State, event, lsn: int, undo: Undo, allowed: frozenset
     for gid in gids:
         g = live_get(gid)
         if g is None or g.owner not in allowed:
-            raise _illegal(state, event, gid, allowed, lsn)
+            raise _illegal(state, event, gid, lsn)
         record(g)
         counts[g.owner] -= 1
         counts[to] += 1
@@ -396,11 +440,12 @@ def _move_terminal(state: State, event, lsn: int, undo: Undo, allowed: frozenset
         terminal_set(gid, to)
 
 
-_RESERVED = frozenset({Owner.RESERVED})
-_RESERVED_OR_SPARE = frozenset({Owner.RESERVED, Owner.SPARE})
-_ADMITTED = frozenset({Owner.ADMITTED})
-_REPLAY = frozenset({Owner.REPLAY})
-_LIVE = frozenset({Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE})
+# the from-owners of each move, read from the table once (the hot path tests membership)
+_FROM_DIVERTED = TRANSITIONS["diverted"].from_owners
+_FROM_ADMITTED = TRANSITIONS["admitted"].from_owners
+_FROM_FINISHED = TRANSITIONS["finished"].from_owners
+_FROM_TRAINED = TRANSITIONS["trained"].from_owners
+_FROM_DISCARDED = TRANSITIONS["discarded"].from_owners
 _O_RESERVED, _O_ADMITTED, _O_REPLAY = Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY
 _O_SPARE, _O_TRAINED, _O_DROPPED = Owner.SPARE, Owner.TRAINED, Owner.DROPPED
 
@@ -419,14 +464,14 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
     """The event kinds `apply` does not fold inline."""
     kind = type(event)
     if kind is Discarded:
-        _move_terminal(state, event, lsn, undo, _LIVE, _O_DROPPED)
+        _move_terminal(state, event, lsn, undo, _FROM_DISCARDED, _O_DROPPED)
     elif kind is Diverted:
         gids = event.groups
         _check_distinct(event, gids, lsn)
         for gid in gids:
             g = state.live.get(gid)
-            if g is None or g.owner not in _RESERVED:
-                raise _illegal(state, event, gid, _RESERVED, lsn)
+            if g is None or g.owner not in _FROM_DIVERTED:
+                raise _illegal(state, event, gid, lsn)
             undo.records.append(g)
             state.counts[_O_RESERVED] -= 1
             state.counts[_O_SPARE] += 1
