@@ -21,21 +21,22 @@ function that checked each commit before it was written.
 """
 
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalLocked, JournalWarning, OwnershipError, TransactionClosed)
+                     JournalLocked, JournalWarning, OwnershipError, StaleAttempt, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
-                     Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, Taken,
+                     Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, RolloutFailed,
+                     RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained)
-from .fold import Group, LoaderState, State, apply, checkpoint_markers, fold, fold_records
+from .fold import Group, LoaderState, Rollouts, State, apply, checkpoint_markers, fold, fold_records
 from .loader_state import LoaderStateError
 from .reader import MODES, Problem, Reader, Record, Segment, Timeline, list_segments, read_segment_bytes
 from .vfs import DEFAULT_FS, File, FileSystem, OsFileSystem
 from .writer import AsyncJournal, Journal, Transaction, TORN_DIR, LOCK_NAME
 
 __all__ = [
-    "Journal", "Transaction", "AsyncJournal", "GroupRef", "Owner", "LIVE_OWNERS", "Group", "State",
+    "Journal", "Transaction", "AsyncJournal", "GroupRef", "RolloutRef", "RolloutSealed", "RolloutFailed", "Owner", "LIVE_OWNERS", "Group", "Rollouts", "State",
     "LoaderState", "apply", "checkpoint_markers", "fold", "fold_records", "Reader", "Record", "Problem", "Segment", "Timeline", "MODES",
     "list_segments", "read_segment_bytes", "FileSystem", "OsFileSystem", "File", "DEFAULT_FS",
-    "JournalError", "OwnershipError", "JournalCorrupt", "JournalFailed", "JournalLocked",
+    "JournalError", "OwnershipError", "StaleAttempt", "JournalCorrupt", "JournalFailed", "JournalLocked",
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",
     "Diverted", "Admitted", "Finished", "Trained", "Discarded", "CheckpointBegun",
     "CheckpointCommitted", "Blob", "TORN_DIR", "LOCK_NAME",

@@ -14,6 +14,19 @@ class OwnershipError(JournalError):
         self.lsn = lsn
 
 
+class StaleAttempt(OwnershipError):
+    """A rollout event names an attempt other than the rollout's current one: a late result of
+    work that was given up (a killed or superseded worker). Nothing was written; the result
+    must not be trained on (drop its data-plane row)."""
+
+    def __init__(self, message: str, *, group_id: int, lsn: int | None, index: int, attempt: int,
+                 current: int):
+        super().__init__(message, group_id=group_id, lsn=lsn)
+        self.index = index
+        self.attempt = attempt
+        self.current = current
+
+
 class JournalCorrupt(JournalError):
     """Damage that is not a torn tail: a bad frame, a broken chain, a bad header."""
 

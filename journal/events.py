@@ -78,11 +78,30 @@ class Diverted(msgspec.Struct, tag="diverted", array_like=True, frozen=True):
     groups: list[int]
 
 
+# N, the number of rollouts of a group admitted with `rollouts=N` (a bound, not a promise:
+# a group of 64k generations is far beyond any trainer, and the cut's columns stay small)
+RolloutCount = Annotated[int, msgspec.Meta(ge=1, le=65535)]
+RolloutIndex = Annotated[int, msgspec.Meta(ge=0, le=65534)]
+
+
 class Admitted(msgspec.Struct, tag="admitted", array_like=True, frozen=True):
     groups: list[int]
     target_step: Int
     policy_version: Int | None = None
     replaces: int | None = None
+    rollouts: RolloutCount | None = None  # N: track each of the group's N rollouts
+
+
+class RolloutRef(msgspec.Struct, array_like=True, frozen=True):
+    """One rollout: generation `index` of group `group_id`, as dispatched in `attempt`.
+
+    The argument of `rollout_sealed` (with the data-plane `locator` of its result) and of
+    `rollout_failed` (no locator); stored in those events as is."""
+
+    group_id: Id
+    index: RolloutIndex
+    attempt: Id
+    locator: str | None = None
 
 
 class Finished(msgspec.Struct, tag="finished", array_like=True, frozen=True):
@@ -101,6 +120,16 @@ class Discarded(msgspec.Struct, tag="discarded", array_like=True, frozen=True):
     reason: str
 
 
+class RolloutSealed(msgspec.Struct, tag="rollout_sealed", array_like=True, frozen=True):
+    rollouts: list[RolloutRef]
+    policy_version: Int | None = None
+
+
+class RolloutFailed(msgspec.Struct, tag="rollout_failed", array_like=True, frozen=True):
+    rollouts: list[RolloutRef]
+    reason: str
+
+
 class CheckpointBegun(msgspec.Struct, tag="checkpoint_begun", array_like=True, frozen=True):
     step: Int
 
@@ -109,11 +138,11 @@ class CheckpointCommitted(msgspec.Struct, tag="checkpoint_committed", array_like
     step: Int
 
 
-Event = Union[Taken, Diverted, Admitted, Finished, Trained, Discarded, CheckpointBegun,
-              CheckpointCommitted]
+Event = Union[Taken, Diverted, Admitted, Finished, Trained, Discarded, RolloutSealed, RolloutFailed,
+              CheckpointBegun, CheckpointCommitted]
 
 EVENT_KINDS = ("taken", "diverted", "admitted", "finished", "trained", "discarded",
-               "checkpoint_begun", "checkpoint_committed")
+               "rollout_sealed", "rollout_failed", "checkpoint_begun", "checkpoint_committed")
 
 
 class Blob(msgspec.Struct, array_like=True, frozen=True):

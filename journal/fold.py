@@ -17,9 +17,10 @@ from typing import Iterable, Mapping, NamedTuple
 
 import msgspec
 
-from .errors import JournalCorrupt, OwnershipError
+from .errors import JournalCorrupt, OwnershipError, StaleAttempt
 from .events import (LIVE_OWNERS, Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
-                     Diverted, Finished, Owner, PackedLoaderState, Taken, Trained)
+                     Diverted, Finished, Owner, PackedLoaderState, RolloutSealed, RolloutFailed, Taken,
+                     Trained)
 from . import loader_state as _loader_state
 
 
@@ -43,6 +44,8 @@ TRANSITIONS: dict[str, Transition] = {t.event: t for t in (
     Transition("finished", frozenset({Owner.ADMITTED}), Owner.REPLAY),
     Transition("trained", frozenset({Owner.REPLAY}), Owner.TRAINED),
     Transition("discarded", LIVE_OWNERS, Owner.DROPPED),
+    Transition("rollout_sealed", frozenset({Owner.ADMITTED}), Owner.ADMITTED),
+    Transition("rollout_failed", frozenset({Owner.ADMITTED}), Owner.ADMITTED),
     Transition("checkpoint_begun", frozenset(), None),
     Transition("checkpoint_committed", frozenset(), None),
 )}
@@ -67,6 +70,37 @@ def transition_table_markdown() -> str:
 _DENSE_GAP = 1 << 20  # group ids further than this past the dense table go to a dict
 
 
+class Rollouts(msgspec.Struct, gc=False, frozen=True):
+    """The N rollouts of a group admitted with `rollouts=N`, by index: the current attempt,
+    whether it is sealed (bit i of `sealed`), and a sealed one's data-plane locator and the
+    policy version that generated it.
+
+    Immutable like `Group`: a seal or a failure builds a new one (one object and the tuples
+    that change, whatever N), and the undo keeps the old."""
+
+    attempts: tuple
+    sealed: int
+    locators: tuple
+    versions: tuple
+
+    @classmethod
+    def admitted(cls, n: int) -> "Rollouts":
+        return cls((0,) * n, 0, (None,) * n, (None,) * n)
+
+    @property
+    def n(self) -> int:
+        return len(self.attempts)
+
+    def is_sealed(self, index: int) -> bool:
+        return bool(self.sealed >> index & 1)
+
+    def all_sealed(self) -> bool:
+        return self.sealed == (1 << len(self.attempts)) - 1
+
+    def unsealed(self) -> list[int]:
+        return [i for i in range(len(self.attempts)) if not self.sealed >> i & 1]
+
+
 class Group(msgspec.Struct, gc=False):
     """The record of a live group: its locator and what the last transitions said.
 
@@ -85,6 +119,7 @@ class Group(msgspec.Struct, gc=False):
     policy_version: int | None = None
     locator: str | None = None
     replaces: int | None = None
+    rollouts: Rollouts | None = None  # groups admitted with rollouts=N
 
     def copy(self) -> "Group":
         return self.__copy__()
@@ -324,10 +359,14 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                         g = live_get(gid)
                         if g is None or g.owner not in _FROM_FINISHED:
                             raise _illegal(state, event, gid, lsn)
+                        rollouts = g.rollouts
+                        if rollouts is not None:
+                            _check_finished_rollouts(gid, rollouts, locators, lsn)
                         record(g)
                         live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_REPLAY,
                                           g.target_step, g.policy_version if pv is None else pv,
-                                          locators[i] if locators is not None else None, g.replaces)
+                                          locators[i] if locators is not None else None, g.replaces,
+                                          rollouts)
                         i += 1
                     counts[_O_ADMITTED] -= k   # a failure reverts the counts with the rest
                     counts[_O_REPLAY] += k
@@ -342,6 +381,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     if len(gids) > 1:
                         _check_distinct(event, gids, lsn)
                     target_step, pv = event.target_step, event.policy_version
+                    rollouts = Rollouts.admitted(event.rollouts) if event.rollouts is not None else None
                     for gid in gids:
                         g = live_get(gid)
                         if g is None or g.owner not in _FROM_ADMITTED:
@@ -349,7 +389,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                         record(g)
                         counts[g.owner] -= 1
                         live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_ADMITTED,
-                                          target_step, pv, g.locator, replaces)
+                                          target_step, pv, g.locator, replaces, rollouts)
                     counts[_O_ADMITTED] += len(gids)
                 elif kind is Trained:
                     gids = event.groups
@@ -446,6 +486,7 @@ _FROM_ADMITTED = TRANSITIONS["admitted"].from_owners
 _FROM_FINISHED = TRANSITIONS["finished"].from_owners
 _FROM_TRAINED = TRANSITIONS["trained"].from_owners
 _FROM_DISCARDED = TRANSITIONS["discarded"].from_owners
+_FROM_ROLLOUT = TRANSITIONS["rollout_sealed"].from_owners
 _O_RESERVED, _O_ADMITTED, _O_REPLAY = Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY
 _O_SPARE, _O_TRAINED, _O_DROPPED = Owner.SPARE, Owner.TRAINED, Owner.DROPPED
 
@@ -478,6 +519,8 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
             new = g.copy()
             new.owner = _O_SPARE
             state.live[gid] = new
+    elif kind is RolloutSealed or kind is RolloutFailed:
+        _apply_rollouts(state, event, lsn, undo)
     elif kind is CheckpointBegun:
         undo.save_checkpoints(state)
         if event.step in state.committed_checkpoints:
@@ -493,6 +536,70 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
         state.committed_checkpoints[event.step] = begun
     else:  # pragma: no cover - the decoder only produces the union's types
         raise JournalCorrupt(f"LSN {lsn}: unknown event {event!r}", lsn=lsn)
+
+
+def _check_finished_rollouts(gid: int, rollouts: Rollouts, locators, lsn: int) -> None:
+    """`finished` of a group admitted with rollouts=N: its rows are its N sealed rollouts."""
+    if locators is not None:
+        raise OwnershipError(f"LSN {lsn}: finished of group {gid} names locators, but the group was "
+                             f"admitted with rollouts={rollouts.n}: its rows are its rollouts' locators, "
+                             "so finished takes none for it", group_id=gid, lsn=lsn)
+    if not rollouts.all_sealed():
+        unsealed = rollouts.unsealed()
+        shown = ", ".join(map(str, unsealed[:8])) + (", ..." if len(unsealed) > 8 else "")
+        raise OwnershipError(f"LSN {lsn}: finished of group {gid} needs all {rollouts.n} rollouts "
+                             f"sealed, but {len(unsealed)} are not (index {shown})",
+                             group_id=gid, lsn=lsn)
+
+
+def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
+    """`rollout_sealed` / `rollout_failed`: each named rollout must be of an ADMITTED group that
+    tracks rollouts, in range, not sealed, and dispatched in exactly its current attempt. A
+    seal of an older attempt is the late result of work that was given up: `StaleAttempt`."""
+    sealing = type(event) is RolloutSealed
+    name = _event_name(event)
+    pv = event.policy_version if sealing else None
+    seen = set()
+    for ref in event.rollouts:
+        gid, index, attempt = ref.group_id, ref.index, ref.attempt
+        g = state.live.get(gid)
+        if g is None or g.owner not in _FROM_ROLLOUT:
+            raise _illegal(state, event, gid, lsn)
+        r = g.rollouts
+        where = f"LSN {lsn}: {name} of group {gid} rollout {index}"
+        if r is None:
+            raise OwnershipError(f"{where}: the group was admitted without rollouts=, so its "
+                                 "rollouts are not tracked", group_id=gid, lsn=lsn)
+        if index >= r.n:
+            raise OwnershipError(f"{where}: index out of range, the group has {r.n} rollouts "
+                                 f"(0..{r.n - 1})", group_id=gid, lsn=lsn)
+        if (gid, index) in seen:
+            raise OwnershipError(f"{where}: the event names this rollout twice", group_id=gid, lsn=lsn)
+        seen.add((gid, index))
+        if r.is_sealed(index):
+            raise OwnershipError(f"{where}: already sealed (attempt {r.attempts[index]}); a rollout "
+                                 "is sealed once", group_id=gid, lsn=lsn)
+        current = r.attempts[index]
+        if attempt != current:
+            raise StaleAttempt(
+                f"{where} names attempt {attempt}, but its current attempt is {current}: "
+                + ("a late result of an attempt that was given up (fenced; drop its row)"
+                   if attempt < current else "that attempt was never dispatched"),
+                group_id=gid, lsn=lsn, index=index, attempt=attempt, current=current)
+        if sealing:
+            bit = 1 << index
+            new = Rollouts(r.attempts, r.sealed | bit, _replaced(r.locators, index, ref.locator),
+                           _replaced(r.versions, index, pv))
+        else:
+            new = Rollouts(_replaced(r.attempts, index, current + 1), r.sealed, r.locators, r.versions)
+        undo.records.append(g)
+        changed = g.copy()
+        changed.rollouts = new
+        state.live[gid] = changed
+
+
+def _replaced(values: tuple, index: int, value) -> tuple:
+    return values[:index] + (value,) + values[index + 1:]
 
 
 def fold(commits: Iterable[Commit], state: State | None = None) -> State:

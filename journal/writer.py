@@ -27,7 +27,8 @@ from . import format as fmt
 from . import loader_state as _loader_state
 from .errors import JournalClosed, JournalError, JournalFailed, JournalLocked, OwnershipError
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
-                     Diverted, Finished, GroupRef, Owner, Taken, TakenGroup, Trained, commit_encoder)
+                     Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
+                     TakenGroup, Trained, commit_encoder)
 from .events import commit_decoder as _commit_decoder
 from .fold import Group, State, Undo, apply
 from .reader import Reader
@@ -69,6 +70,16 @@ def _wake(pendings: list[_Pending]) -> None:
         if w is not None:
             p.waiter = None
             w.release()
+
+
+def _rollout_refs(refs: Sequence[RolloutRef]) -> list[RolloutRef]:
+    if isinstance(refs, RolloutRef):
+        raise TypeError("rollout events take a sequence of RolloutRef")
+    refs = list(refs)
+    for ref in refs:
+        if not isinstance(ref, RolloutRef):
+            raise TypeError(f"rollout events expect RolloutRef items, got {type(ref).__name__}")
+    return refs
 
 
 def _acquire_lock(path: str, fs: OsFileSystem) -> int:
@@ -394,8 +405,10 @@ class Journal:
         return self._commit([Diverted(list(group_ids))])
 
     def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
-                 replaces: int | None = None) -> int:
-        return self._commit([Admitted(list(group_ids), target_step, policy_version, replaces)])
+                 replaces: int | None = None, rollouts: int | None = None) -> int:
+        """Admit groups for `target_step`; with `rollouts=N` each of their N rollouts is tracked
+        (sealed and failed one by one, by attempt; see `rollout_sealed`)."""
+        return self._commit([Admitted(list(group_ids), target_step, policy_version, replaces, rollouts)])
 
     def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
                  locators: Sequence[str] | None = None) -> int:
@@ -404,6 +417,16 @@ class Journal:
 
     def trained(self, group_ids: Iterable[int], *, step: int) -> int:
         return self._commit([Trained(list(group_ids), step)])
+
+    def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> int:
+        """Record that these rollouts' results are durable in the data plane (`locator`). Each
+        must name its rollout's current attempt: a late result of an attempt that was given up
+        raises `StaleAttempt` and nothing is written."""
+        return self._commit([RolloutSealed(_rollout_refs(refs), policy_version)])
+
+    def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> int:
+        """Give these rollouts up: each one's attempt goes up by one (dispatch it again with it)."""
+        return self._commit([RolloutFailed(_rollout_refs(refs), reason)])
 
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> int:
         return self._commit([Discarded(list(group_ids), reason)])
@@ -723,8 +746,8 @@ class Transaction:
         self._events.append(Diverted(list(group_ids)))
 
     def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
-                 replaces: int | None = None) -> None:
-        self._events.append(Admitted(list(group_ids), target_step, policy_version, replaces))
+                 replaces: int | None = None, rollouts: int | None = None) -> None:
+        self._events.append(Admitted(list(group_ids), target_step, policy_version, replaces, rollouts))
 
     def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
                  locators: Sequence[str] | None = None) -> None:
@@ -733,6 +756,12 @@ class Transaction:
 
     def trained(self, group_ids: Iterable[int], *, step: int) -> None:
         self._events.append(Trained(list(group_ids), step))
+
+    def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> None:
+        self._events.append(RolloutSealed(_rollout_refs(refs), policy_version))
+
+    def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> None:
+        self._events.append(RolloutFailed(_rollout_refs(refs), reason))
 
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> None:
         self._events.append(Discarded(list(group_ids), reason))
@@ -753,7 +782,8 @@ class AsyncJournal:
 
     def __getattr__(self, name: str):
         if name not in ("taken", "diverted", "admitted", "finished", "trained", "discarded",
-                        "begin_checkpoint", "commit_checkpoint", "flush"):
+                        "rollout_sealed", "rollout_failed", "begin_checkpoint", "commit_checkpoint",
+                        "flush"):
             return getattr(self.journal, name)
         method = getattr(self.journal, name)
 
