@@ -147,7 +147,7 @@ def run(args) -> Report:
         report.add(Figure(f"{cmd}_seconds", f"journal-inspect {cmd}, wall time ({n})", wall, "s",
                           reference=floor_wall, reference_label="Reader.records() scan alone",
                           note=f"{(written or events) / wall:,.0f} events/s"))
-    report.add(Figure("import_rss", "peak RSS of `import replay` alone (interpreter + torch)", base_rss,
+    report.add(Figure("import_rss", "peak RSS of `import replay` alone", base_rss,
                       "MiB", reference=TARGET_MB, reference_label="target",
                       note=f"{base_wall:.1f} s to start"))
     report.add(Figure("floor_rss", f"peak RSS of the Reader.records() scan alone ({n})", floor_rss, "MiB",

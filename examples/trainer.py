@@ -313,8 +313,12 @@ class Trainer:
         self.ds = PromptDataset(cfg.dataset_size, seed=cfg.seed)
         gen = torch.Generator()
         gen.manual_seed(cfg.seed)
-        self.dl = StatefulDataLoader(self.ds, batch_size=cfg.batch_size, shuffle=True, generator=gen,
-                                     collate_fn=collate_fn, num_workers=0)
+        with warnings.catch_warnings():
+            # torchdata's constructor calls torch.set_vital, which torch deprecated; nothing
+            # the trainer can change, so only that warning, only here, is silenced
+            warnings.filterwarnings("ignore", r"'set_vital' is deprecated", UserWarning)
+            self.dl = StatefulDataLoader(self.ds, batch_size=cfg.batch_size, shuffle=True,
+                                         generator=gen, collate_fn=collate_fn, num_workers=0)
         self.policy = TinyPolicy()
         self.opt = MomentumSGD(self.policy.parameters(), lr=cfg.lr)
         self.dp = LocalDataPlane(cfg.rows_dir)
@@ -765,7 +769,6 @@ def parse_args(argv=None) -> Config:
 
 def main(argv=None) -> int:
     cfg = parse_args(argv)
-    warnings.filterwarnings("ignore", message=".*set_vital.*")
     torch.set_num_threads(1)
     os.makedirs(cfg.out, exist_ok=True)
     asyncio.run(Trainer(cfg).run())

@@ -13,18 +13,25 @@ digest reference (ext 3); the leaf itself, msgpack-encoded, is a blob that the
 writer stores once per segment. StatefulDataLoader keeps the sampler's
 generator state (about 5 KB) in every `state_dict()`; it changes once per
 epoch, so a segment holds it a handful of times instead of on every `taken`.
+
+torch is never imported to pack: a state holding a tensor comes from a caller that imported
+torch, so `pack` finds it in `sys.modules` (without it no value can be a tensor). Only decoding
+a tensor leaf imports torch, so `import journal` and states without tensors stay torch-free.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-from typing import Any, Mapping
+import sys
+from typing import TYPE_CHECKING, Any, Mapping
 
 import msgspec
-import torch
 
 from .events import PackedLoaderState
+
+if TYPE_CHECKING:
+    import torch
 
 BLOB_MIN_BYTES = 512
 EXT_TUPLE, EXT_TENSOR, EXT_BLOB = 1, 2, 3
@@ -37,6 +44,7 @@ class LoaderStateError(ValueError):
 
 
 def _tensor_payload(t: torch.Tensor) -> bytes:
+    torch = sys.modules["torch"]  # `t` is a tensor, so its module is loaded
     # A fresh row-major copy: a conjugate or negative view cannot be viewed as bytes, and
     # `.contiguous()` keeps odd strides on size-1 dims (zeros(1, 3)[:, 0] has stride 3 and
     # counts as contiguous), which `.view(torch.uint8)` rejects.
@@ -51,6 +59,8 @@ def _tensor_payload(t: torch.Tensor) -> bytes:
 def pack(obj: Any) -> tuple[PackedLoaderState, dict[bytes, bytes]]:
     """Pack `obj`; returns the packed state and the blobs it references (digest -> bytes)."""
     blobs: dict[bytes, bytes] = {}
+    # without torch loaded nothing can be a tensor; () makes the isinstance below False
+    tensor_type = getattr(sys.modules.get("torch"), "Tensor", ())
 
     def leaf(payload: bytes, code: int) -> msgspec.msgpack.Ext:
         if len(payload) < BLOB_MIN_BYTES:
@@ -73,7 +83,7 @@ def pack(obj: Any) -> tuple[PackedLoaderState, dict[bytes, bytes]]:
             digest = hashlib.blake2b(blob, digest_size=16).digest()
             blobs[digest] = blob
             return msgspec.msgpack.Ext(EXT_BLOB, digest)
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, tensor_type):
             return leaf(_tensor_payload(value), EXT_TENSOR)
         if isinstance(value, list):
             return [walk(v, f"{path}[{i}]") for i, v in enumerate(value)]
@@ -98,6 +108,8 @@ def pack(obj: Any) -> tuple[PackedLoaderState, dict[bytes, bytes]]:
 
 
 def _tensor_from_payload(data: bytes | memoryview) -> torch.Tensor:
+    import torch
+
     try:
         dtype_name, shape, raw = msgspec.msgpack.decode(data)
     except (msgspec.DecodeError, ValueError, TypeError) as exc:

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
 import msgspec
-import torch
 import zstandard
 
 from . import format as fmt
@@ -154,6 +153,8 @@ def _next_intact_frame(data: bytes, start: int) -> int | None:
     that every 8th offset passes the filters and claims a 1 MiB frame made a 4 MiB segment
     take minutes (64 MiB: days), quadratic work. Past the budget it returns UNDECIDED,
     which callers treat as damage, never as a torn tail (nothing is cut off on a guess)."""
+    import torch  # only a damaged segment is scanned: reading an intact journal needs no torch
+
     end = len(data)
     first = fmt.FRAME_HEADER_SIZE + fmt.RECORD_PREFIX_SIZE  # a frame's first record starts here
     mv = memoryview(data)

@@ -7,6 +7,10 @@ BLAKE2b-128. Never pickle: pickle output changes between versions.
 Lists and tuples encode alike, so a row that round-trips through JSON or a
 collate step keeps its fingerprint; a numpy array encodes as the tensor it
 converts to and a numpy scalar as its Python value.
+
+torch is not imported to fingerprint a row without tensors: a row holding a tensor comes from
+a caller that imported torch, so `fingerprint` finds it in `sys.modules`; only a numpy array
+(encoded as the tensor it converts to) imports it.
 """
 
 from __future__ import annotations
@@ -16,14 +20,12 @@ import struct
 import sys
 from typing import Any, Mapping
 
-import torch
-
 FINGERPRINT_BYTES = 16
 _LEN = struct.Struct("<Q")
 _F64 = struct.Struct("<d")
 
 
-def _encode(value: Any, out: list[bytes]) -> None:
+def _encode(value: Any, out: list[bytes], tensor_type: type | tuple) -> None:
     if value is None:
         out.append(b"N")
     elif isinstance(value, bool):
@@ -39,7 +41,8 @@ def _encode(value: Any, out: list[bytes]) -> None:
     elif isinstance(value, (bytes, bytearray, memoryview)):
         raw = bytes(value)
         out += (b"b", _LEN.pack(len(raw)), raw)
-    elif isinstance(value, torch.Tensor):
+    elif isinstance(value, tensor_type):
+        torch = sys.modules["torch"]
         t = value.detach().to("cpu").contiguous()
         dtype = str(t.dtype).encode()
         raw = bytes(t.reshape(-1).view(torch.uint8).clone().untyped_storage()) if t.numel() else b""
@@ -51,23 +54,25 @@ def _encode(value: Any, out: list[bytes]) -> None:
     elif isinstance(value, (list, tuple)):
         out += (b"l", _LEN.pack(len(value)))
         for v in value:
-            _encode(v, out)
+            _encode(v, out, tensor_type)
     elif isinstance(value, Mapping):
         items = []
         for k, v in value.items():
             kb: list[bytes] = []
-            _encode(k, kb)
+            _encode(k, kb, tensor_type)
             items.append((b"".join(kb), v))
         items.sort(key=lambda kv: kv[0])
         out += (b"d", _LEN.pack(len(items)))
         for kb, v in items:
             out.append(kb)
-            _encode(v, out)
+            _encode(v, out, tensor_type)
     elif type(value).__module__ == "numpy" and hasattr(value, "dtype"):
         if type(value).__name__ == "ndarray":
-            _encode(torch.as_tensor(value), out)  # an array is the tensor it converts to
+            import torch
+
+            _encode(torch.as_tensor(value), out, torch.Tensor)  # an array is the tensor it converts to
         else:
-            _encode(value.item(), out)            # a scalar is its Python value: np.int64(5) is 5
+            _encode(value.item(), out, tensor_type)  # a scalar is its Python value: np.int64(5) is 5
     else:
         raise TypeError(f"cannot fingerprint a {type(value).__name__}: rows may hold dict, list, "
                         "tuple, str, int, float, bool, None, bytes, torch.Tensor or numpy values")
@@ -76,5 +81,6 @@ def _encode(value: Any, out: list[bytes]) -> None:
 def fingerprint(row: Any) -> bytes:
     """A 16-byte content hash of a dataset row, for `GroupRef(fingerprint=...)`."""
     parts: list[bytes] = []
-    _encode(row, parts)
+    # without torch loaded nothing can be a tensor; () makes the isinstance in _encode False
+    _encode(row, parts, getattr(sys.modules.get("torch"), "Tensor", ()))
     return hashlib.blake2b(b"".join(parts), digest_size=FINGERPRINT_BYTES).digest()

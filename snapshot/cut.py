@@ -16,6 +16,9 @@ fold's: a tail replayed on top can check `admitted(replaces=g)` for a g that
 ended before the cut, and the per-owner counts of TRAINED and DROPPED are
 verified (check 6) like the live ones. Deleting a cut (retention) renames it
 to a `.tmp-del-*` name first, so a crash never leaves a half-deleted cut listed.
+
+torch (and `tables`, the tensor codec) is imported by the functions that write or read the
+`.pt` files, not by this module, so `import snapshot` does not load torch.
 """
 
 from __future__ import annotations
@@ -29,14 +32,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, runtime_checkable
 
-import torch
-
 from journal import DEFAULT_FS, Group, LoaderState, Owner, OsFileSystem, State
 
 from . import manifest as mf
 from .errors import ChecksumMismatch, CountMismatch, CorruptRecord, MissingFile, ManifestMissing, SchemaMismatch, \
     OrphanFile, TwoOwners
-from .tables import decode_table, decode_terminal, encode_table, encode_terminal
 
 TMP_PREFIX = ".tmp-"
 DATALOADER_FILE = "train_dataloader.pt"
@@ -81,6 +81,8 @@ class Cut:
 
 
 def _save_bytes(obj: Any) -> bytes:
+    import torch
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
@@ -117,6 +119,8 @@ def _sha256_file(path: str) -> tuple[int, str]:
 def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
               data_plane: DataPlane | None = None, fs: OsFileSystem | None = None) -> str:
     """Write `state` as a cut at `final_dir` (which must not exist) atomically; returns it."""
+    from .tables import encode_table, encode_terminal
+
     fs = fs or DEFAULT_FS
     final_dir = os.path.abspath(final_dir)
     if os.path.exists(final_dir):
@@ -186,6 +190,8 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
 
 
 def _load_pt(path: str, data: bytes) -> Any:
+    import torch
+
     try:
         return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as exc:  # any unpickling failure of a file whose hash matched
@@ -194,6 +200,8 @@ def _load_pt(path: str, data: bytes) -> Any:
 
 def read_cut(cut_dir: str) -> Cut:
     """Load a cut, running checks 1-7 of DESIGN 6.1 in order; raises the first that fails."""
+    from .tables import decode_table, decode_terminal
+
     cut_dir = os.path.abspath(cut_dir)
     mpath = os.path.join(cut_dir, mf.MANIFEST_NAME)
     try:

@@ -11,6 +11,9 @@ groups is a handful of tensors rather than 100k pickled dicts.
 Encoding and decoding make one attribute pass over the groups and otherwise
 work column by column in C (`array`, `bytes.join`, tensor ops), so a table of
 100k groups costs tens of milliseconds.
+
+This module imports torch; `cut.py` imports it inside the functions that write or read a cut,
+so `import snapshot` stays torch-free.
 """
 
 from __future__ import annotations
