@@ -25,7 +25,7 @@ from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed,
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, Taken,
                      TakenGroup, Trained)
-from .fold import Group, LoaderState, State, apply, checkpoint_markers, fold, fold_records
+from .fold import Group, LoaderState, SampledRow, State, apply, checkpoint_markers, fold, fold_records
 from .loader_state import LoaderStateError
 from .reader import MODES, Problem, Reader, Record, Segment, Timeline, list_segments, read_segment_bytes
 from .vfs import DEFAULT_FS, File, FileSystem, OsFileSystem
@@ -33,7 +33,7 @@ from .writer import AsyncJournal, Journal, Transaction, TORN_DIR, LOCK_NAME
 
 __all__ = [
     "Journal", "Transaction", "AsyncJournal", "GroupRef", "Owner", "LIVE_OWNERS", "Group", "State",
-    "LoaderState", "apply", "checkpoint_markers", "fold", "fold_records", "Reader", "Record", "Problem", "Segment", "Timeline", "MODES",
+    "LoaderState", "SampledRow", "apply", "checkpoint_markers", "fold", "fold_records", "Reader", "Record", "Problem", "Segment", "Timeline", "MODES",
     "list_segments", "read_segment_bytes", "FileSystem", "OsFileSystem", "File", "DEFAULT_FS",
     "JournalError", "OwnershipError", "JournalCorrupt", "JournalFailed", "JournalLocked",
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",

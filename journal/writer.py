@@ -384,10 +384,12 @@ class Journal:
 
     # -- transitions ---------------------------------------------------------------------
 
-    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None) -> list[int]:
-        """Record that the loader handed out `refs`; returns the allocated group ids."""
+    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
+              dataset_size: int | None = None) -> list[int]:
+        """Record that the loader handed out `refs`; returns the allocated group ids.
+        `dataset_size=len(dataset)` records the dataset's length, which restore checks."""
         with self.transaction() as tx:
-            gids = tx.taken(refs, loader_state=loader_state)
+            gids = tx.taken(refs, loader_state=loader_state, dataset_size=dataset_size)
         return gids
 
     def diverted(self, group_ids: Iterable[int]) -> int:
@@ -697,9 +699,14 @@ class Transaction:
             with j._cond:
                 self.lsn = j._wait(pending.lsn, pending)
 
-    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None) -> list[int]:
+    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
+              dataset_size: int | None = None) -> list[int]:
         if isinstance(refs, GroupRef):
             raise TypeError("taken() takes a sequence of GroupRef")
+        if dataset_size is not None and (isinstance(dataset_size, bool) or not isinstance(dataset_size, int)
+                                         or dataset_size < 0):
+            raise ValueError(f"taken(dataset_size={dataset_size!r}): the dataset's length is an "
+                             "integer >= 0 (pass len(dataset))")
         packed = None
         if loader_state is not None:
             packed, blobs = _loader_state.pack(loader_state)
@@ -716,7 +723,7 @@ class Transaction:
             groups.append(TakenGroup(gid, ref.idx, ref.task_name, ref.epoch, ref.fingerprint))
             nxt = gid + 1
         self._next_gid = nxt
-        self._events.append(Taken(groups, packed))
+        self._events.append(Taken(groups, packed, dataset_size))
         return [g.group_id for g in groups]
 
     def diverted(self, group_ids: Iterable[int]) -> None:

@@ -36,7 +36,8 @@ from journal import DEFAULT_FS, Group, LoaderState, Owner, OsFileSystem, State
 from . import manifest as mf
 from .errors import ChecksumMismatch, CountMismatch, CorruptRecord, MissingFile, ManifestMissing, SchemaMismatch, \
     OrphanFile, TwoOwners
-from .tables import decode_table, decode_terminal, encode_table, encode_terminal
+from .tables import (decode_row_sample, decode_table, decode_terminal, encode_row_sample, encode_table,
+                     encode_terminal)
 
 TMP_PREFIX = ".tmp-"
 DATALOADER_FILE = "train_dataloader.pt"
@@ -45,6 +46,7 @@ REPLAY_FILE = "replay_buffer_metadata.pt"
 RESERVE_FILE = "replacement_reserve.pt"
 DATA_PLANE_DIR = "data_plane"
 TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped
+DATASET_KEY = "dataset"  # in rollout_recovery.pt: the dataset size and row sample (optional)
 _OWNER_OF = operator.attrgetter("owner")
 
 
@@ -149,6 +151,7 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
     put(DATALOADER_FILE, _save_bytes(loader))
     table = encode_table(recovery)
     table[TERMINAL_KEY] = encode_terminal(state.terminal.codes, state.terminal.sparse)
+    table[DATASET_KEY] = encode_row_sample(state.dataset_size, state.row_sample)
     put(RECOVERY_FILE, _save_bytes(table))
     put(REPLAY_FILE, _save_bytes(encode_table(replay, owner=Owner.REPLAY)))
     if spare:
@@ -244,7 +247,7 @@ def read_cut(cut_dir: str) -> Cut:
     live_owners = {Owner.RESERVED: RECOVERY_FILE, Owner.ADMITTED: RECOVERY_FILE,
                    Owner.REPLAY: REPLAY_FILE, Owner.SPARE: RESERVE_FILE}
     loaded: dict[str, list[Group]] = {}
-    terminal_obj = None
+    terminal_obj = dataset_obj = None
     for name, allowed in ((RECOVERY_FILE, frozenset({Owner.RESERVED, Owner.ADMITTED})),
                           (REPLAY_FILE, frozenset({Owner.REPLAY})),
                           (RESERVE_FILE, frozenset({Owner.SPARE}))):
@@ -258,6 +261,7 @@ def read_cut(cut_dir: str) -> Cut:
             terminal_obj = table.get(TERMINAL_KEY)
             if terminal_obj is None:
                 raise CorruptRecord(f"{where}: no {TERMINAL_KEY!r} entry")
+            dataset_obj = table.get(DATASET_KEY)
     if not isinstance(manifest.next_group_id, int) or manifest.next_group_id < 0:
         raise CorruptRecord(f"{cut_dir}: manifest next group id {manifest.next_group_id!r} is negative")
     where = os.path.join(cut_dir, RECOVERY_FILE)
@@ -291,6 +295,9 @@ def read_cut(cut_dir: str) -> Cut:
             seen[gid] = name
             state.live[gid] = g
     state.terminal.codes, state.terminal.sparse = dense, sparse
+    if dataset_obj is not None:  # absent in cuts written before the dataset was recorded
+        state.dataset_size, state.row_sample = decode_row_sample(dataset_obj,
+                                                                 f"{where} {DATASET_KEY}")
     loader = _load_pt(os.path.join(cut_dir, DATALOADER_FILE), contents[DATALOADER_FILE])
     if (loader is not None) != manifest.has_loader_state:
         raise CorruptRecord(f"{cut_dir}: {DATALOADER_FILE} disagrees with the manifest about "
