@@ -4,7 +4,8 @@ Write protocol (crash-safe at every step): make `.tmp-<name>-<random>` beside
 the final directory; write each file and fsync it; let the data plane save
 into `data_plane/` and fsync what it wrote; write MANIFEST.json last and fsync
 it; fsync the temporary directory; rename it to its final name; fsync the
-parent. A directory whose name starts with `.tmp-` is never read as a cut.
+parent. A directory whose name starts with `.tmp-` is never read as a cut; a
+write that fails removes it (an OS error becomes `journal.JournalIOError`).
 
 Read protocol: the chain of checks of DESIGN 6.1, in order; nothing is
 unpickled before its sha256 matched, and then only with `weights_only=True`.
@@ -36,6 +37,7 @@ from journal import DEFAULT_FS, Group, LoaderState, Owner, OsFileSystem, State
 from . import manifest as mf
 from .errors import ChecksumMismatch, CountMismatch, CorruptRecord, MissingFile, ManifestMissing, SchemaMismatch, \
     OrphanFile, TwoOwners
+from .io_errors import io_step, remove_quietly
 from .tables import (decode_row_sample, decode_table, decode_terminal, encode_row_sample, encode_table,
                      encode_terminal)
 
@@ -124,9 +126,24 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
     if os.path.exists(final_dir):
         raise FileExistsError(f"cut directory {final_dir} already exists")
     parent = os.path.dirname(final_dir)
-    fs.makedirs(parent)
     tmp = os.path.join(parent, f"{TMP_PREFIX}{os.path.basename(final_dir)}-{secrets.token_hex(4)}")
-    fs.mkdir(tmp)  # its entry needs no fsync of its own: the rename below is fsynced
+    with io_step("write the cut", final_dir):
+        fs.makedirs(parent)
+        fs.mkdir(tmp)  # its entry needs no fsync of its own: the rename below is fsynced
+        try:
+            _fill(fs, tmp, state, run_id=run_id, timeline=timeline, data_plane=data_plane)
+            fs.rename(tmp, final_dir)
+        except BaseException:
+            remove_quietly(fs, tmp)
+            raise
+        fs.fsync_dir(parent)  # (failing, it leaves a whole cut, which a retry reuses)
+    return final_dir
+
+
+def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: int,
+          data_plane: DataPlane | None) -> None:
+    """Write every file of the cut of `state` into the empty directory `tmp`, manifest last,
+    each fsynced, then the directory."""
     live = state.live
     recovery: list[Group] = []
     replay: list[Group] = []
@@ -183,9 +200,6 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
     finally:
         f.close()
     fs.fsync_dir(tmp)
-    fs.rename(tmp, final_dir)
-    fs.fsync_dir(parent)
-    return final_dir
 
 
 def _load_pt(path: str, data: bytes) -> Any:
