@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import re
 import secrets
 import threading
 import time
@@ -25,7 +26,7 @@ import msgspec
 
 from . import format as fmt
 from . import loader_state as _loader_state
-from .errors import JournalClosed, JournalError, JournalFailed, JournalLocked, OwnershipError
+from .errors import JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalLocked, OwnershipError
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, Taken, TakenGroup, Trained, commit_encoder)
 from .events import commit_decoder as _commit_decoder
@@ -38,6 +39,8 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 LOCK_NAME = "LOCK"
 TORN_DIR = "torn"
 UNPUBLISHED_SUFFIX = ".new"  # a new branch's first segment until its first commit is durable
+SNAPSHOTS_DIR = "snapshots"  # where compaction puts cuts
+_CUT_NAME = re.compile(r"cut-(\d{8})-(\d{20})")  # cut-<timeline>-<lsn>, zero-padded
 
 
 class _SegmentPlan:
@@ -146,6 +149,13 @@ class Journal:
         return self
 
     def _recover(self, resume: Any) -> None:
+        try:
+            self._recover_history(resume)
+        except JournalCorrupt as exc:
+            raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path, resume)}",
+                                 segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
+
+    def _recover_history(self, resume: Any) -> None:
         reader = Reader(self.path, "strict")
         self._repair_torn(reader)
         lineage = reader.lineage() if reader.timelines else []
@@ -653,6 +663,21 @@ class Journal:
 
     def __repr__(self) -> str:
         return f"<Journal {self.path} timeline={self.timeline} lsn={self._state.lsn} sync={self.sync}>"
+
+
+def _continue_elsewhere(path: str, resume: Any) -> str:
+    """How to go on when the history on disk is damaged: the newest cut (the one `resume` was
+    restored from, else the newest under `<path>/snapshots`) resumed into a fresh directory."""
+    cut = getattr(resume, "base_cut", None)
+    if cut is None:
+        snapshots = os.path.join(path, SNAPSHOTS_DIR)
+        names = os.listdir(snapshots) if os.path.isdir(snapshots) else []
+        cuts = sorted((m.group(2), m.group(0)) for m in map(_CUT_NAME.fullmatch, names) if m)
+        cut = os.path.join(snapshots, cuts[-1][1]) if cuts else None
+    source = f"restore({cut!r})" if cut is not None else f"restore({path!r}, at=<an LSN before the damage>)"
+    return ("This history cannot be continued in place. To go on, resume into a fresh directory: "
+            f"state = replay.{source}; then Journal.open(<a new, empty directory>, resume=state) "
+            "(the new journal starts with a cut of that state); keep this one for forensics")
 
 
 class Transaction:
