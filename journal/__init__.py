@@ -13,7 +13,8 @@ checksum runs over every commit of the history, across segments and branch
 points, so a missing, stale or reordered frame is detected.
 
 Recovery rules (`reader.py`): a bad frame in the last segment of a timeline
-with no intact frame after it is a torn tail, never acknowledged: `Journal.open`
+with no intact frame after it, and no later branch off it at or after it, is a
+torn tail, never acknowledged: `Journal.open`
 copies it into `torn/` and truncates it. Any other damage is `JournalCorrupt`
 naming segment, offset and LSN (or, for inspection, `point_in_time` and
 `salvage` readers). The state is always rebuilt by `fold.apply`, the same
