@@ -13,7 +13,8 @@ checksum runs over every commit of the history, across segments and branch
 points, so a missing, stale or reordered frame is detected.
 
 Recovery rules (`reader.py`): a bad frame in the last segment of a timeline
-with no intact frame after it is a torn tail, never acknowledged: `Journal.open`
+with no intact frame after it, and no later branch off it at or after it, is a
+torn tail, never acknowledged: `Journal.open`
 copies it into `torn/` and truncates it. Any other damage is `JournalCorrupt`
 naming segment, offset and LSN (or, for inspection, `point_in_time` and
 `salvage` readers). The state is always rebuilt by `fold.apply`, the same
@@ -26,15 +27,18 @@ from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commi
                      Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, RolloutFailed,
                      RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained)
-from .fold import Group, LoaderState, Rollouts, State, apply, checkpoint_markers, fold, fold_records
+from .fold import (Group, LoaderState, Rollouts, SampledRow, State, apply, checkpoint_markers, fold,
+                   fold_records)
 from .loader_state import LoaderStateError
 from .reader import MODES, Problem, Reader, Record, Segment, Timeline, list_segments, read_segment_bytes
 from .vfs import DEFAULT_FS, File, FileSystem, OsFileSystem
 from .writer import AsyncJournal, Journal, Transaction, TORN_DIR, LOCK_NAME
 
 __all__ = [
-    "Journal", "Transaction", "AsyncJournal", "GroupRef", "RolloutRef", "RolloutSealed", "RolloutFailed", "Owner", "LIVE_OWNERS", "Group", "Rollouts", "State",
-    "LoaderState", "apply", "checkpoint_markers", "fold", "fold_records", "Reader", "Record", "Problem", "Segment", "Timeline", "MODES",
+    "Journal", "Transaction", "AsyncJournal", "GroupRef", "RolloutRef", "RolloutSealed",
+    "RolloutFailed", "Owner", "LIVE_OWNERS", "Group", "Rollouts", "State", "LoaderState",
+    "SampledRow", "apply", "checkpoint_markers", "fold", "fold_records", "Reader", "Record",
+    "Problem", "Segment", "Timeline", "MODES",
     "list_segments", "read_segment_bytes", "FileSystem", "OsFileSystem", "File", "DEFAULT_FS",
     "JournalError", "OwnershipError", "StaleAttempt", "JournalCorrupt", "JournalFailed", "JournalLocked",
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",

@@ -72,6 +72,7 @@ class PackedLoaderState(msgspec.Struct, array_like=True, frozen=True):
 class Taken(msgspec.Struct, tag="taken", array_like=True, frozen=True):
     groups: list[TakenGroup]
     loader_state: PackedLoaderState | None = None
+    dataset_size: Id | None = None  # len(dataset) as the trainer saw it (restore checks it)
 
 
 class Diverted(msgspec.Struct, tag="diverted", array_like=True, frozen=True):

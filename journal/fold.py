@@ -68,6 +68,16 @@ def transition_table_markdown() -> str:
 
 
 _DENSE_GAP = 1 << 20  # group ids further than this past the dense table go to a dict
+SAMPLE_FIRST_ROWS = 32  # the row sample keeps the first this many distinct fingerprinted rows
+
+
+class SampledRow(NamedTuple):
+    """A fingerprinted row the history took, kept so restore can check the dataset's identity."""
+
+    group_id: int
+    idx: int
+    task_name: str | None
+    fingerprint: bytes
 
 
 class Rollouts(msgspec.Struct, gc=False, frozen=True):
@@ -198,7 +208,7 @@ class State:
     """Ownership state after folding commits 1..lsn of one history."""
 
     __slots__ = ("lsn", "chain", "timeline", "live", "terminal", "counts", "next_group_id", "loader",
-                 "pending_checkpoints", "committed_checkpoints")
+                 "pending_checkpoints", "committed_checkpoints", "dataset_size", "row_sample")
 
     def __init__(self) -> None:
         self.lsn = 0
@@ -211,6 +221,11 @@ class State:
         self.loader: LoaderState | None = None
         self.pending_checkpoints: dict[int, int] = {}    # step -> checkpoint_begun LSN
         self.committed_checkpoints: dict[int, int] = {}  # step -> checkpoint_begun LSN
+        # The dataset's identity as the history recorded it: the latest `taken(dataset_size=)`,
+        # and the sample of taken rows (`_sample_rows`), a tuple replaced, never changed, so
+        # an undo restores it by reference.
+        self.dataset_size: int | None = None
+        self.row_sample: tuple[SampledRow, ...] = ()
 
     def owner_of(self, gid: int) -> Owner | None:
         g = self.live.get(gid)
@@ -240,6 +255,7 @@ class State:
         s = State()
         s.lsn, s.chain, s.timeline = self.lsn, self.chain, self.timeline
         s.next_group_id, s.loader = self.next_group_id, self.loader
+        s.dataset_size, s.row_sample = self.dataset_size, self.row_sample
         s.live = dict(self.live)
         s.terminal = self.terminal.copy()
         s.counts = list(self.counts)
@@ -253,6 +269,7 @@ class State:
                 and self.next_group_id == other.next_group_id
                 and self.pending_checkpoints == other.pending_checkpoints
                 and self.committed_checkpoints == other.committed_checkpoints
+                and self.dataset_size == other.dataset_size and self.row_sample == other.row_sample
                 and self.terminal.codes.rstrip(b"\0") == other.terminal.codes.rstrip(b"\0")
                 and self.terminal.sparse == other.terminal.sparse)
 
@@ -267,7 +284,7 @@ class Undo:
         # commit took it (so reverting pops it)
         self.records: list[Group | int] = []
         self.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-                        list(state.counts))
+                        list(state.counts), state.dataset_size, state.row_sample)
         # Copies of the checkpoint maps, taken by the commit's first checkpoint event only: the
         # maps grow with the run, and copying them for every commit made a commit cost
         # O(checkpoints so far) (42 us instead of 8 us after 10,000 checkpoints).
@@ -286,7 +303,7 @@ class Undo:
                 state.live[old.group_id] = old
                 state.terminal.clear(old.group_id)
         (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-         state.counts) = self.scalars
+         state.counts, state.dataset_size, state.row_sample) = self.scalars
         if self.checkpoints is not None:
             state.pending_checkpoints, state.committed_checkpoints = self.checkpoints
 
@@ -338,7 +355,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
         if lsn != state.lsn + 1:
             raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
         undo.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-                        counts[:])
+                        counts[:], state.dataset_size, state.row_sample)
         undo.checkpoints = None
         undo_records.clear()
         # the four kinds every group goes through are folded inline (this loop runs once per
@@ -413,7 +430,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     counts[_O_REPLAY] -= len(gids)
                     counts[_O_TRAINED] += len(gids)
                 elif kind is Taken:
-                    nxt = state.next_group_id
+                    nxt = first = state.next_group_id
                     for tg in event.groups:
                         gid = tg.group_id
                         if gid < nxt:
@@ -428,6 +445,12 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     state.next_group_id = nxt
                     if event.loader_state is not None:
                         _take_loader_state(state, event.loader_state, blobs, lsn)
+                    if event.dataset_size is not None:
+                        state.dataset_size = event.dataset_size
+                    # the sample changes only while it fills, or when an id crosses a power of two
+                    if (len(state.row_sample) < SAMPLE_FIRST_ROWS
+                            or (nxt - 1).bit_length() > (first - 1).bit_length()):
+                        _sample_rows(state, event.groups)
                 else:
                     _apply_event(state, event, lsn, undo, blobs)
         except BaseException:
@@ -489,6 +512,26 @@ _FROM_DISCARDED = TRANSITIONS["discarded"].from_owners
 _FROM_ROLLOUT = TRANSITIONS["rollout_sealed"].from_owners
 _O_RESERVED, _O_ADMITTED, _O_REPLAY = Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY
 _O_SPARE, _O_TRAINED, _O_DROPPED = Owner.SPARE, Owner.TRAINED, Owner.DROPPED
+
+
+def _sample_rows(state: State, groups) -> None:
+    """Add the rows of a `taken` that the row sample keeps: a fingerprinted row not in it yet,
+    while it holds fewer than SAMPLE_FIRST_ROWS rows or when its group id is a power of two.
+    Deterministic, at most SAMPLE_FIRST_ROWS + 63 rows, spread over the whole history (the
+    powers of two reach rows taken late in a long run)."""
+    keys = None  # built at the first fingerprinted row (a run without fingerprints skips it)
+    added = []
+    for tg in groups:
+        if tg.fingerprint is None:
+            continue
+        if keys is None:
+            keys = {(r.idx, r.task_name) for r in state.row_sample}
+        gid, key = tg.group_id, (tg.idx, tg.task_name)
+        if key not in keys and (len(keys) < SAMPLE_FIRST_ROWS or (gid and not gid & (gid - 1))):
+            keys.add(key)
+            added.append(SampledRow(gid, tg.idx, tg.task_name, tg.fingerprint))
+    if added:
+        state.row_sample += tuple(added)
 
 
 def _take_loader_state(state: State, packed, blobs, lsn: int) -> None:

@@ -5,10 +5,12 @@ checks every header, frame checksum, chain link and LSN, and classifies a bad
 frame explicitly (compare LevelDB's `log_reader.cc`):
 
 * **torn tail**: the bad bytes run to the end of the *last* segment of a
-  timeline and no intact frame follows them. It was never acknowledged; the
-  history ends just before it (the writer cuts it off on open).
+  timeline, no intact frame follows them, and no other timeline branches off
+  at or after them. It was never acknowledged; the history ends just before
+  it (the writer cuts it off on open).
 * **damage**: anything else (a bad frame followed by an intact one, a bad
-  sealed segment, a frame that verifies but does not chain, a gap in LSNs).
+  sealed segment, lost frames a later branch depends on, a frame that verifies
+  but does not chain, a gap in LSNs).
 
 Modes: `strict` raises `JournalCorrupt` at damage; `point_in_time` ends the
 history at the first damage; `salvage` skips damaged frames and goes on
@@ -296,6 +298,14 @@ class Reader:
                 raise JournalCorrupt(f"{seg.name}: archived segment does not decompress: {exc}",
                                      segment=seg.name, offset=0) from None
 
+    def _continued_by(self, timeline: int, lsn: int | None) -> Timeline | None:
+        """A timeline branching off `timeline` at or after commit `lsn` (it continues the history
+        through that commit, so the commit was acknowledged), if any."""
+        if lsn is None:
+            return None
+        return next((t for t in self.timelines.values()
+                     if t.parent == timeline and t.timeline != timeline and t.branch_lsn >= lsn), None)
+
     def _damage(self, problem: Problem) -> None:
         self.problems.append(problem)
         if self.mode == "strict":
@@ -416,7 +426,12 @@ class Reader:
                     bad = "frame checksum mismatch"
             if bad is not None:
                 nxt = _next_intact_frame(data, pos + 1)
-                if nxt is None and last:
+                child = self._continued_by(seg.timeline, lsn) if nxt is None and last else None
+                if child is not None:
+                    bad += (f"; timeline {child.timeline} branches off timeline {seg.timeline} at "
+                            f"LSN {child.branch_lsn}, so the commits from LSN {lsn} on were "
+                            "acknowledged: an acknowledged history lost frames, not a torn tail")
+                elif nxt is None and last:
                     self.torn[seg.timeline] = TornTail(seg, pos, end)
                     self.problems.append(Problem("torn", seg.name, pos, lsn, f"torn tail: {bad}", end - pos))
                     return seen_lsn, seen_chain, False, yielded

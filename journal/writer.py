@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import re
 import secrets
 import threading
 import time
@@ -25,7 +26,7 @@ import msgspec
 
 from . import format as fmt
 from . import loader_state as _loader_state
-from .errors import JournalClosed, JournalError, JournalFailed, JournalLocked, OwnershipError
+from .errors import JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalLocked, OwnershipError
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained, commit_encoder)
@@ -39,6 +40,8 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 LOCK_NAME = "LOCK"
 TORN_DIR = "torn"
 UNPUBLISHED_SUFFIX = ".new"  # a new branch's first segment until its first commit is durable
+SNAPSHOTS_DIR = "snapshots"  # where compaction puts cuts
+_CUT_NAME = re.compile(r"cut-(\d{8})-(\d{20})")  # cut-<timeline>-<lsn>, zero-padded
 
 
 class _SegmentPlan:
@@ -157,6 +160,13 @@ class Journal:
         return self
 
     def _recover(self, resume: Any) -> None:
+        try:
+            self._recover_history(resume)
+        except JournalCorrupt as exc:
+            raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path, resume)}",
+                                 segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
+
+    def _recover_history(self, resume: Any) -> None:
         reader = Reader(self.path, "strict")
         self._repair_torn(reader)
         lineage = reader.lineage() if reader.timelines else []
@@ -395,10 +405,12 @@ class Journal:
 
     # -- transitions ---------------------------------------------------------------------
 
-    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None) -> list[int]:
-        """Record that the loader handed out `refs`; returns the allocated group ids."""
+    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
+              dataset_size: int | None = None) -> list[int]:
+        """Record that the loader handed out `refs`; returns the allocated group ids.
+        `dataset_size=len(dataset)` records the dataset's length, which restore checks."""
         with self.transaction() as tx:
-            gids = tx.taken(refs, loader_state=loader_state)
+            gids = tx.taken(refs, loader_state=loader_state, dataset_size=dataset_size)
         return gids
 
     def diverted(self, group_ids: Iterable[int]) -> int:
@@ -676,6 +688,21 @@ class Journal:
         return f"<Journal {self.path} timeline={self.timeline} lsn={self._state.lsn} sync={self.sync}>"
 
 
+def _continue_elsewhere(path: str, resume: Any) -> str:
+    """How to go on when the history on disk is damaged: the newest cut (the one `resume` was
+    restored from, else the newest under `<path>/snapshots`) resumed into a fresh directory."""
+    cut = getattr(resume, "base_cut", None)
+    if cut is None:
+        snapshots = os.path.join(path, SNAPSHOTS_DIR)
+        names = os.listdir(snapshots) if os.path.isdir(snapshots) else []
+        cuts = sorted((m.group(2), m.group(0)) for m in map(_CUT_NAME.fullmatch, names) if m)
+        cut = os.path.join(snapshots, cuts[-1][1]) if cuts else None
+    source = f"restore({cut!r})" if cut is not None else f"restore({path!r}, at=<an LSN before the damage>)"
+    return ("This history cannot be continued in place. To go on, resume into a fresh directory: "
+            f"state = replay.{source}; then Journal.open(<a new, empty directory>, resume=state) "
+            "(the new journal starts with a cut of that state); keep this one for forensics")
+
+
 class Transaction:
     """Transitions collected by `Journal.transaction()`, committed atomically on exit.
 
@@ -720,9 +747,14 @@ class Transaction:
             with j._cond:
                 self.lsn = j._wait(pending.lsn, pending)
 
-    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None) -> list[int]:
+    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
+              dataset_size: int | None = None) -> list[int]:
         if isinstance(refs, GroupRef):
             raise TypeError("taken() takes a sequence of GroupRef")
+        if dataset_size is not None and (isinstance(dataset_size, bool) or not isinstance(dataset_size, int)
+                                         or dataset_size < 0):
+            raise ValueError(f"taken(dataset_size={dataset_size!r}): the dataset's length is an "
+                             "integer >= 0 (pass len(dataset))")
         packed = None
         if loader_state is not None:
             packed, blobs = _loader_state.pack(loader_state)
@@ -739,7 +771,7 @@ class Transaction:
             groups.append(TakenGroup(gid, ref.idx, ref.task_name, ref.epoch, ref.fingerprint))
             nxt = gid + 1
         self._next_gid = nxt
-        self._events.append(Taken(groups, packed))
+        self._events.append(Taken(groups, packed, dataset_size))
         return [g.group_id for g in groups]
 
     def diverted(self, group_ids: Iterable[int]) -> None:

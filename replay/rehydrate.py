@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import operator
 import warnings
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
+
+from journal import SampledRow
 
 from .errors import RowChanged, RowChangedWarning, RowMismatch, RowMissing
 from .fingerprint import fingerprint
@@ -32,33 +34,69 @@ def _as_int(value: Any) -> Any:
         return value
 
 
+def _row(dataset: Any, gid: int, idx: int) -> Any:
+    try:
+        return dataset[idx]
+    except (IndexError, KeyError) as exc:
+        raise RowMissing(f"group {gid}: dataset[{idx}] does not exist ({exc!r}); the "
+                         "dataset shrank or is not the one the run used") from None
+
+
+def _same_row(row: Any, gid: int, idx: int, task_name: str | None, recorded: bytes | None,
+              on_row_changed: str) -> bool:
+    """Check `row` (dataset[idx]) is the one group `gid` took: its own idx and task, then its
+    fingerprint by the policy. Returns False when the fingerprint differs and was accepted."""
+    own_idx = _field(row, "idx")
+    if own_idx is not _ABSENT and _as_int(own_idx) != idx:
+        raise RowMismatch(f"group {gid}: dataset[{idx}] is the row with idx {own_idx!r}; "
+                          "the dataset was reordered")
+    own_task = _field(row, "task_name")
+    if task_name is not None and own_task is not _ABSENT and own_task != task_name:
+        raise RowMismatch(f"group {gid}: dataset[{idx}] has task_name {own_task!r}, the "
+                          f"journal recorded {task_name!r}")
+    if recorded is None:
+        return True
+    now = fingerprint(row)
+    if now == recorded:
+        return True
+    message = (f"group {gid}: dataset[{idx}] changed since it was taken (task {task_name!r}, "
+               f"fingerprint {now.hex()} != recorded {recorded.hex()})")
+    if on_row_changed == "error":
+        raise RowChanged(message)
+    if on_row_changed == "warn":
+        warnings.warn(message, RowChangedWarning, stacklevel=4)
+    return False
+
+
 def rehydrate(groups: list, dataset: Any, collate_fn: Callable | None, on_row_changed: str,
               changed: list) -> None:
     """Set `prompt` on every group; rows whose fingerprint changed are appended to `changed`."""
     if on_row_changed not in ROW_CHANGED_POLICIES:
         raise ValueError(f"on_row_changed must be one of {ROW_CHANGED_POLICIES}, not {on_row_changed!r}")
     for g in groups:
-        try:
-            row = dataset[g.idx]
-        except (IndexError, KeyError) as exc:
-            raise RowMissing(f"group {g.group_id}: dataset[{g.idx}] does not exist ({exc!r}); the "
-                             "dataset shrank or is not the one the run used") from None
-        own_idx = _field(row, "idx")
-        if own_idx is not _ABSENT and _as_int(own_idx) != g.idx:
-            raise RowMismatch(f"group {g.group_id}: dataset[{g.idx}] is the row with idx {own_idx!r}; "
-                              "the dataset was reordered")
-        own_task = _field(row, "task_name")
-        if g.task_name is not None and own_task is not _ABSENT and own_task != g.task_name:
-            raise RowMismatch(f"group {g.group_id}: dataset[{g.idx}] has task_name {own_task!r}, the "
-                              f"journal recorded {g.task_name!r}")
-        if g.fingerprint is not None:
-            now = fingerprint(row)
-            if now != g.fingerprint:
-                message = (f"group {g.group_id}: dataset[{g.idx}] changed since it was taken "
-                           f"(fingerprint {now.hex()} != recorded {g.fingerprint.hex()})")
-                if on_row_changed == "error":
-                    raise RowChanged(message)
-                if on_row_changed == "warn":
-                    warnings.warn(message, RowChangedWarning, stacklevel=3)
-                changed.append(g)
+        row = _row(dataset, g.group_id, g.idx)
+        if not _same_row(row, g.group_id, g.idx, g.task_name, g.fingerprint, on_row_changed):
+            changed.append(g)
         g.prompt = collate_fn([row]) if collate_fn is not None else row
+
+
+def check_identity(dataset: Any, size: int | None, sample: Sequence[SampledRow],
+                   on_row_changed: str) -> list[SampledRow]:
+    """Check `dataset` is the one the history recorded: its length against `size` (the last
+    `taken(dataset_size=)`), then every sampled row as `rehydrate` checks a recovered one.
+    Returns the sampled rows whose fingerprint differs and the policy accepted."""
+    if size is not None:
+        try:
+            have = len(dataset)
+        except TypeError:
+            have = None  # no length (an iterable or lazy dataset): the sample still checks it
+        if have is not None and have != size:
+            raise RowMismatch(f"the dataset has {have} rows, the journal recorded {size} (the "
+                              "length passed as taken(dataset_size=)); restore with the dataset "
+                              "the run used, or without dataset= to skip the checks")
+    changed = []
+    for r in sample:
+        if not _same_row(_row(dataset, r.group_id, r.idx), r.group_id, r.idx, r.task_name,
+                         r.fingerprint, on_row_changed):
+            changed.append(r)
+    return changed

@@ -25,7 +25,7 @@ from snapshot.manifest import decode as _decode_manifest
 from snapshot.state_at import cut_dir_name
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
-from .rehydrate import ROW_CHANGED_POLICIES, rehydrate
+from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
 
 
 @dataclass
@@ -72,6 +72,8 @@ class RecoveredState:
     demoted: list[RecoveredGroup] = field(default_factory=list)   # replay -> admitted: rows missing
     salvaged: list[RecoveredGroup] = field(default_factory=list)  # admitted -> replay: finished later
     changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
+    # rows of the history's row sample (State.row_sample) whose fingerprint differs, accepted
+    changed_sample: list[journal.SampledRow] = field(default_factory=list)
     run_id: bytes | None = None
     fold_state: State | None = None   # the journal's state at `lsn` (what resume continues from)
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
@@ -253,6 +255,8 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         skipped=skipped, demoted=demoted, salvaged=salvaged, run_id=run_id, fold_state=state,
         recommit=sorted((s for s, lsn in state.pending_checkpoints.items() if committed_later.get(s) == lsn),
                         key=state.pending_checkpoints.get))
-    if dataset is not None:
+    if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
+        result.changed_sample = check_identity(dataset, state.dataset_size, state.row_sample,
+                                               on_row_changed)
     return result

@@ -5,7 +5,8 @@ new cut is durable; it removes cuts that are no longer needed and retires
 segments wholly covered by the oldest cut kept. Leftover temporary
 directories and archive files from a compaction that crashed are removed
 first. Correctness never depends on compaction: restore folds from whatever
-cut is usable, or from LSN 1.
+cut is usable, or from LSN 1. Every OS error (a full disk) is raised as
+`journal.JournalIOError` naming the file and the operation.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from journal import DEFAULT_FS, Journal, OsFileSystem, Reader, checkpoint_marker
 
 from .cut import DATA_PLANE_DIR, TMP_PREFIX, Cut, DataPlane, read_cut, write_cut
 from .errors import RestoreError
+from .io_errors import io_step
 from .retention import RETENTION_MODES, remove_leftover_archives, retire, retirable_segments
 from .state_at import SNAPSHOTS_DIR, Skipped, anchor_problem, cut_dir_name, state_at, usable_cuts
 
@@ -43,10 +45,12 @@ def _remove_tmp_dirs(fs: OsFileSystem, parent: str, prefix: str = TMP_PREFIX) ->
     for name in sorted(os.listdir(parent)):
         full = os.path.join(parent, name)
         if name.startswith(prefix) and os.path.isdir(full) and not os.path.islink(full):
-            fs.rmtree(full)
+            with io_step("remove a temporary cut directory left by an earlier compaction", full):
+                fs.rmtree(full)
             removed = True
     if removed:
-        fs.fsync_dir(parent)
+        with io_step("fsync the directory", parent):
+            fs.fsync_dir(parent)
 
 
 def _discard_cut(fs: OsFileSystem, cut_path: str) -> None:
@@ -54,10 +58,11 @@ def _discard_cut(fs: OsFileSystem, cut_path: str) -> None:
     deleted cut is ever listed), fsync the parent, then remove the tree."""
     parent, name = os.path.split(cut_path)
     doomed = os.path.join(parent, f"{TMP_PREFIX}del-{name}-{secrets.token_hex(4)}")
-    fs.rename(cut_path, doomed)
-    fs.fsync_dir(parent)
-    fs.rmtree(doomed)
-    fs.fsync_dir(parent)
+    with io_step("delete the cut", cut_path):
+        fs.rename(cut_path, doomed)
+        fs.fsync_dir(parent)
+        fs.rmtree(doomed)  # (failing, what is left has a .tmp- name: never read, removed later)
+        fs.fsync_dir(parent)
 
 
 def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = None, *,

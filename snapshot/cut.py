@@ -4,7 +4,8 @@ Write protocol (crash-safe at every step): make `.tmp-<name>-<random>` beside
 the final directory; write each file and fsync it; let the data plane save
 into `data_plane/` and fsync what it wrote; write MANIFEST.json last and fsync
 it; fsync the temporary directory; rename it to its final name; fsync the
-parent. A directory whose name starts with `.tmp-` is never read as a cut.
+parent. A directory whose name starts with `.tmp-` is never read as a cut; a
+write that fails removes it (an OS error becomes `journal.JournalIOError`).
 
 Read protocol: the chain of checks of DESIGN 6.1, in order; nothing is
 unpickled before its sha256 matched, and then only with `weights_only=True`.
@@ -37,6 +38,7 @@ from journal import DEFAULT_FS, Group, LoaderState, Owner, OsFileSystem, State
 from . import manifest as mf
 from .errors import ChecksumMismatch, CountMismatch, CorruptRecord, MissingFile, ManifestMissing, SchemaMismatch, \
     OrphanFile, TwoOwners
+from .io_errors import io_step, remove_quietly
 
 TMP_PREFIX = ".tmp-"
 DATALOADER_FILE = "train_dataloader.pt"
@@ -45,6 +47,7 @@ REPLAY_FILE = "replay_buffer_metadata.pt"
 RESERVE_FILE = "replacement_reserve.pt"
 DATA_PLANE_DIR = "data_plane"
 TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped
+DATASET_KEY = "dataset"  # in rollout_recovery.pt: the dataset size and row sample (optional)
 _OWNER_OF = operator.attrgetter("owner")
 
 
@@ -119,16 +122,31 @@ def _sha256_file(path: str) -> tuple[int, str]:
 def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
               data_plane: DataPlane | None = None, fs: OsFileSystem | None = None) -> str:
     """Write `state` as a cut at `final_dir` (which must not exist) atomically; returns it."""
-    from .tables import encode_table, encode_terminal
-
     fs = fs or DEFAULT_FS
     final_dir = os.path.abspath(final_dir)
     if os.path.exists(final_dir):
         raise FileExistsError(f"cut directory {final_dir} already exists")
     parent = os.path.dirname(final_dir)
-    fs.makedirs(parent)
     tmp = os.path.join(parent, f"{TMP_PREFIX}{os.path.basename(final_dir)}-{secrets.token_hex(4)}")
-    fs.mkdir(tmp)  # its entry needs no fsync of its own: the rename below is fsynced
+    with io_step("write the cut", final_dir):
+        fs.makedirs(parent)
+        fs.mkdir(tmp)  # its entry needs no fsync of its own: the rename below is fsynced
+        try:
+            _fill(fs, tmp, state, run_id=run_id, timeline=timeline, data_plane=data_plane)
+            fs.rename(tmp, final_dir)
+        except BaseException:
+            remove_quietly(fs, tmp)
+            raise
+        fs.fsync_dir(parent)  # (failing, it leaves a whole cut, which a retry reuses)
+    return final_dir
+
+
+def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: int,
+          data_plane: DataPlane | None) -> None:
+    """Write every file of the cut of `state` into the empty directory `tmp`, manifest last,
+    each fsynced, then the directory."""
+    from .tables import encode_row_sample, encode_table, encode_terminal
+
     live = state.live
     recovery: list[Group] = []
     replay: list[Group] = []
@@ -153,6 +171,7 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
     put(DATALOADER_FILE, _save_bytes(loader))
     table = encode_table(recovery)
     table[TERMINAL_KEY] = encode_terminal(state.terminal.codes, state.terminal.sparse)
+    table[DATASET_KEY] = encode_row_sample(state.dataset_size, state.row_sample)
     put(RECOVERY_FILE, _save_bytes(table))
     put(REPLAY_FILE, _save_bytes(encode_table(replay, owner=Owner.REPLAY)))
     if spare:
@@ -184,9 +203,6 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
     finally:
         f.close()
     fs.fsync_dir(tmp)
-    fs.rename(tmp, final_dir)
-    fs.fsync_dir(parent)
-    return final_dir
 
 
 def _load_pt(path: str, data: bytes) -> Any:
@@ -200,7 +216,7 @@ def _load_pt(path: str, data: bytes) -> Any:
 
 def read_cut(cut_dir: str) -> Cut:
     """Load a cut, running checks 1-7 of DESIGN 6.1 in order; raises the first that fails."""
-    from .tables import decode_table, decode_terminal
+    from .tables import decode_row_sample, decode_table, decode_terminal
 
     cut_dir = os.path.abspath(cut_dir)
     mpath = os.path.join(cut_dir, mf.MANIFEST_NAME)
@@ -252,7 +268,7 @@ def read_cut(cut_dir: str) -> Cut:
     live_owners = {Owner.RESERVED: RECOVERY_FILE, Owner.ADMITTED: RECOVERY_FILE,
                    Owner.REPLAY: REPLAY_FILE, Owner.SPARE: RESERVE_FILE}
     loaded: dict[str, list[Group]] = {}
-    terminal_obj = None
+    terminal_obj = dataset_obj = None
     for name, allowed in ((RECOVERY_FILE, frozenset({Owner.RESERVED, Owner.ADMITTED})),
                           (REPLAY_FILE, frozenset({Owner.REPLAY})),
                           (RESERVE_FILE, frozenset({Owner.SPARE}))):
@@ -266,6 +282,7 @@ def read_cut(cut_dir: str) -> Cut:
             terminal_obj = table.get(TERMINAL_KEY)
             if terminal_obj is None:
                 raise CorruptRecord(f"{where}: no {TERMINAL_KEY!r} entry")
+            dataset_obj = table.get(DATASET_KEY)
     if not isinstance(manifest.next_group_id, int) or manifest.next_group_id < 0:
         raise CorruptRecord(f"{cut_dir}: manifest next group id {manifest.next_group_id!r} is negative")
     where = os.path.join(cut_dir, RECOVERY_FILE)
@@ -299,6 +316,9 @@ def read_cut(cut_dir: str) -> Cut:
             seen[gid] = name
             state.live[gid] = g
     state.terminal.codes, state.terminal.sparse = dense, sparse
+    if dataset_obj is not None:  # absent in cuts written before the dataset was recorded
+        state.dataset_size, state.row_sample = decode_row_sample(dataset_obj,
+                                                                 f"{where} {DATASET_KEY}")
     loader = _load_pt(os.path.join(cut_dir, DATALOADER_FILE), contents[DATALOADER_FILE])
     if (loader is not None) != manifest.has_loader_state:
         raise CorruptRecord(f"{cut_dir}: {DATALOADER_FILE} disagrees with the manifest about "

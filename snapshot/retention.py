@@ -4,7 +4,8 @@ A retired segment is archived (zstandard, `<name>.wal.zst`, which the
 journal's reader reads transparently) or deleted. Archiving writes the
 archive under a temporary name, fsyncs it, renames it into place and fsyncs
 the directory before the live segment is unlinked, so a crash at any step
-leaves the segment readable from one file or the other.
+leaves the segment readable from one file or the other. An OS error is raised
+as `journal.JournalIOError` (a partial `.wal.zst.tmp` is removed first).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import os
 
 import zstandard
 
-from journal import OsFileSystem, Reader, read_segment_bytes
+from journal import JournalIOError, OsFileSystem, Reader, read_segment_bytes
+
+from .io_errors import io_step, remove_quietly
 
 RETENTION_MODES = ("archive", "delete")
 ARCHIVE_LEVEL = 3
@@ -44,18 +47,28 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
         if mode == "archive":
             if seg.archived:
                 continue
-            raw = read_segment_bytes(seg)
+            with io_step("read the segment to archive", seg.path):
+                raw = read_segment_bytes(seg)
             data = zstandard.ZstdCompressor(level=ARCHIVE_LEVEL).compress(raw)
-            if zstandard.ZstdDecompressor().decompress(data) != raw:  # never unlink on a bad archive
-                raise OSError(f"{seg.path}: the zstd archive does not decompress to the segment")
             final = seg.path + ".zst"
-            fs.replace_file(final, data)  # via <final>.tmp: fsync, rename, directory fsync
-            fs.unlink(seg.path)
-            fs.fsync_dir(journal_path)
+            if zstandard.ZstdDecompressor().decompress(data) != raw:  # never unlink on a bad archive
+                raise JournalIOError(f"{final}: the zstd archive does not decompress to the segment "
+                                     f"{seg.path}, which stays live", path=final,
+                                     operation="verify the archive")
+            with io_step("write the archive", final):
+                try:
+                    fs.replace_file(final, data)  # via <final>.tmp: fsync, rename, directory fsync
+                except OSError:
+                    remove_quietly(fs, final + ".tmp")
+                    raise
+            with io_step("unlink the archived segment", seg.path):
+                fs.unlink(seg.path)
+                fs.fsync_dir(journal_path)
             done.append(os.path.basename(final))
         else:
-            fs.unlink(seg.path)
-            fs.fsync_dir(journal_path)
+            with io_step("delete the segment", seg.path):
+                fs.unlink(seg.path)
+                fs.fsync_dir(journal_path)
             done.append(seg.name)
     return done
 
@@ -65,7 +78,10 @@ def remove_leftover_archives(fs: OsFileSystem, journal_path: str) -> None:
     removed = False
     for name in os.listdir(journal_path):
         if name.endswith(".wal.zst.tmp"):
-            fs.unlink(os.path.join(journal_path, name))
+            with io_step("remove a temporary archive left by an earlier compaction",
+                         os.path.join(journal_path, name)):
+                fs.unlink(os.path.join(journal_path, name))
             removed = True
     if removed:
-        fs.fsync_dir(journal_path)
+        with io_step("fsync the directory", journal_path):
+            fs.fsync_dir(journal_path)

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from journal import Group, Owner
+from journal import Group, Owner, SampledRow
 
 from .errors import CorruptRecord, SchemaMismatch
 from .manifest import SCHEMA_VERSION
@@ -258,3 +258,44 @@ def decode_terminal(obj, where: str, next_group_id: int) -> tuple[bytearray, dic
 
 
 _BYTE = [bytes((i,)) for i in range(256)]
+
+
+# -- the dataset's identity --------------------------------------------------------------------
+#
+# What the history recorded about the dataset (`State.dataset_size`, `State.row_sample`), so a
+# restore from the cut alone checks the dataset as a restore from the journal does. Cuts
+# written before it was recorded have no such entry: the state then has no size and no sample.
+
+_SAMPLE_KEYS = {"size", "group_id", "idx", "task_name", "fingerprint"}
+
+
+def encode_row_sample(size: int | None, sample: Sequence[SampledRow]) -> dict:
+    return {"size": NONE if size is None else size,
+            "group_id": _int_tensor([r.group_id for r in sample]),
+            "idx": _int_tensor([r.idx for r in sample]),
+            "task_name": _bytes_column([r.task_name for r in sample], True),
+            "fingerprint": _bytes_column([r.fingerprint for r in sample], False)}
+
+
+def decode_row_sample(obj, where: str) -> tuple[int | None, tuple[SampledRow, ...]]:
+    """(dataset size, row sample) from `encode_row_sample`'s dict, validated."""
+    if not isinstance(obj, dict) or set(obj) != _SAMPLE_KEYS:
+        raise CorruptRecord(f"{where}: bad layout")
+    size = obj["size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0 and size != NONE:
+        raise CorruptRecord(f"{where}: dataset size {size!r} is not an integer >= 0")
+    gids, idxs = obj["group_id"], obj["idx"]
+    if not (isinstance(gids, torch.Tensor) and gids.dtype == torch.int64 and gids.dim() == 1
+            and isinstance(idxs, torch.Tensor) and idxs.dtype == torch.int64
+            and idxs.shape == gids.shape):
+        raise CorruptRecord(f"{where}: columns 'group_id' and 'idx' are not int64 tensors of one length")
+    n = gids.numel()
+    gid_list, idx_list = gids.tolist(), idxs.tolist()
+    if n and (min(gid_list) < 0 or min(idx_list) < 0):
+        raise CorruptRecord(f"{where}: a sampled row has a negative group id or idx")
+    tasks = _decode_str(_read_bytes_column(obj["task_name"], n, f"{where} column 'task_name'"),
+                        where, "task_name")
+    fps = _read_bytes_column(obj["fingerprint"], n, f"{where} column 'fingerprint'")
+    if None in fps:
+        raise CorruptRecord(f"{where}: a sampled row has no fingerprint")
+    return (None if size == NONE else size), tuple(map(SampledRow, gid_list, idx_list, tasks, fps))

@@ -33,7 +33,7 @@ import shutil
 import pytest
 
 from faultfs import FaultFS, snapshot_tree
-from journal import Journal, Reader, list_segments
+from journal import Journal, JournalIOError, Reader, list_segments
 from snapshot import SNAPSHOTS_DIR, compact, cut_dirs, read_cut, state_at, usable_cuts
 from snapshot.state_at import anchor_problem
 
@@ -140,7 +140,7 @@ def _sweep(tmp: str, pristine_path: str, run, check) -> tuple[int, set[str]]:
         shutil.copytree(pristine_path, live)
         ffs = FaultFS(root=live)
         ffs.inject(None, nth=n, persistent=True)
-        with pytest.raises(OSError):
+        with pytest.raises(JournalIOError):
             run(live, ffs)
         image = ffs.crash_image(os.path.join(tmp, f"image-{n}"))
         op = ffs.ops[n - 1]
@@ -218,7 +218,7 @@ def test_a_cut_deleted_halfway_is_never_listed(pristine, fast_tmp):
 
     fs.on("rmtree", half_done)
     fs.inject("rmtree", nth=1)
-    with pytest.raises(OSError):
+    with pytest.raises(JournalIOError):
         compact(world, keep_cuts=1, retention="archive", fs=fs)
     leftovers = [n for n in os.listdir(os.path.join(world, SNAPSHOTS_DIR)) if n.startswith(".tmp-del-")]
     assert len(leftovers) == 1
