@@ -259,9 +259,9 @@ def read_cut(cut_dir: str) -> Cut:
         if size != entry.size or digest != entry.sha256:
             raise ChecksumMismatch(f"{cut_dir}: {name} has size {size} sha256 {digest[:16]}..., the "
                                    f"manifest says size {entry.size} sha256 {entry.sha256[:16]}...")
-    if manifest.schema_version != mf.SCHEMA_VERSION:                        # 5
+    if manifest.schema_version not in mf.READABLE_SCHEMAS:                  # 5
         raise SchemaMismatch(f"{cut_dir}: schema version {manifest.schema_version}, this code "
-                                f"reads {mf.SCHEMA_VERSION}")
+                             f"reads {sorted(mf.READABLE_SCHEMAS)}")
     for required in (DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE):
         if required not in contents:
             raise MissingFile(f"{cut_dir}: the manifest does not list {required}")

@@ -13,7 +13,8 @@ import msgspec
 from .errors import ManifestMissing, SchemaMismatch, UnsafePath
 
 FORMAT_NAME = "ownership-journal-cut"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2               # what this code writes: 2 added the rollout table
+READABLE_SCHEMAS = frozenset({1, 2})  # what it reads
 MANIFEST_NAME = "MANIFEST.json"
 
 
@@ -71,9 +72,10 @@ def decode(data: bytes, cut_dir: str) -> Manifest:
     try:
         m = msgspec.convert(raw, Manifest)
     except msgspec.ValidationError as exc:
-        if raw.get("schema_version") != SCHEMA_VERSION:
+        if raw.get("schema_version") not in READABLE_SCHEMAS:
             raise SchemaMismatch(f"{cut_dir}/{MANIFEST_NAME}: schema version "
-                                 f"{raw.get('schema_version')!r}, this code reads {SCHEMA_VERSION}") from None
+                                 f"{raw.get('schema_version')!r}, this code reads "
+                                 f"{sorted(READABLE_SCHEMAS)}") from None
         raise ManifestMissing(f"{cut_dir}/{MANIFEST_NAME} has a bad field: {exc}") from None
     for name in m.files:
         safe_relpath(name, cut_dir)

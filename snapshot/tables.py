@@ -26,10 +26,10 @@ from typing import Sequence
 
 import torch
 
-from journal import Group, Owner, SampledRow
+from journal import Group, Owner, Rollouts, SampledRow
 
 from .errors import CorruptRecord, SchemaMismatch
-from .manifest import SCHEMA_VERSION
+from .manifest import READABLE_SCHEMAS, SCHEMA_VERSION
 
 NONE = -(2 ** 63)  # int64 sentinel for "no value"
 _INT_COLUMNS = ("group_id", "idx", "epoch", "target_step", "policy_version", "replaces")
@@ -38,6 +38,7 @@ _BYTES_COLUMNS = ("task_name", "fingerprint", "locator")
 _STR_COLUMNS = frozenset({"task_name", "locator"})
 _PHASES = {Owner.RESERVED: 1, Owner.ADMITTED: 2, Owner.REPLAY: 3, Owner.SPARE: 4}
 _PHASE_OWNERS = {v: k for k, v in _PHASES.items()}
+_TRACKS_ROLLOUTS = frozenset({_PHASES[Owner.ADMITTED], _PHASES[Owner.REPLAY]})
 _FIELDS = ("group_id", "idx", "epoch", "target_step", "policy_version", "replaces", "task_name",
            "fingerprint", "locator", "owner")
 _GETTERS = {name: operator.attrgetter(name) for name in _FIELDS}
@@ -128,7 +129,89 @@ def encode_table(groups: Sequence[Group], owner: Owner | None = None) -> dict:
     table["phase"] = torch.frombuffer(bytearray(phase), dtype=torch.int8) if n else torch.empty(0, dtype=torch.int8)
     for name in _BYTES_COLUMNS:
         table[name] = _bytes_column(by_name[name], name in _STR_COLUMNS)
+    table.update(_encode_rollouts(groups))
     return table
+
+
+# -- rollouts ----------------------------------------------------------------------------------
+#
+# Schema 2. A group table has a `rollouts` column (N, or NONE for a group admitted without
+# rollouts=) and a `rollout_table`: one row per rollout of those groups, in the table's group
+# order and then by index, with columns group_id, index, attempt, sealed, locator and
+# policy_version. Schema 1 tables have neither (every group is all-or-nothing).
+
+_ROLLOUT_INT_COLUMNS = ("group_id", "index", "attempt", "policy_version")
+_ROLLOUT_KEYS = frozenset(_ROLLOUT_INT_COLUMNS) | {"sealed", "locator"}
+
+
+def _encode_rollouts(groups: Sequence[Group]) -> dict:
+    tracked = [g for g in groups if g.rollouts is not None]
+    counts = [NONE if g.rollouts is None else g.rollouts.n for g in groups]
+    gid, index, attempt, sealed, locator, version = [], [], [], bytearray(), [], []
+    for g in tracked:
+        r = g.rollouts
+        n = r.n
+        gid += [g.group_id] * n
+        index += range(n)
+        attempt += r.attempts
+        sealed += bytes(r.sealed >> i & 1 for i in range(n))
+        locator += r.locators
+        version += r.versions
+    table = {"group_id": _int_tensor(gid), "index": _int_tensor(index), "attempt": _int_tensor(attempt),
+             "policy_version": _int_tensor(version),
+             "sealed": torch.frombuffer(sealed, dtype=torch.bool) if sealed else torch.empty(0, dtype=torch.bool),
+             "locator": _bytes_column(locator, True)}
+    return {"rollouts": _int_tensor(counts), "rollout_table": table}
+
+
+def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) -> list:
+    """Each group's `Rollouts` (None for an untracked group), validated against its group."""
+    counts_t, rt = table.get("rollouts"), table.get("rollout_table")
+    if not isinstance(counts_t, torch.Tensor) or counts_t.dtype != torch.int64 or counts_t.shape != (n,):
+        raise CorruptRecord(f"{where}: column 'rollouts' is not an int64 tensor of {n} values")
+    if not isinstance(rt, dict) or set(rt) != _ROLLOUT_KEYS:
+        raise CorruptRecord(f"{where}: bad rollout_table layout")
+    counts = counts_t.tolist()
+    m = sum(c for c in counts if c != NONE)
+    cols = {}
+    for name in _ROLLOUT_INT_COLUMNS:
+        t = rt[name]
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.shape != (m,):
+            raise CorruptRecord(f"{where}: rollout column {name!r} is not an int64 tensor of {m} values")
+        cols[name] = t.tolist()
+    sealed_t = rt["sealed"]
+    if not isinstance(sealed_t, torch.Tensor) or sealed_t.dtype != torch.bool or sealed_t.shape != (m,):
+        raise CorruptRecord(f"{where}: rollout column 'sealed' is not a bool tensor of {m} values")
+    sealed = sealed_t.tolist()
+    locators = _decode_str(_read_bytes_column(rt["locator"], m, f"{where} rollout column 'locator'"),
+                           where, "rollout locator")
+    versions = [None if v == NONE else v for v in cols["policy_version"]]
+    out, pos = [], 0
+    for i, c in enumerate(counts):
+        if c == NONE:
+            out.append(None)
+            continue
+        gid = gids[i]
+        if not 1 <= c <= 65535 or phases[i] not in _TRACKS_ROLLOUTS:
+            raise CorruptRecord(f"{where}: group {gid} has {c} rollouts in phase {phases[i]}")
+        end = pos + c
+        if cols["group_id"][pos:end] != [gid] * c or cols["index"][pos:end] != list(range(c)) \
+                or min(cols["attempt"][pos:end]) < 0:
+            raise CorruptRecord(f"{where}: the rollout rows of group {gid} are not its indices "
+                                f"0..{c - 1} with attempts >= 0")
+        bits = sum(1 << k for k, s in enumerate(sealed[pos:end]) if s)
+        r = Rollouts(tuple(cols["attempt"][pos:end]), bits, tuple(locators[pos:end]),
+                     tuple(versions[pos:end]))
+        if any(r.locators[k] is not None or r.versions[k] is not None for k in r.unsealed()):
+            raise CorruptRecord(f"{where}: group {gid} has an unsealed rollout with a locator "
+                                "or policy version")
+        if phases[i] == _PHASES[Owner.REPLAY] and not r.all_sealed():
+            raise CorruptRecord(f"{where}: group {gid} is REPLAY but not all its rollouts are sealed")
+        out.append(r)
+        pos = end
+    if pos != m:
+        raise CorruptRecord(f"{where}: the rollout table has {m} rows, the groups have {pos}")
+    return out
 
 
 def _decode_str(values: list, where: str, name: str) -> list:
@@ -151,9 +234,10 @@ def decode_table(table, where: str, allowed: frozenset) -> list[Group]:
     """Groups from a loaded table; `allowed` owners for its phase column. Raises the check's error."""
     if not isinstance(table, dict):
         raise CorruptRecord(f"{where}: expected a dict table, found {type(table).__name__}")
-    if table.get("schema_version") != SCHEMA_VERSION:
-        raise SchemaMismatch(f"{where}: schema version {table.get('schema_version')!r}, this code "
-                             f"reads {SCHEMA_VERSION}")
+    schema = table.get("schema_version")
+    if schema not in READABLE_SCHEMAS:
+        raise SchemaMismatch(f"{where}: schema version {schema!r}, this code reads "
+                             f"{sorted(READABLE_SCHEMAS)}")
     n = table.get("count")
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise CorruptRecord(f"{where}: bad count {n!r}")
@@ -194,8 +278,9 @@ def decode_table(table, where: str, allowed: frozenset) -> list[Group]:
     tasks = _decode_str(tasks, where, "task_name")
     locs = _decode_str(locs, where, "locator")
     owners = list(map(_PHASE_OWNERS.__getitem__, phases))
+    rollouts = _decode_rollouts(table, n, gids, phases, where) if schema >= 2 else [None] * n
     return list(map(Group, cols["group_id"], cols["idx"], tasks, cols["epoch"], fps, owners,
-                    cols["target_step"], cols["policy_version"], locs, cols["replaces"]))
+                    cols["target_step"], cols["policy_version"], locs, cols["replaces"], rollouts))
 
 
 # -- terminal owners -------------------------------------------------------------------------------

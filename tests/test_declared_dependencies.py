@@ -70,8 +70,8 @@ def _required_modules(tree: ast.AST) -> set[str]:
 def scan_test_imports() -> dict[str, set[str]]:
     """Third-party top-level module -> the files (relative to the repository) that need it."""
     packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
-    local = packages | {p.stem for p in TESTS.glob("*.py")}
-    queue = sorted(TESTS.glob("*.py"))
+    local = packages | {p.stem for p in TESTS.rglob("*.py")}
+    queue = sorted(TESTS.rglob("*.py"))
     seen_packages: set[str] = set()
     needed: dict[str, set[str]] = {}
     while queue:

@@ -194,7 +194,8 @@ def test_two_owners(world):
     row = ledger["group_id"].tolist().index(admitted)
 
     def add_to_replay(t):  # the admitted group also appears in the replay buffer's table
-        for name in ("group_id", "idx", "epoch", "target_step", "policy_version", "replaces"):
+        for name in ("group_id", "idx", "epoch", "target_step", "policy_version", "replaces",
+                     "rollouts"):  # (the group tracks no rollouts: its rollout_table rows are none)
             t[name] = torch.cat([t[name], ledger[name][row:row + 1]])
         t["phase"] = torch.cat([t["phase"], torch.tensor([3], dtype=torch.int8)])
         for name in ("task_name", "fingerprint", "locator"):
