@@ -26,16 +26,8 @@ from snapshot import compact
 from .data_plane import LocalDataPlane
 
 BATCH, CKPT_EVERY, COMPACT_EVERY, FAILURE_RATE, LR = 4, 5, 10, 0.05, 0.005
-ROWS = [{"idx": i, "task_name": ("sum", "double")[i % 2], "x": float(i % 9)} for i in range(48)]
-
-
-class Prompts(torch.utils.data.Dataset):
-    """Your dataset. `dataset[idx]` must give the same row in every process (restore checks it)."""
-    def __len__(self):
-        return len(ROWS)
-
-    def __getitem__(self, idx):
-        return ROWS[int(idx)]
+# your dataset: any map-style dataset whose dataset[idx] is the same row in every process
+DATASET = [{"idx": i, "task_name": ("sum", "double")[i % 2], "x": float(i % 9)} for i in range(48)]
 
 
 def collate(rows):   # the loader's collate_fn; restore also calls it with one row per group
@@ -76,7 +68,7 @@ def main(argv=None):
     p.add_argument("run_dir")
     p.add_argument("--steps", type=int, default=40, help="train until this step (default 40)")
     args = p.parse_args(argv)
-    jdir, ds = os.path.join(args.run_dir, "journal"), Prompts()
+    jdir, ds = os.path.join(args.run_dir, "journal"), DATASET
     gen = torch.Generator().manual_seed(0)
     dl = StatefulDataLoader(ds, batch_size=BATCH, shuffle=True, generator=gen, collate_fn=collate)
     dp = LocalDataPlane(os.path.join(args.run_dir, "rows"))

@@ -111,3 +111,18 @@ def test_minimal_trainer_rerun_after_the_end_changes_nothing(fast_tmp):
     assert r.stdout.splitlines()[0].startswith("resumed at step 12 ")
     assert r.stdout.splitlines()[-1] == "done at step 12"
     assert cli_json("audit", str(run_dir / "journal"))["totals"]["trained_once"] == 12 * minimal_trainer.BATCH
+
+
+def test_readme_opening_snippet_runs_on_a_first_start_and_a_restart(fast_tmp):
+    """Every name the README's first code block uses is defined: it runs as it is, twice."""
+    readme = open(os.path.join(os.path.dirname(__file__), os.pardir, "README.md")).read()
+    snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    (fast_tmp / "snippet.py").write_text(snippet)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "snippet.py"], cwd=fast_tmp, capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+    totals = cli_json("audit", str(fast_tmp / "run" / "journal"))["totals"]
+    # the restart went on with the loader's next row: two rows, each trained once
+    assert totals["rows_taken"] == 2 and totals["trained_once"] == 2, totals
