@@ -13,6 +13,7 @@ journal/ (the ownership journal), ckpt/step_N.pt (weights) and rows/ (the data p
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 
@@ -87,9 +88,9 @@ def main(argv=None):
         step, epoch = state.step, ck["epoch"]   # the loader's epoch travels with the weights
     if state.loader_state is not None:   # 3. the state_dict() the last `taken` before it carried
         dl.load_state_dict(state.loader_state)
-    j = Journal.open(jdir, resume=state)  # continues the history at state.lsn (always resume=)
+    j = Journal.open(jdir, resume=state)  # 4. continue the history at state.lsn: always resume=
     dp.sweep(g.locator for g in state.replay)   # rows no restore can ask for any more
-    # 4. In-flight work, after open (a resume can move a group to a fresh id). Each group's
+    # 5. In-flight work, after open (a resume can move a group to a fresh id). Each group's
     # prompt is collate([ds[idx]]), checked against the journal; g.epoch is its loader pass.
     prompts = {g.group_id: g.prompt["x"][0] for g in state.groups}
     ready = [g.group_id for g in state.replay]           # finished, rows in the data plane: train
@@ -99,15 +100,14 @@ def main(argv=None):
     print(f"resumed at step {step} lsn {state.lsn}: replay {len(ready)} admitted {len(admitted)} "
           f"reserved {len(reserved)} spare {len(spares)}", flush=True)
 
-    def batches(epoch):   # (epoch, batch) from where the loader stands, pass after pass
-        while True:
-            yield from ((epoch, b) for b in dl)
-            epoch += 1
+    def batches(first):   # (epoch, batch) from where the loader stands, pass after pass
+        for e in itertools.count(first):
+            yield from ((e, b) for b in dl)
 
     loader = batches(epoch)
 
     def take(divert=False):
-        """5a. Loader -> journal: the locators and the loader's state_dict() *after* next()."""
+        """6a. Loader -> journal: the locators and the loader's state_dict() *after* next()."""
         nonlocal epoch
         epoch, b = next(loader)
         refs = [GroupRef(idx=i, task_name=t, epoch=epoch, fingerprint=fingerprint(ds[i]))
@@ -123,14 +123,14 @@ def main(argv=None):
     while step < args.steps:
         t = step + 1
         while len(ready) < BATCH:
-            if not admitted:   # 5b. admission: reserved groups first, then new ones
+            if not admitted:   # 6b. admission: reserved groups first, then new ones
                 reserved = reserved or take()
                 gids, reserved = reserved[:BATCH - len(ready)], reserved[BATCH - len(ready):]
                 j.admitted(gids, target_step=t, policy_version=step)
                 admitted += gids
             gid = admitted.pop(0)
             rows = generate(model, gid, prompts[gid])
-            if rows is None:   # 5c. failed: drop it, a spare replaces it (one atomic commit)
+            if rows is None:   # 6c. failed: drop it, a spare replaces it (one atomic commit)
                 spares = spares or take(divert=True)
                 spare = spares.pop(0)
                 with j.transaction() as tx:
@@ -138,13 +138,13 @@ def main(argv=None):
                     tx.admitted([spare], target_step=t, policy_version=step, replaces=gid)
                 admitted.insert(0, spare)
                 continue
-            loc = dp.put(gid, rows)   # 5d. rows durable in the data plane first, then `finished`
+            loc = dp.put(gid, rows)   # 6d. rows durable in the data plane first, then `finished`
             j.finished([gid], policy_version=step, locators=[loc])
             ready.append(gid)
         group, ready = ready[:BATCH], ready[BATCH:]
         locs = [dp.locator_for(g) for g in group]
         rows = [dp.get(loc) for loc in locs]
-        j.trained(group, step=t)   # 5e. train
+        j.trained(group, step=t)   # 6e. train
         loss = sum(((model(r["x"].view(1, 1)) - r["target"]) ** 2).sum() for r in rows) / len(rows)
         model.zero_grad()
         loss.backward()
@@ -154,7 +154,7 @@ def main(argv=None):
         step, trained_rows = t, trained_rows + locs
         print(f"step {step} epoch {epoch} loss {loss.item():.3f}", flush=True)
         if step % CKPT_EVERY == 0 or step == args.steps:
-            # 6. Checkpoint: begin (this LSN is what the weights saw), save durably, commit.
+            # 7. Checkpoint: begin (this LSN is what the weights saw), save durably, commit.
             lsn = j.begin_checkpoint(step=step)
             save_weights(weights_path(args.run_dir, step),
                          {"model": model.state_dict(), "step": step, "epoch": epoch, "lsn": lsn})
@@ -163,9 +163,9 @@ def main(argv=None):
             trained_rows = []
             for s in [s for s in saved_steps(args.run_dir) if s < step][:-1]:
                 os.unlink(weights_path(args.run_dir, s))   # keep this one and the one before
-            if step % COMPACT_EVERY == 0:   # 7. fold the journal into a cut, retire old segments
+            if step % COMPACT_EVERY == 0:   # 8. fold the journal into a cut, retire old segments
                 compact(jdir, journal=j, data_plane=dp)
-    j.close()   # 8. shutdown: groups still live stay in the journal for the next start
+    j.close()   # 9. shutdown: groups still live stay in the journal for the next start
     print(f"done at step {step}", flush=True)
 
 
