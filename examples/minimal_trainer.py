@@ -80,10 +80,14 @@ def main(argv=None):
     state = restore(jdir, dataset=ds, collate_fn=collate, data_plane=dp, salvage=True)
     step, epoch = 0, 0
     if state.step is not None:   # 2. the weights of *that* step, not the newest file on disk
-        ck = torch.load(weights_path(args.run_dir, state.step), weights_only=True)
+        path = weights_path(args.run_dir, state.step)
+        if not os.path.exists(path):
+            raise SystemExit(f"{path} is missing, but the journal {jdir} restores its committed "
+                             f"step {state.step}: put the file back (weights go only after a commit)")
+        ck = torch.load(path, weights_only=True)
         if ck["lsn"] != state.lsn:
-            raise SystemExit(f"{weights_path(args.run_dir, state.step)} was saved at LSN "
-                             f"{ck['lsn']}, the journal restores step {state.step} at LSN {state.lsn}")
+            raise SystemExit(f"{path} was saved at LSN {ck['lsn']}, the journal {jdir} restores "
+                             f"step {state.step} at LSN {state.lsn}")
         model.load_state_dict(ck["model"])
         step, epoch = state.step, ck["epoch"]   # the loader's epoch travels with the weights
     if state.loader_state is not None:   # 3. the state_dict() the last `taken` before it carried

@@ -102,15 +102,21 @@ def test_minimal_trainer_survives_sigkills_exactly_once(fast_tmp):
 
 
 def test_minimal_trainer_rerun_after_the_end_changes_nothing(fast_tmp):
-    """A finished run started again restores at its last step and trains nothing more."""
+    """A finished run started again restores at its last step and trains nothing more; without
+    the weights of that step it stops and says which file is missing."""
     run_dir = fast_tmp / "run"
+    cmd = [sys.executable, "-m", "examples.minimal_trainer", str(run_dir), "--steps", "12"]
     for _ in range(2):
-        r = subprocess.run([sys.executable, "-m", "examples.minimal_trainer", str(run_dir),
-                            "--steps", "12"], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines()[0].startswith("resumed at step 12 ")
     assert r.stdout.splitlines()[-1] == "done at step 12"
     assert cli_json("audit", str(run_dir / "journal"))["totals"]["trained_once"] == 12 * minimal_trainer.BATCH
+    os.unlink(minimal_trainer.weights_path(str(run_dir), 12))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert f"{minimal_trainer.weights_path(str(run_dir), 12)} is missing" in r.stderr
+    assert "committed step 12" in r.stderr
 
 
 def test_readme_opening_snippet_runs_on_a_first_start_and_a_restart(fast_tmp):
