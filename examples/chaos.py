@@ -27,6 +27,7 @@ import json
 import os
 import queue
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -40,8 +41,13 @@ from dataclasses import dataclass, field
 from .bookkeeping import read_ledger
 
 KINDS = ("checkpoint_save", "compaction", "restore", "random")
-KIND_TEXT = {"checkpoint_save": "during a checkpoint save", "compaction": "during compaction",
-             "restore": "during restore", "random": "at a random moment"}
+KIND_TEXT = {"checkpoint_save": "in a checkpoint save", "compaction": "in compaction",
+             "restore": "in a restore", "random": "at a random moment"}
+KIND_TOTAL = dict(KIND_TEXT, random="at random moments")
+# one line per run: where it resumed, what restore handed back, how it ended (<= 100 columns)
+RUN_HEADER = ("  each run: the step and LSN it resumed at, the groups restore handed back, how it ended\n"
+              f"  {'run':>3} {'step':>5} {'lsn':>7} {'admitted':>8} {'reserved':>8} {'replay':>6} "
+              f"{'spare':>5} {'salvaged':>8}  then")
 
 
 @dataclass
@@ -121,6 +127,12 @@ class Child:
         self.err.close()
         return rc
 
+    def stop(self) -> None:
+        """Kill and reap it (the driver is leaving early: Ctrl-C, a timeout, an error)."""
+        if self.proc.poll() is None:
+            self.kill()
+        self.close()
+
 
 class Progress:
     """What the child said it is doing (from its PHASE/STEP/RESUMED lines)."""
@@ -173,15 +185,12 @@ def _say(o: Options, text: str) -> None:
         print(text, flush=True)
 
 
-def _resumed_text(p: Progress) -> str:
-    r = p.resumed
-    if r is None:
-        return "(killed before it resumed)"
-    if r.get("source") == "baseline":
-        return f"resumed at step {r['step']:>4} (in-flight work dropped)"
-    return (f"resumed at step {r['step']:>4} lsn {r['lsn']:>6}: admitted {r['admitted']:>3} "
-            f"reserved {r['reserved']:>3} replay {r['replay']:>3} spare {r['spare']:>3} "
-            f"salvaged {r['salvaged']:>2}")
+def _run_line(n: int, p: Progress, then: str) -> str:
+    """One row under RUN_HEADER: where run `n` resumed, what it got back, how it ended."""
+    r = p.resumed or {}
+    cols = [r.get(k, "-") for k in ("step", "lsn", "admitted", "reserved", "replay", "spare", "salvaged")]
+    return (f"  {n:>3} {cols[0]:>5} {cols[1]:>7} {cols[2]:>8} {cols[3]:>8} {cols[4]:>6} "
+            f"{cols[5]:>5} {cols[6]:>8}  {then}")
 
 
 def _run_children(o: Options, out: str) -> tuple[list[Kill], list[Progress]]:
@@ -198,6 +207,7 @@ def _run_children(o: Options, out: str) -> tuple[list[Kill], list[Progress]]:
     extra = 0
     deadline = time.monotonic() + o.timeout
     n = 0
+    _say(o, RUN_HEADER + ("\n  (the baseline has no lsn and drops in-flight work)" if o.baseline else ""))
     while True:
         n += 1
         landed_kinds = {k.landed for k in kills}
@@ -209,51 +219,23 @@ def _run_children(o: Options, out: str) -> tuple[list[Kill], list[Progress]]:
             aim, target, param = sorted(need - landed_kinds)[0], 0, 0.0
         else:
             aim, target, param = None, 0, 0.0
-        child = Child(cmd, os.path.join(out, "trainer-stderr.log"))
         p = Progress()
         runs.append(p)
-        kill_at = None
-        killed = False
-        trigger = {"checkpoint_save": "checkpoint_save",
-                   # the baseline does not compact: its kill lands where compaction would begin
-                   "compaction": "checkpoint_committed" if o.baseline else "compaction"}
-        while True:
-            now = time.monotonic()
-            if now > deadline:
-                child.kill()
-                child.close()
-                raise RuntimeError(f"journal-demo: timed out after {o.timeout:.0f} s (run {n})")
-            if kill_at is not None and not killed and now >= kill_at:
-                child.kill()
-                killed = True
-            wait = 0.5 if kill_at is None or killed else max(0.0, kill_at - now)
-            try:
-                line = child.lines.get(timeout=wait)
-            except queue.Empty:
-                continue
-            if line is None:
-                break
-            p.feed(line)   # after a kill: still in the pipe, so it happened before the kill
-            parts = line.split()
-            if killed or aim is None or not parts:
-                continue
-            if aim == "random":
-                if kill_at is None and p.resumed is not None and p.step >= target:
-                    kill_at = time.monotonic() + param
-            elif aim == "restore" and parts[:2] == ["PHASE", "restore"]:
-                kill_at = time.monotonic() + param
-            elif aim == "restore" and parts[0] == "RESUMED":
-                kill_at = time.monotonic()   # restore was faster than the aim: kill now
-            elif aim in trigger and parts[:2] == ["PHASE", trigger[aim]] and p.step >= target:
-                child.kill()
-                killed = True
+        child = None
+        try:
+            child = Child(cmd, os.path.join(out, "trainer-stderr.log"))
+            killed = _watch(o, child, p, aim, target, param, deadline, n)
+        except BaseException:   # Ctrl-C, a timeout: no trainer outlives the driver
+            if child is not None:
+                child.stop()
+            raise
         rc = child.close()
         if not killed:
             if rc != 0 or p.done is None:
                 raise RuntimeError(f"journal-demo: the trainer exited with status {rc} on its own "
                                    f"(run {n}); see {os.path.join(out, 'trainer-stderr.log')}:\n"
                                    + _tail(os.path.join(out, "trainer-stderr.log")))
-            _say(o, f"  run {n:>3}  {_resumed_text(p)}  -> finished at step {p.step}")
+            _say(o, _run_line(n, p, f"finished at step {p.step}"))
             return kills, runs
         if rc != -signal.SIGKILL:
             raise RuntimeError(f"journal-demo: run {n} exited with status {rc}, not by the SIGKILL")
@@ -261,8 +243,47 @@ def _run_children(o: Options, out: str) -> tuple[list[Kill], list[Progress]]:
         landed = aim if aim in after else after[0]
         detail = f"checkpoint of step {p.saving} in progress" if "checkpoint_save" in after else ""
         kills.append(Kill(aim, landed, p.step, detail))
-        _say(o, f"  run {n:>3}  {_resumed_text(p)}  -> SIGKILL {KIND_TEXT[landed]}"
-                f" (step {p.step}{', ' + detail if detail else ''})")
+        _say(o, _run_line(n, p, f"killed {KIND_TEXT[landed]}, step {p.step}"))
+
+
+def _watch(o: Options, child: Child, p: Progress, aim: str | None, target: int, param: float,
+           deadline: float, n: int) -> bool:
+    """Follow one child's announcements until it exits, killing it as `aim` says; returns
+    whether it was killed."""
+    kill_at = None
+    killed = False
+    trigger = {"checkpoint_save": "checkpoint_save",
+               # the baseline does not compact: its kill lands where compaction would begin
+               "compaction": "checkpoint_committed" if o.baseline else "compaction"}
+    while True:
+        now = time.monotonic()
+        if now > deadline:
+            raise RuntimeError(f"journal-demo: timed out after {o.timeout:.0f} s (run {n})")
+        if kill_at is not None and not killed and now >= kill_at:
+            child.kill()
+            killed = True
+        wait = 0.5 if kill_at is None or killed else max(0.0, kill_at - now)
+        try:
+            line = child.lines.get(timeout=wait)
+        except queue.Empty:
+            continue
+        if line is None:
+            break
+        p.feed(line)   # after a kill: still in the pipe, so it happened before the kill
+        parts = line.split()
+        if killed or aim is None or not parts:
+            continue
+        if aim == "random":
+            if kill_at is None and p.resumed is not None and p.step >= target:
+                kill_at = time.monotonic() + param
+        elif aim == "restore" and parts[:2] == ["PHASE", "restore"]:
+            kill_at = time.monotonic() + param
+        elif aim == "restore" and parts[0] == "RESUMED":
+            kill_at = time.monotonic()   # restore was faster than the aim: kill now
+        elif aim in trigger and parts[:2] == ["PHASE", trigger[aim]] and p.step >= target:
+            child.kill()
+            killed = True
+    return killed
 
 
 def _tail(path: str, n: int = 25) -> str:
@@ -323,16 +344,20 @@ def compare_reports(audit: dict, ledger: dict) -> list[str]:
     return diffs
 
 
+def new_run_dir(baseline: bool) -> str:
+    return tempfile.mkdtemp(prefix="journal-demo-baseline-" if baseline else "journal-demo-")
+
+
 def run(o: Options) -> dict:
     """Run the chaos demo; returns the summary (what `main` prints)."""
     t0 = time.monotonic()
-    out = o.out or tempfile.mkdtemp(prefix="journal-demo-baseline-" if o.baseline else "journal-demo-")
+    out = o.out or new_run_dir(o.baseline)
     os.makedirs(out, exist_ok=True)
     if any(n in os.listdir(out) for n in ("journal", "ckpt", "ledger.log", "rows")):
         raise RuntimeError(f"journal-demo: {out} already holds a run; pick a new --out")
     mode = "baseline (no journal)" if o.baseline else "journal"
     _say(o, f"journal-demo [{mode}]: {o.epochs} epochs x {o.dataset_size} prompts, batch {o.batch_size}, "
-            f"{o.workers} generator workers, rollout failure rate {o.failure_rate}, {o.kills} kills, "
+            f"{o.workers} generator workers,\n  rollout failure rate {o.failure_rate}, {o.kills} kills, "
             f"seed {o.seed}\n  run dir {out}")
     kills, runs = _run_children(o, out)
     ledger = read_ledger(os.path.join(out, "ledger.log"))
@@ -383,16 +408,17 @@ def render(s: dict) -> str:
     if s["mode"] == "journal":
         mism = s.get("ledger_mismatches") or []
         lines.append("  own bookkeeping (the trainer's ledger.log): " + (
-            "agrees with the audit in every epoch and class" if not mism else
-            f"DISAGREES with the audit: {'; '.join(mism[:3])}"))
+            "agrees with the audit in every epoch and class" if not mism else "DISAGREES with the audit:"))
+        lines += [f"    {m}" for m in mism]
         tails = s["cli_audit"].get("dead_tails", [])
         if tails:
-            lines.append(f"  dead tails (one per restore): {len(tails)}, holding "
-                         f"{sum(t.get('finished', 0) for t in tails)} finished groups, "
-                         f"{sum(t.get('trained', 0) for t in tails)} trained groups (retrained on the final history)")
+            lines.append(f"  dead tails: {len(tails)} (one per restore), holding "
+                         f"{sum(t.get('finished', 0) for t in tails)} finished and "
+                         f"{sum(t.get('trained', 0) for t in tails)} trained groups")
+            lines.append("  (work the final history redid: retrained, salvaged or regenerated)")
     by = s["kills_by_phase"]
-    parts = [f"{by.get(k, 0)} {KIND_TEXT[k]}" for k in KINDS if by.get(k)]
-    lines.append(f"kills survived      {s['kills']}" + (f"  ({', '.join(parts)})" if parts else ""))
+    parts = [f"{by.get(k, 0)} {KIND_TOTAL[k]}" for k in KINDS if by.get(k)]
+    lines.append(f"kills survived      {s['kills']}" + (f": {', '.join(parts)}" if parts else ""))
     if s["mode"] == "journal":
         lines.append(f"rollouts regenerated {s['regenerated_rollouts']} ({s['regenerated_groups']} groups "
                      f"redispatched), groups salvaged {s['salvaged_groups']}, demoted {s['demoted_groups']}")
@@ -405,7 +431,23 @@ def render(s: dict) -> str:
                      f"({s['twice']} twice, {s['lost']} lost)")
     else:
         lines.append(f"FAILED: {s['twice']} prompts trained more than once, {s['lost']} lost")
+    lines += _next_steps(s)
     return "\n".join(lines)
+
+
+def _next_steps(s: dict) -> list[str]:
+    """Where the run's files are and what to look at next."""
+    if s["mode"] == "baseline":
+        ledger = shlex.quote(os.path.join(s["out"], "ledger.log"))
+        return [f"ledger    {ledger}  (the baseline has no journal)",
+                "next      journal-demo   # the same seed and kills, with the journal"]
+    j = shlex.quote(os.path.join(s["out"], "journal"))
+    return [f"journal   {j}",
+            f"next      journal-inspect audit {j}",
+            f"          journal-inspect timeline {j} --png owners.png",
+            f"          journal-inspect summary {j}",
+            f"          journal-inspect log {j} --kind discarded",
+            "          (--png needs the plot extra: pip install -e '.[plot]')"]
 
 
 def parse_args(argv=None) -> tuple[Options, bool]:
@@ -447,11 +489,16 @@ def parse_args(argv=None) -> tuple[Options, bool]:
 
 def main(argv=None) -> int:
     o, as_json = parse_args(argv)
+    o.out = o.out or new_run_dir(o.baseline)
     try:
         s = run(o)
     except RuntimeError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:   # the trainer child was killed and reaped on the way out
+        print(f"journal-demo: interrupted; the trainer was stopped, its files are in {o.out}",
+              file=sys.stderr)
+        return 130
     if as_json:
         print(json.dumps(s, indent=2, default=str))
     else:

@@ -11,7 +11,14 @@ already has, so tmpfs crashes exactly like a disk for this test, only faster.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -20,18 +27,27 @@ from examples import chaos
 SOAK_KILLS = int(os.environ.get("OJ_CHAOS_KILLS", "0") or 0)
 
 
-def _options(out, baseline: bool) -> chaos.Options:
+def _options(out, baseline: bool, verbose: bool = False) -> chaos.Options:
     if SOAK_KILLS:
         return chaos.Options(out=str(out), seed=7, epochs=2, kills=SOAK_KILLS, dataset_size=2048,
-                             batch_size=16, baseline=baseline, verbose=False,
+                             batch_size=16, baseline=baseline, verbose=verbose,
                              timeout=max(900.0, 12.0 * SOAK_KILLS))
     return chaos.Options(out=str(out), seed=7, epochs=2, kills=5, dataset_size=384, batch_size=32,
-                         ckpt_every=3, baseline=baseline, verbose=False, timeout=300.0)
+                         ckpt_every=3, baseline=baseline, verbose=verbose, timeout=300.0)
 
 
 @pytest.fixture(scope="module")
-def journal_run(fast_tmp_module):
-    return chaos.run(_options(fast_tmp_module / "journal-run", baseline=False))
+def journal_demo(fast_tmp_module):
+    """The journal run and everything `journal-demo` prints for it."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        s = chaos.run(_options(fast_tmp_module / "journal-run", baseline=False, verbose=True))
+    return s, printed.getvalue() + chaos.render(s) + "\n"
+
+
+@pytest.fixture(scope="module")
+def journal_run(journal_demo):
+    return journal_demo[0]
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +102,68 @@ def test_demo_exit_status_and_help(capsys):
     text = capsys.readouterr().out
     for flag in ("--seed", "--epochs", "--kills", "--workers", "--failure-rate", "--out", "--baseline"):
         assert flag in text
+
+
+def test_demo_output_names_the_run_dir_once_and_ends_with_what_to_run_next(journal_demo):
+    s, text = journal_demo
+    lines = text.splitlines()
+    journal = os.path.join(s["out"], "journal")
+    # the run dir at the top, and afterwards only inside the journal's path
+    assert [i for i, line in enumerate(lines) if s["out"] in line.replace(journal, "")] == [2]
+    assert lines[2] == f"  run dir {s['out']}"
+    runs = [line for line in lines if re.match(r"^ +\d+ +\d+ +\d+ .*  (killed|finished) ", line)]
+    assert len(runs) == s["restarts"] + 1, text
+    assert lines[-6:] == [f"journal   {journal}",
+                          f"next      journal-inspect audit {journal}",
+                          f"          journal-inspect timeline {journal} --png owners.png",
+                          f"          journal-inspect summary {journal}",
+                          f"          journal-inspect log {journal} --kind discarded",
+                          "          (--png needs the plot extra: pip install -e '.[plot]')"]
+    # at most 100 columns with a run dir as long as the default one (/tmp/journal-demo-XXXXXXXX)
+    default_length = text.replace(s["out"], "/tmp/journal-demo-abcd1234")
+    assert [line for line in default_length.splitlines() if len(line) > 100] == []
+
+
+def _children(pid: int) -> list[int]:
+    """Pids of the live processes whose parent is `pid`."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(name))
+    return out
+
+
+def test_ctrl_c_prints_one_line_and_leaves_no_trainer_running(fast_tmp):
+    out = fast_tmp / "interrupted"
+    demo = subprocess.Popen([sys.executable, "-m", "examples.chaos", "--out", str(out), "--kills", "0",
+                             "--epochs", "50", "--dataset-size", "384", "--batch-size", "32"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trainers = []
+    try:
+        deadline = time.monotonic() + 120
+        ledger = out / "ledger.log"
+        # the trainer has restored and is training once its ledger records the restart
+        while not (ledger.exists() and ledger.read_text().startswith("R ")):
+            assert time.monotonic() < deadline and demo.poll() is None, demo.stderr.read()
+            time.sleep(0.1)
+        trainers = _children(demo.pid)
+        assert len(trainers) == 1
+        demo.send_signal(signal.SIGINT)
+        stdout, stderr = demo.communicate(timeout=60)
+        assert demo.returncode == 130, stderr
+        assert stderr.splitlines() == [f"journal-demo: interrupted; the trainer was stopped, its files "
+                                       f"are in {out}"], stderr
+        assert not os.path.exists(f"/proc/{trainers[0]}"), "the trainer outlived journal-demo"
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+        for pid in trainers:   # only if the driver left it behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
