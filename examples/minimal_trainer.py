@@ -18,13 +18,13 @@ import os
 import random
 
 import torch
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from journal import DEFAULT_FS, GroupRef, Journal
 from replay import fingerprint, restore
 from snapshot import compact
 
 from .data_plane import LocalDataPlane
+from .loader import stateful_loader
 
 BATCH, CKPT_EVERY, COMPACT_EVERY, FAILURE_RATE, LR = 4, 5, 10, 0.05, 0.005
 # your dataset: any map-style dataset whose dataset[idx] is the same row in every process
@@ -71,7 +71,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     jdir, ds = os.path.join(args.run_dir, "journal"), DATASET
     gen = torch.Generator().manual_seed(0)
-    dl = StatefulDataLoader(ds, batch_size=BATCH, shuffle=True, generator=gen, collate_fn=collate)
+    dl = stateful_loader(ds, batch_size=BATCH, shuffle=True, generator=gen, collate_fn=collate)
     dp = LocalDataPlane(os.path.join(args.run_dir, "rows"))
     torch.manual_seed(0)
     model = torch.nn.Linear(1, 1)
@@ -117,7 +117,7 @@ def main(argv=None):
         refs = [GroupRef(idx=i, task_name=t, epoch=epoch, fingerprint=fingerprint(ds[i]))
                 for i, t in zip(b["idx"], b["task_name"])]
         with j.transaction() as tx:   # one atomic commit
-            gids = tx.taken(refs, loader_state=dl.state_dict())
+            gids = tx.taken(refs, loader_state=dl.state_dict(), dataset_size=len(ds))
             if divert:
                 tx.diverted(gids)     # into the spare pool
         prompts.update(zip(gids, b["x"]))

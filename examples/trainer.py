@@ -50,11 +50,9 @@ import secrets
 import shutil
 import sys
 import threading
-import warnings
 from dataclasses import dataclass
 
 import torch
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from journal import DEFAULT_FS, AsyncJournal, GroupRef, Journal, list_segments
 from replay import fingerprint, restore
@@ -63,6 +61,7 @@ from snapshot import BackgroundCompactor, compact
 from .bookkeeping import Ledger
 from .data_plane import LocalDataPlane
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
+from .loader import stateful_loader
 
 RESERVED, ADMITTED, REPLAY, SPARE, TRAINED, DROPPED = "RESERVED", "ADMITTED", "REPLAY", "SPARE", "TRAINED", "DROPPED"
 CKPT_NAME = re.compile(r"^step_(\d{8})$")
@@ -210,8 +209,8 @@ class JournalOwnership:
         self.j = j
         self.aj = AsyncJournal(j)
 
-    async def taken(self, refs, loader_state) -> list[int]:
-        return await self.aj.taken(refs, loader_state=loader_state)
+    async def taken(self, refs, loader_state, dataset_size: int) -> list[int]:
+        return await self.aj.taken(refs, loader_state=loader_state, dataset_size=dataset_size)
 
     async def diverted(self, gids):
         await self.aj.diverted(gids)
@@ -247,7 +246,7 @@ class NoOwnership:
     def __init__(self):
         self.next_gid = secrets.randbits(40) << 20  # unique across restarts (data plane keys)
 
-    async def taken(self, refs, loader_state):
+    async def taken(self, refs, loader_state, dataset_size: int):
         gids = list(range(self.next_gid, self.next_gid + len(refs)))
         self.next_gid += len(refs)
         return gids
@@ -313,12 +312,8 @@ class Trainer:
         self.ds = PromptDataset(cfg.dataset_size, seed=cfg.seed)
         gen = torch.Generator()
         gen.manual_seed(cfg.seed)
-        with warnings.catch_warnings():
-            # torchdata's constructor calls torch.set_vital, which torch deprecated; nothing
-            # the trainer can change, so only that warning, only here, is silenced
-            warnings.filterwarnings("ignore", r"'set_vital' is deprecated", UserWarning)
-            self.dl = StatefulDataLoader(self.ds, batch_size=cfg.batch_size, shuffle=True,
-                                         generator=gen, collate_fn=collate_fn, num_workers=0)
+        self.dl = stateful_loader(self.ds, batch_size=cfg.batch_size, shuffle=True, generator=gen,
+                                  collate_fn=collate_fn, num_workers=0)
         self.policy = TinyPolicy()
         self.opt = MomentumSGD(self.policy.parameters(), lr=cfg.lr)
         self.dp = LocalDataPlane(cfg.rows_dir)
@@ -464,7 +459,7 @@ class Trainer:
         idxs = batch["idx"].tolist()
         refs = [GroupRef(idx=i, task_name=batch["task_name"][k], epoch=epoch,
                          fingerprint=fingerprint(self.ds[i])) for k, i in enumerate(idxs)]
-        gids = await self.own.taken(refs, loader_state)
+        gids = await self.own.taken(refs, loader_state, len(self.ds))
         self.loader_epoch = epoch
         out = []
         for k, (gid, i) in enumerate(zip(gids, idxs)):
