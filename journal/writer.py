@@ -323,37 +323,12 @@ class Journal:
         self.fs.fsync_dir(self.path)
 
     def _reconcile(self, resume: Any) -> None:
-        """First commit of a resumed history: make the journal say what the trainer was handed.
-
-        Re-marks the restored checkpoint as committed (its marker is on the dead
-        tail), and so every other checkpoint begun by then whose commit marker is
-        on the dead tail (`resume.recommit`: their weights are durable too, and
-        restore(step=) must still find them), records salvaged groups as
-        finished, and moves demoted groups (rows lost from the data plane) to
-        fresh group ids admitted for regeneration; the old ids are dropped.
-        `resume`'s groups are updated."""
-        events: list = []
-        step = getattr(resume, "step", None)
-        steps = list(getattr(resume, "recommit", None) or ())
-        if step is not None and step not in steps:
-            steps.append(step)
-        for s in steps:
-            if s in self._state.pending_checkpoints:
-                events.append(CheckpointCommitted(s))
-        for g in getattr(resume, "salvaged", ()):
-            events.append(Finished([g.group_id], g.policy_version,
-                                   [g.locator] if g.locator is not None else None))
-        demoted = list(getattr(resume, "demoted", ()))
-        if not events and not demoted:
-            return
-        with self.transaction() as tx:
-            tx._events.extend(events)
-            for g in demoted:
-                tx.discarded([g.group_id], reason="rows_lost_on_restore")
-                (new,) = tx.taken([GroupRef(g.idx, g.task_name, g.epoch, g.fingerprint)])
-                tx.admitted([new], target_step=g.target_step, policy_version=g.policy_version,
-                            replaces=g.group_id)
-                g.replaces, g.group_id = g.group_id, new
+        """First commit of a resumed history: the events restore decided on (`first_commit`:
+        re-marked checkpoints, salvaged groups and rollouts, raised attempts, demoted groups
+        under their new ids), so the journal says exactly what the trainer was handed."""
+        events = list(getattr(resume, "first_commit", ()))
+        if events:
+            self._commit(events)
 
     # -- state (read-only) -------------------------------------------------------------
 

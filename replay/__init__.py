@@ -12,10 +12,11 @@ from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalCorr
                      TwoOwners, Unreadable, UnsafePath)
 from .fingerprint import fingerprint
 from .rehydrate import ROW_CHANGED_POLICIES
-from .restore import RecoveredGroup, RecoveredState, restore
+from .recovered import RecoveredGroup, RecoveredRollout, RecoveredState
+from .restore import restore
 
 __all__ = [
-    "restore", "RecoveredState", "RecoveredGroup", "fingerprint", "ROW_CHANGED_POLICIES",
+    "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint", "ROW_CHANGED_POLICIES",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
     "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",

@@ -10,107 +10,19 @@ read only for salvage.
 
 from __future__ import annotations
 
+import itertools
 import os
-import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import journal
-from journal import (Discarded, Finished, Group, LoaderStateError, Owner, OsFileSystem, Reader, State,
-                     list_segments)
+from journal import LoaderStateError, Owner, Reader, State, list_segments
 from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
-                      SNAPSHOTS_DIR, DataPlane, Skipped, check_anchor, cut_dirs, read_cut, state_at,
-                      write_cut)
-from snapshot.manifest import decode as _decode_manifest
-from snapshot.state_at import cut_dir_name
+                      SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at)
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
+from .recovered import RecoveredState
+from .recovery import read_dead_tail, recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
-
-
-@dataclass
-class RecoveredGroup:
-    """One group handed back to the trainer."""
-
-    group_id: int
-    idx: int
-    task_name: str | None
-    epoch: int | None
-    fingerprint: bytes | None
-    owner: Owner
-    target_step: int | None = None
-    policy_version: int | None = None
-    locator: str | None = None
-    replaces: int | None = None
-    prompt: Any = None
-
-    @classmethod
-    def of(cls, g: Group) -> "RecoveredGroup":
-        return cls(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint, g.owner, g.target_step,
-                   g.policy_version, g.locator, g.replaces)
-
-
-@dataclass
-class RecoveredState:
-    """What a trainer resumes from. Feed `loader_state` to `dataloader.load_state_dict`,
-    redispatch `admitted` as-is (all their rollouts regenerate), send `reserved` through
-    admission again, train `replay` directly, keep `spare` in the reserve. Then
-    `Journal.open(path, resume=state)` continues the history at `lsn` (it records the
-    salvaged and demoted groups, and moves each demoted group to a fresh group id)."""
-
-    loader_state: Any
-    reserved: list[RecoveredGroup]     # ordered by group id
-    admitted: list[RecoveredGroup]
-    replay: list[RecoveredGroup]
-    spare: list[RecoveredGroup]
-    lsn: int
-    step: int | None
-    counts: dict[str, int]            # the journal's per-owner counts at `lsn` (before salvage/demotion)
-    source: str                       # "journal" or "cut"
-    base_cut: str | None              # the cut the state was built on, if any
-    skipped: list[Skipped] = field(default_factory=list)    # stale or incomplete cuts passed over
-    demoted: list[RecoveredGroup] = field(default_factory=list)   # replay -> admitted: rows missing
-    salvaged: list[RecoveredGroup] = field(default_factory=list)  # admitted -> replay: finished later
-    changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
-    # rows of the history's row sample (State.row_sample) whose fingerprint differs, accepted
-    changed_sample: list[journal.SampledRow] = field(default_factory=list)
-    run_id: bytes | None = None
-    fold_state: State | None = None   # the journal's state at `lsn` (what resume continues from)
-    # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
-    # becomes the dead tail): their weights are durable, so a resume marks them committed again
-    recommit: list[int] = field(default_factory=list)
-
-    @property
-    def groups(self) -> list[RecoveredGroup]:
-        return self.reserved + self.admitted + self.replay + self.spare
-
-    def seed_journal(self, journal_path: str, fs: OsFileSystem | None = None) -> str | None:
-        """Make sure `<journal>/snapshots` holds a cut at `lsn` of this state.
-
-        `Journal.open(path, resume=state)` calls it when the history on disk
-        starts right after `lsn` (a fresh directory resumed from a cut, or one
-        whose head was retired): without such a cut the journal could never be
-        restored or compacted again. Returns the cut written, None if one with
-        the same anchor was already there."""
-        state = self.fold_state
-        if state is None or state.lsn == 0 or self.run_id is None:
-            return None
-        for lsn, _timeline, cut_path in cut_dirs(journal_path):
-            if lsn != state.lsn:
-                continue
-            try:
-                with open(os.path.join(cut_path, MANIFEST_NAME), "rb") as f:
-                    m = _decode_manifest(f.read(), cut_path)
-            except (OSError, RestoreError):
-                continue
-            if m.run_id == self.run_id.hex() and m.chain == state.chain:
-                return None
-        fs = fs or journal.DEFAULT_FS
-        target = os.path.join(journal_path, SNAPSHOTS_DIR, cut_dir_name(state.timeline, state.lsn))
-        if os.path.exists(target):  # a damaged or foreign cut under that name: keep it, aside
-            fs.rename(target, f"{target}.replaced-{int(time.time())}")
-            fs.fsync_dir(os.path.dirname(target))
-        return write_cut(target, state, run_id=self.run_id, timeline=state.timeline, fs=fs)
 
 
 _CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE)
@@ -146,28 +58,18 @@ def _decode_loader(state: State, where: str) -> Any:
                              lsn=state.lsn) from None
 
 
-def _salvage(reader: Reader, state: State, step: int | None, data_plane: DataPlane) -> dict[int, tuple]:
-    """Groups ADMITTED at the restore point that finished after it, with rows still held and
-    generated by weights no newer than the checkpoint: group id -> (policy_version, locator)."""
-    found: dict[int, tuple] = {}
-    dropped: set[int] = set()
-    for rec in reader.records(start_lsn=state.lsn + 1):
-        for ev in rec.commit.events:
-            if type(ev) is Finished:
-                for i, gid in enumerate(ev.groups):
-                    g = state.live.get(gid)
-                    if g is None or g.owner != Owner.ADMITTED:
-                        continue  # taken after the restore point: the loader's again
-                    loc = ev.locators[i] if ev.locators is not None else None
-                    # as the fold records it: the finishing version, else the admitting one
-                    pv = ev.policy_version if ev.policy_version is not None else g.policy_version
-                    found[gid] = (pv, loc)
-            elif type(ev) is Discarded:
-                dropped.update(ev.groups)
-    limit = step if step is not None else -1
-    return {gid: (pv, loc) for gid, (pv, loc) in found.items()
-            if gid not in dropped and pv is not None and pv <= limit and loc is not None
-            and data_plane.has(loc)}
+def _id_allocator(state: State, reader: Reader | None) -> Callable[[], int]:
+    """Fresh group ids for demoted groups: beyond every id the history ever allocated, dead
+    tails included (read only when a group is demoted, which is rare)."""
+    counter = None
+
+    def next_id() -> int:
+        nonlocal counter
+        if counter is None:
+            top = _wrap_journal_errors(reader.max_group_id) if reader is not None else -1
+            counter = itertools.count(max(state.next_group_id, top + 1))
+        return next(counter)
+    return next_id
 
 
 def _empty_state() -> RecoveredState:
@@ -199,14 +101,15 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
                            f"to restore (a first start restores with the default at=)")
     if not os.path.isdir(path):
         raise RestoreError(f"{path}: not a directory: restore takes a journal or a cut directory")
-    reader = None
-    salvaged_ids: dict[int, tuple] = {}
+    reader = None  # the journal the state comes from, if any (for the dead tail and the ids)
+    tail = None
     if _is_cut(path):
         cut = read_cut(path)                                                     # 1-7
         cut.state.timeline = cut.manifest.timeline  # the anchor's timeline (a resume branches off it)
         owner_journal = os.path.dirname(os.path.dirname(path))
         if os.path.basename(os.path.dirname(path)) == SNAPSHOTS_DIR and list_segments(owner_journal):
-            _wrap_journal_errors(lambda: check_anchor(Reader(owner_journal, "strict"), cut))  # 8
+            reader = _wrap_journal_errors(Reader, owner_journal, "strict")
+            _wrap_journal_errors(check_anchor, reader, cut)                      # 8
         if step is not None and cut.manifest.checkpoint_step != step:
             raise RestoreError(f"{path}: the cut is of step {cut.manifest.checkpoint_step}, not {step}")
         if isinstance(at, int) and not isinstance(at, bool) and at != cut.lsn:
@@ -223,38 +126,21 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         run_id = reader.run_id
         committed_later = point.committed
         if salvage and data_plane is not None and point.lsn < point.end_lsn:
-            salvaged_ids = _wrap_journal_errors(_salvage, reader, state, point_step, data_plane)
-    by_owner: dict[Owner, list[RecoveredGroup]] = {o: [] for o in journal.LIVE_OWNERS}
-    for g in state.groups():
-        by_owner[g.owner].append(RecoveredGroup.of(g))
-    salvaged, demoted = [], []
-    admitted = []
-    for g in by_owner[Owner.ADMITTED]:
-        if g.group_id in salvaged_ids:
-            g.policy_version, g.locator = salvaged_ids[g.group_id]
-            g.owner = Owner.REPLAY
-            salvaged.append(g)
-        else:
-            admitted.append(g)
-    replay = []
-    for g in by_owner[Owner.REPLAY]:
-        if data_plane is not None and (g.locator is None or not data_plane.has(g.locator)):
-            # regenerate it: no rows, so no data-plane locator (as the journal will record it)
-            g.owner, g.locator = Owner.ADMITTED, None
-            demoted.append(g)
-            admitted.append(g)
-        else:
-            replay.append(g)
-    replay += salvaged
-    admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
+            tail = _wrap_journal_errors(read_dead_tail, reader, state)
+    recommit = sorted((s for s, lsn in state.pending_checkpoints.items() if committed_later.get(s) == lsn),
+                      key=state.pending_checkpoints.get)
+    marks = recommit + ([point_step] if point_step in state.pending_checkpoints
+                        and point_step not in recommit else [])
+    groups = recover(state, point_step, tail=tail, data_plane=data_plane, recommit=marks,
+                     next_free_id=_id_allocator(state, reader))
     result = RecoveredState(
         loader_state=_decode_loader(state, path),
-        reserved=by_owner[Owner.RESERVED], admitted=admitted, replay=replay,
-        spare=by_owner[Owner.SPARE], lsn=state.lsn, step=point_step,
-        counts={o.name: state.counts[o] for o in Owner}, source=source, base_cut=base,
-        skipped=skipped, demoted=demoted, salvaged=salvaged, run_id=run_id, fold_state=state,
-        recommit=sorted((s for s, lsn in state.pending_checkpoints.items() if committed_later.get(s) == lsn),
-                        key=state.pending_checkpoints.get))
+        reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,
+        lsn=state.lsn, step=point_step, counts={o.name: state.counts[o] for o in Owner},
+        source=source, base_cut=base, skipped=skipped, demoted=groups.demoted,
+        salvaged=groups.salvaged, salvaged_rollouts=groups.salvaged_rollouts,
+        lost_rollouts=groups.lost_rollouts, run_id=run_id, fold_state=state, recommit=recommit,
+        first_commit=groups.first_commit)
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, state.dataset_size, state.row_sample,

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from faultfs import FaultFS
-from journal import GroupRef, Journal, JournalFailed, Owner, Reader
+from journal import CheckpointCommitted, GroupRef, Journal, JournalFailed, Owner, Reader
 from journal_model import (Model, append_and_verify, assert_journal_matches, assert_state_matches,
                            drive, fold_records, segment_files, step)
 
@@ -402,7 +402,7 @@ def test_a_failed_open_leaves_no_file_open(fast_tmp):
     at_checkpoint = Reader(path).fold(stop_lsn=3)
 
     class Resume:  # what replay.restore hands over, reduced to what the journal reads
-        fold_state, step, salvaged, demoted = at_checkpoint, 1, (), ()
+        fold_state, first_commit = at_checkpoint, [CheckpointCommitted(1)]
 
     def open_fds() -> set[str]:
         return {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")

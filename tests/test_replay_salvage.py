@@ -63,10 +63,12 @@ def test_salvage_and_demotion(run):
     for x in state.salvaged:
         assert x.owner == Owner.REPLAY and x.locator == locator_of(x.group_id) and x.policy_version == S
     assert _ids(state.replay) == sorted([g["E"], g["C"], g["C2"]])
-    assert [x.group_id for x in state.demoted] == [g["F"]]
-    assert state.demoted[0].owner == Owner.ADMITTED and state.demoted[0].locator is None
+    # demoted: F under the fresh id its regeneration gets (beyond every id, dead tail included)
+    (new_f,) = state.demoted
+    assert new_f.replaces == g["F"] and new_f.group_id > g["N"]
+    assert new_f.owner == Owner.ADMITTED and new_f.locator is None
     # admitted, ordered by target_step then group id: the demoted F (step S) first
-    assert [x.group_id for x in state.admitted] == [g["F"], g["A"], g["B"], g["D"], g["H"]]
+    assert [x.group_id for x in state.admitted] == [new_f.group_id, g["A"], g["B"], g["D"], g["H"]]
     assert _ids(state.reserved) == [g["R"]]
     # a group taken after L is the loader's again: never looked at, never salvaged
     assert g["N"] not in {x.group_id for x in state.groups}
@@ -74,8 +76,9 @@ def test_salvage_and_demotion(run):
 
     plain = restore(path, data_plane=dp)            # salvage is opt-in; demotion is not
     assert plain.salvaged == [] and _ids(plain.replay) == [g["E"]]
-    assert [x.group_id for x in plain.demoted] == [g["F"]]
-    assert _ids(plain.admitted) == sorted([g[n] for n in ("A", "B", "C", "C2", "D", "H", "F")])
+    assert [x.replaces for x in plain.demoted] == [g["F"]]
+    assert _ids(plain.admitted) == sorted([g[n] for n in ("A", "B", "C", "C2", "D", "H")]
+                                          + [plain.demoted[0].group_id])
     blind = restore(path, salvage=True)             # no data plane: nothing to check, nothing moves
     assert blind.salvaged == [] and blind.demoted == [] and _ids(blind.replay) == sorted([g["E"], g["F"]])
 

@@ -1,0 +1,206 @@
+"""What each live group at the restore point becomes, and the commit that records it.
+
+The rules, in the order they apply:
+
+1. **Salvage** (opt-in, with a data plane): a group ADMITTED at L that finished after L,
+   with weights no newer than the checkpoint (`policy_version <= step`) and its rows still
+   in the data plane, comes back as REPLAY. The same holds per rollout: a rollout sealed
+   after L under those conditions comes back sealed; a group whose rollouts are then all
+   sealed comes back as REPLAY.
+2. **Demotion** (with a data plane): a group whose rows the data plane no longer has (a
+   REPLAY group, or a sealed rollout of any group) is regenerated under a fresh group id:
+   the old id is dropped (`rows_lost_on_restore`), the new one admitted for the same step,
+   its surviving rollouts sealed again; the lost rollouts are reported.
+3. **Fencing**: every unsealed rollout of a recovered ADMITTED group gets the next attempt,
+   so a worker of the dead run that answers late cannot seal into the resumed history.
+
+`first_commit` is the list of events the resume writes first, so that the journal says
+exactly what the trainer was handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from journal import (Admitted, CheckpointCommitted, Discarded, Finished, Owner, Reader, RolloutFailed,
+                     RolloutRef, RolloutSealed, State, Taken, TakenGroup)
+from snapshot import DataPlane
+
+from .recovered import RecoveredGroup, RecoveredRollout
+
+ROWS_LOST = "rows_lost_on_restore"
+ABANDONED = "abandoned_on_restore"
+
+
+@dataclass
+class DeadTail:
+    """What happened after the restore point to the groups ADMITTED at it: group id ->
+    (policy_version, locator) of a `finished`, (group, index) -> (policy_version, locator) of
+    a `rollout_sealed`, and the groups dropped."""
+
+    finished: dict[int, tuple] = field(default_factory=dict)
+    sealed: dict[tuple[int, int], tuple] = field(default_factory=dict)
+    dropped: set[int] = field(default_factory=set)
+
+
+def read_dead_tail(reader: Reader, state: State) -> DeadTail:
+    """One pass over the commits after `state.lsn` (the dead tail a resume abandons)."""
+    tail = DeadTail()
+    live = state.live
+    for rec in reader.records(start_lsn=state.lsn + 1):
+        for ev in rec.commit.events:
+            kind = type(ev)
+            if kind is Finished:
+                for i, gid in enumerate(ev.groups):
+                    g = live.get(gid)
+                    if g is not None and g.owner == Owner.ADMITTED:  # else: taken after L
+                        # as the fold records it: the finishing version, else the admitting one
+                        pv = ev.policy_version if ev.policy_version is not None else g.policy_version
+                        tail.finished[gid] = (pv, ev.locators[i] if ev.locators is not None else None)
+            elif kind is RolloutSealed:
+                for ref in ev.rollouts:
+                    g = live.get(ref.group_id)
+                    if g is not None and g.owner == Owner.ADMITTED:
+                        tail.sealed[(ref.group_id, ref.index)] = (ev.policy_version, ref.locator)
+            elif kind is Discarded:
+                tail.dropped.update(ev.groups)
+    return tail
+
+
+@dataclass
+class Recovery:
+    """The groups by owner after the rules, and the first commit that records them."""
+
+    reserved: list[RecoveredGroup]
+    admitted: list[RecoveredGroup]
+    replay: list[RecoveredGroup]
+    spare: list[RecoveredGroup]
+    salvaged: list[RecoveredGroup]
+    demoted: list[RecoveredGroup]
+    salvaged_rollouts: list[tuple[int, int]]
+    lost_rollouts: list[tuple[int, int]]
+    first_commit: list
+
+
+def _usable(entry: tuple | None, limit: int, data_plane: DataPlane) -> bool:
+    """A result from the dead tail that may be kept: weights no newer than the checkpoint and
+    its row still in the data plane."""
+    if entry is None:
+        return False
+    pv, loc = entry
+    return pv is not None and pv <= limit and loc is not None and data_plane.has(loc)
+
+
+class _Plan:
+    """Builds the recovery group by group (each rule one method)."""
+
+    def __init__(self, state: State, step: int | None, tail: DeadTail | None,
+                 data_plane: DataPlane | None, next_free_id: Callable[[], int]):
+        self.state, self.tail, self.data_plane = state, tail, data_plane
+        self.limit = step if step is not None else -1
+        self.next_free_id = next_free_id
+        self.out = Recovery([], [], [], [], [], [], [], [], [])
+        self.salvage_events: list = []
+        self.fence: list[RolloutRef] = []
+        self.demotion_events: list = []
+
+    def salvage_rollouts(self, g: RecoveredGroup) -> int:
+        """Seal the pending rollouts of `g` that the dead tail sealed usably; how many."""
+        if self.tail is None or self.data_plane is None:
+            return 0
+        kept = 0
+        for r in g.pending:
+            entry = self.tail.sealed.get((g.group_id, r.index))
+            if g.group_id not in self.tail.dropped and _usable(entry, self.limit, self.data_plane):
+                r.sealed, (r.policy_version, r.locator) = True, entry
+                self.salvage_events.append(RolloutSealed(
+                    [RolloutRef(g.group_id, r.index, r.attempt, r.locator)], r.policy_version))
+                self.out.salvaged_rollouts.append((g.group_id, r.index))
+                kept += 1
+        return kept
+
+    def rows_lost(self, g: RecoveredGroup) -> bool:
+        """Whether the data plane lost rows the journal says `g` has (never when none is given)."""
+        if self.data_plane is None:
+            return False
+        if g.rollouts is not None:
+            lost = [r.index for r in g.rollouts
+                    if r.sealed and r.locator is not None and not self.data_plane.has(r.locator)]
+            self.out.lost_rollouts += [(g.group_id, i) for i in lost]
+            return bool(lost)
+        return g.owner == Owner.REPLAY and (g.locator is None or not self.data_plane.has(g.locator))
+
+    def demote(self, g: RecoveredGroup) -> None:
+        """Regenerate `g` under a fresh id; its surviving rollouts are sealed again there."""
+        new = self.next_free_id()
+        old, rollouts = g.group_id, g.rollouts
+        survivors = [r for r in rollouts or ()
+                     if r.sealed and (r.locator is None or self.data_plane.has(r.locator))]
+        self.demotion_events += [
+            Discarded([old], ROWS_LOST),
+            Taken([TakenGroup(new, g.idx, g.task_name, g.epoch, g.fingerprint)]),
+            Admitted([new], g.target_step, g.policy_version, old,
+                     len(rollouts) if rollouts is not None else None)]
+        self.demotion_events += [RolloutSealed([RolloutRef(new, r.index, 0, r.locator)], r.policy_version)
+                                 for r in survivors]
+        kept = {r.index for r in survivors}
+        if rollouts is not None:
+            g.rollouts = [r if r.index in kept else RecoveredRollout(r.index, 0, False)
+                          for r in rollouts]
+            for r in g.rollouts:
+                r.attempt = 0
+        g.group_id, g.replaces, g.owner, g.locator = new, old, Owner.ADMITTED, None
+        self.out.demoted.append(g)
+        self.out.admitted.append(g)
+
+    def admitted_group(self, g: RecoveredGroup) -> None:
+        completed = self.salvage_rollouts(g) > 0 and not g.pending
+        if self.rows_lost(g):
+            self.demote(g)
+            return
+        whole = self.tail.finished.get(g.group_id) if self.tail is not None and g.rollouts is None else None
+        if self.data_plane is not None and g.group_id not in (self.tail.dropped if self.tail else ()) \
+                and _usable(whole, self.limit, self.data_plane):
+            g.policy_version, g.locator = whole
+            self.salvage_events.append(Finished([g.group_id], g.policy_version, [g.locator]))
+        elif completed:   # its last rollouts were salvaged: finished, as on the dead tail
+            self.salvage_events.append(Finished([g.group_id]))
+        else:
+            for r in g.pending:
+                self.fence.append(RolloutRef(g.group_id, r.index, r.attempt))
+                r.attempt += 1
+            self.out.admitted.append(g)
+            return
+        g.owner = Owner.REPLAY
+        self.out.salvaged.append(g)
+
+    def replay_group(self, g: RecoveredGroup) -> None:
+        if self.rows_lost(g):
+            self.demote(g)
+        else:
+            self.out.replay.append(g)
+
+
+def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,
+            recommit: list[int], next_free_id: Callable[[], int]) -> Recovery:
+    """Apply the rules to every live group of `state` (the state at the restore point).
+    `next_free_id()` hands out the ids of demoted groups (beyond every id ever used)."""
+    plan = _Plan(state, step, tail, data_plane, next_free_id)
+    out = plan.out
+    for g in map(RecoveredGroup.of, state.groups()):
+        if g.owner == Owner.ADMITTED:
+            plan.admitted_group(g)
+        elif g.owner == Owner.REPLAY:
+            plan.replay_group(g)
+        elif g.owner == Owner.RESERVED:
+            out.reserved.append(g)
+        else:
+            out.spare.append(g)
+    out.replay += out.salvaged
+    out.admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
+    events = [CheckpointCommitted(s) for s in recommit] + plan.salvage_events
+    if plan.fence:
+        events.append(RolloutFailed(plan.fence, ABANDONED))
+    out.first_commit = events + plan.demotion_events
+    return out
