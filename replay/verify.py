@@ -1,4 +1,5 @@
-"""`verify`: the whole chain of checks over a journal and its cuts, in one pass per timeline.
+"""`verify(path)`: the whole chain of checks over a journal (or a cut) and its cuts, in one pass
+per timeline; returns a `VerifyReport`.
 
 1. Every segment header (magic, version, checksum, run id, name) - `Reader`.
 2. Every frame of every timeline: checksum, chain link, LSN continuity, segment
@@ -8,7 +9,7 @@
 4. The ownership rules (the journal's own `apply`) over the active history and
    every dead tail: each timeline's own commits are folded once, starting from
    a copy of the state at its branch point taken while its parent was folded.
-5. Every cut: checks 1-8 of DESIGN 6.1 (`cuts_view`), and a valid cut's live
+5. Every cut: checks 1-8 of the chain (`cut_status`), and a valid cut's live
    groups, counts and checkpoints equal the fold at its LSN.
 6. The restore point (latest committed checkpoint) is on an undamaged part of
    the active history.
@@ -21,29 +22,22 @@ directory are warnings; everything else is a problem (exit 1). Rehydration
 from __future__ import annotations
 
 import os
-from typing import TextIO
 
 import journal
 from journal import Owner, Reader, State
+from snapshot import read_cut
 
-from . import cuts_view, output, tables
-from .inspect_source import PROBLEMS, Source
-from .walk import active_lineage, unique_problems
+from .cut_status import check_one_cut, is_cut, is_journal, list_cuts
+from .reports import Check, Finding, NotAJournal, VerifyReport
+from .walk import Progress, active_lineage, no_progress, span_bytes, tracked, unique_problems
 
 
-class _Report:
-    def __init__(self) -> None:
-        self.checks: list[dict] = []
-        self.problems: list[dict] = []
-        self.warnings: list[dict] = []
-
+class _Report(VerifyReport):
     def check(self, name: str, target: str, ok: bool | None, detail: str = "") -> None:
-        self.checks.append({"check": name, "target": target,
-                            "result": "ok" if ok else ("warn" if ok is None else "FAIL"), "detail": detail})
+        self.checks.append(Check(name, target, "ok" if ok else ("warn" if ok is None else "FAIL"), detail))
 
     def problem(self, kind: str, message: str, segment=None, offset=None, lsn=None, warn=False) -> None:
-        d = {"kind": kind, "segment": segment, "offset": offset, "lsn": lsn, "message": message}
-        (self.warnings if warn else self.problems).append(d)
+        (self.warnings if warn else self.problems).append(Finding(kind, message, segment, offset, lsn))
 
 
 def _differs(cut_state: State, fold: State) -> str | None:
@@ -78,9 +72,21 @@ def _owner_of(timelines: dict, t: int, x: int) -> int | None:
     return o if o in timelines else None
 
 
-def verify_journal(src: Source) -> _Report:
-    rep = _Report()
-    reader = Reader(src.path, "salvage")  # finds every damage, not only the first
+def verify(path: str, *, progress: Progress = no_progress) -> VerifyReport:
+    """Every check restore relies on, over the journal or cut directory at `path`; raises
+    `NotAJournal` when it is neither. `progress(label, total_bytes)` makes the scan's bar."""
+    full = os.path.abspath(path)
+    if is_cut(full):
+        return _verify_cut(full)
+    if not os.path.isdir(full) or not is_journal(full):
+        raise NotAJournal(f"{path}: not a journal directory (no segment files *.wal or *.wal.zst, "
+                          "no snapshots/) and not a cut directory (no MANIFEST.json)")
+    return _verify_journal(full, progress)
+
+
+def _verify_journal(path: str, progress: Progress) -> VerifyReport:
+    rep = _Report(path)
+    reader = Reader(path, "salvage")  # finds every damage, not only the first
     tls = reader.timelines
     segs = reader.segments
     header_problems = [p for p in reader.problems]
@@ -89,13 +95,12 @@ def verify_journal(src: Source) -> _Report:
     lineage = active_lineage(reader)
     active_limit = {tl.timeline: (lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None)
                     for i, tl in enumerate(lineage)}
-    cuts = cuts_view.list_cuts(Source(src.path, "journal", "salvage", reader, src.sizes), find_restore=False)
+    cuts = list_cuts(path, reader, find_restore=False)
     valid_cuts = {}
     for e in cuts:
         if e["status"] == "valid":
             valid_cuts.setdefault(e["lsn"], e)
     loaded = {}  # lsn -> Cut (for the content check)
-    from snapshot import read_cut
     # where each child timeline starts: (owner timeline, LSN) -> children
     wanted: dict[int, dict[int, list[int]]] = {}
     roots = []
@@ -144,7 +149,9 @@ def verify_journal(src: Source) -> _Report:
                 starts[t] = (cut.state.copy(), None)
         else:
             starts[t] = (None, None)
-    bar = src.progress("verify")
+    sizes = {s.name: s.size for s in segs}
+    scanned = set(roots).union(*(cs for by_lsn in wanted.values() for cs in by_lsn.values()))
+    bar = progress("verify", sum(span_bytes(reader, t, tls[t].branch_lsn + 1) for t in scanned))
     end_state = None
     try:
         for t, tl in sorted(tls.items()):
@@ -160,7 +167,7 @@ def verify_journal(src: Source) -> _Report:
             cut_here = compare.get(t, {})
             n, lo, hi = 0, None, None
             broken = None
-            for rec in bar.records(reader.timeline_records(t, start_lsn=tl.branch_lsn + 1), src.sizes):
+            for rec in tracked(reader.timeline_records(t, start_lsn=tl.branch_lsn + 1), bar, sizes):
                 lsn = rec.commit.lsn
                 n += 1
                 lo = lsn if lo is None else lo
@@ -225,9 +232,9 @@ def verify_journal(src: Source) -> _Report:
             rep.problem("cut", f"{target}: {e['status']}: {e['reason']}", warn=True)
         else:
             rep.check("cut: checks 1-8 and content", target, False, e["reason"])
-            if not any(p["kind"] == "cut" and p["message"].startswith(target) for p in rep.problems):
+            if not any(p.kind == "cut" and p.message.startswith(target) for p in rep.problems):
                 rep.problem("cut", f"{target}: {e['reason']}", None, None, e["lsn"])
-    for name in sorted(os.listdir(src.path)):
+    for name in sorted(os.listdir(path)):
         if name.endswith(".wal.zst.tmp"):
             rep.problem("leftover", f"{name}: temporary archive of a compaction that crashed", name,
                         None, None, warn=True)
@@ -249,34 +256,12 @@ def verify_journal(src: Source) -> _Report:
     return rep
 
 
-def verify_cut(src: Source) -> _Report:
-    rep = _Report()
-    (e,) = cuts_view.list_cuts(src)
+def _verify_cut(path: str) -> VerifyReport:
+    rep = _Report(path)
+    e = check_one_cut(path)
     ok = e["status"] == "valid"
     rep.check("cut: checks 1-8" if e["check"] != 8 or ok else "cut: anchor", e["name"], ok,
               e["reason"] or f"LSN {e['lsn']}")
     if not ok:
         rep.problem("cut", f"{e['name']}: {e['status']}: {e['reason']}", None, None, e["lsn"])
     return rep
-
-
-def command(src: Source, args, out: TextIO) -> int:
-    rep = verify_cut(src) if src.kind == "cut" else verify_journal(src)
-    clean = not rep.problems
-    if args.json:
-        output.json_document({"path": src.path, "clean": clean, "checks": rep.checks,
-                              "problems": rep.problems, "warnings": rep.warnings}, out)
-        return 0 if clean else PROBLEMS
-    lines = tables.table(["check", "target", "result", "detail"],
-                         [[c["check"], c["target"], c["result"], c["detail"]] for c in rep.checks])
-    for title, items in (("problems", rep.problems), ("warnings", rep.warnings)):
-        if items:
-            lines += ["", f"{title}:"]
-            for p in items:
-                where = ", ".join(x for x in (p["segment"] and f"segment {p['segment']}",
-                                              p["offset"] is not None and f"offset {p['offset']}",
-                                              p["lsn"] is not None and f"LSN {p['lsn']}") if x)
-                lines.append(f"  {p['kind']}: " + (f"{where}: " if where else "") + p["message"])
-    lines += ["", "clean" if clean else f"{len(rep.problems)} problem(s) found"]
-    output.text(lines, out)
-    return 0 if clean else PROBLEMS

@@ -195,7 +195,7 @@ def test_group_history_on_every_branch(journal, runs):
     assert doc["events"][0]["kind"] == "taken" and doc["locator"]["task_name"] == "math"
     mine = [(e["lsn"], e["kind"]) for e in doc["events"] if e["branch"] == "active"]
     assert mine == [(rec.commit.lsn, type(ev).__struct_config__.tag) for rec in reader.records()
-                    for ev in rec.commit.events if gid in __import__("replay.event_rows").event_rows.groups_of(ev)]
+                    for ev in rec.commit.events if gid in __import__("replay.cli.event_rows").cli.event_rows.groups_of(ev)]
     text = both["text"].stdout
     assert f"group:   {gid}" in text and "[dead tail of timeline 1]" in text
     assert "does not appear" in runs["group_missing"].stderr
@@ -282,7 +282,7 @@ def test_help_on_every_subcommand_has_examples(runs):
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert set(sub.choices) == {"summary", "log", "group", "state", "cuts", "verify", "audit", "export",
-                                "timeline"}
+                                "steps", "timeline"}  # timeline: the alias of steps
     for name, p in sub.choices.items():
         text = p.format_help()
         assert "examples:" in text and "--json" in text and "--mode" in text, name
@@ -290,4 +290,4 @@ def test_help_on_every_subcommand_has_examples(runs):
 
 def test_progress_bar_only_on_a_terminal(journal):
     r = cli("summary", journal, env={"JOURNAL_INSPECT_PROGRESS_DELAY": "0"}, stderr_tty=True)
-    assert "summary [" in r.stderr and "%" in r.stderr
+    assert "summary: active history" in r.stderr and "%" in r.stderr

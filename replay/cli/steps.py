@@ -1,4 +1,5 @@
-"""`timeline`: owner counts after each training step, as a table or (`--png`) a plot.
+"""`journal-inspect steps` (alias `timeline`): owner counts after each training step, as a
+table or (`--png`) a plot.
 
 A step's row is the state after the last commit holding a `trained(step=S)`
 event: in flight (RESERVED + ADMITTED), replay, spare, trained and dropped so
@@ -8,13 +9,23 @@ one small row per step is kept. The plot needs matplotlib (the `plot` extra).
 
 from __future__ import annotations
 
-from typing import TextIO
+import sys
 
 from journal import Owner, Trained
 
-from . import output, tables
-from .inspect_source import InspectError, Source
-from .walk import history, Fold
+from ..walk import Fold, history, history_bytes
+from . import options, render
+from .source import InspectError, Source, open_source
+
+HELP = "owner counts per training step as a table (--png: a plot); alias: timeline"
+DESCRIPTION = (
+    "Owner counts after each training step (the last commit of a `trained(step=S)`): in "
+    "flight (reserved + admitted), replay, spare, trained and dropped so far, and how many "
+    "groups the step trained. --png draws them (needs matplotlib: pip install "
+    "'ownership-journal[plot]').")
+EPILOG = ("examples:\n  journal-inspect steps runs/exp1/journal\n"
+          "  journal-inspect steps runs/exp1/journal --every 100\n"
+          "  journal-inspect steps runs/exp1/journal --png owners.png")
 
 COLUMNS = ("step", "lsn", "in_flight", "reserved", "admitted", "replay", "spare", "trained", "dropped",
            "trained_at_step")
@@ -22,29 +33,31 @@ MISSING_MATPLOTLIB = ("--png needs matplotlib, which is not installed: pip insta
                       "'ownership-journal[plot]' (or pip install matplotlib)")
 
 
+def add_arguments(parser) -> None:
+    parser.add_argument("--png", metavar="FILE", help="also draw the counts into FILE (needs matplotlib)")
+    parser.add_argument("--every", type=options.positive, default=1, metavar="N",
+                        help="show every N-th step in the table (the last step is always shown)")
+
+
 def steps(src: Source) -> tuple[list[dict], Fold]:
-    reader = src.need_journal("timeline")
+    reader = src.reader
     fold = Fold(tolerant=src.mode == "salvage")
     counts = fold.state.counts
     rows: dict[int, dict] = {}
-    bar = src.progress("timeline")
-    try:
-        for rec in bar.records(history(reader), src.sizes):
-            trained = [ev for ev in rec.commit.events if type(ev) is Trained]
-            if not fold.add(rec) or not trained:
-                continue
-            for ev in trained:
-                row = rows.get(ev.step)
-                if row is None:
-                    row = rows[ev.step] = {"step": ev.step, "trained_at_step": 0}
-                row["trained_at_step"] += len(ev.groups)
-                row.update(lsn=rec.commit.lsn,
-                           in_flight=counts[Owner.RESERVED] + counts[Owner.ADMITTED],
-                           reserved=counts[Owner.RESERVED], admitted=counts[Owner.ADMITTED],
-                           replay=counts[Owner.REPLAY], spare=counts[Owner.SPARE],
-                           trained=counts[Owner.TRAINED], dropped=counts[Owner.DROPPED])
-    finally:
-        bar.close()
+    for rec in src.scan("steps", history(reader), history_bytes(reader)):
+        trained = [ev for ev in rec.commit.events if type(ev) is Trained]
+        if not fold.add(rec) or not trained:
+            continue
+        for ev in trained:
+            row = rows.get(ev.step)
+            if row is None:
+                row = rows[ev.step] = {"step": ev.step, "trained_at_step": 0}
+            row["trained_at_step"] += len(ev.groups)
+            row.update(lsn=rec.commit.lsn,
+                       in_flight=counts[Owner.RESERVED] + counts[Owner.ADMITTED],
+                       reserved=counts[Owner.RESERVED], admitted=counts[Owner.ADMITTED],
+                       replay=counts[Owner.REPLAY], spare=counts[Owner.SPARE],
+                       trained=counts[Owner.TRAINED], dropped=counts[Owner.DROPPED])
     return list(rows.values()), fold
 
 
@@ -76,7 +89,9 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         plt.close(fig)
 
 
-def command(src: Source, args, out: TextIO) -> int:
+def run(args) -> int:
+    src = open_source(args.path, args.mode, allow_cut=False)
+    out = sys.stdout
     if args.png:  # fail before the scan when matplotlib is missing
         try:
             import matplotlib  # noqa: F401
@@ -86,17 +101,17 @@ def command(src: Source, args, out: TextIO) -> int:
     if args.png:
         plot(rows, args.png, f"owners per training step: {src.path}")
     if args.json:
-        output.json_document({"path": src.path, "end_lsn": fold.state.lsn, "steps": rows,
+        render.json_document({"path": src.path, "end_lsn": fold.state.lsn, "steps": rows,
                               "png": args.png}, out)
         return 0
     if not rows:
         out.write("no training step on the active history yet (no trained event)\n")
         return 0
     shown = [r for i, r in enumerate(rows) if i % args.every == 0 or i == len(rows) - 1]
-    lines = tables.table(["step", "LSN", "in flight", "reserved", "admitted", "replay", "spare",
+    lines = render.table(["step", "LSN", "in flight", "reserved", "admitted", "replay", "spare",
                           "trained", "dropped", "trained at step"],
                          [[r[c] for c in COLUMNS] for r in shown])
     if args.png:
         lines += ["", f"plot written to {args.png}"]
-    output.text(lines, out)
+    render.text(lines, out)
     return 0

@@ -1,12 +1,19 @@
-"""Plain-text rendering for `journal-inspect`: aligned tables, key/value blocks, sizes.
+"""Rendering for `journal-inspect`: aligned tables, key/value blocks, sizes, capped listings,
+and writing one JSON document, JSON lines or text lines to stdout.
 
-Pure functions from values to lines of text; nothing here reads a journal.
-Numbers are right-aligned, everything else left-aligned; `None` shows as `-`.
+Text helpers are pure functions from values to lines; nothing here reads a
+journal. Numbers are right-aligned, everything else left-aligned; `None` shows
+as `-`. JSON goes through msgspec (fast enough for `log --json` over millions
+of events); bytes become hex strings, owners their names, report structs their
+fields.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import enum
+from typing import Any, Iterable, Sequence, TextIO
+
+import msgspec
 
 
 def cell(value: Any) -> str:
@@ -84,5 +91,34 @@ def id_list(ids, limit: int = 8) -> str:
     return text + (f" (+{rest} more)" if rest else "")
 
 
-def section(title: str) -> list[str]:
-    return ["", title]
+def _default(obj: Any) -> Any:
+    if isinstance(obj, bytes):
+        return obj.hex()
+    if isinstance(obj, enum.Enum):
+        return obj.name
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_default)
+
+
+def encode(obj: Any) -> bytes:
+    return _encoder.encode(obj)
+
+
+def json_document(obj: Any, out: TextIO) -> None:
+    out.write(msgspec.json.format(_encoder.encode(obj), indent=2).decode())
+    out.write("\n")
+
+
+def json_line(obj: Any, out: TextIO) -> None:
+    out.write(_encoder.encode(obj).decode())
+    out.write("\n")
+
+
+def text(lines: Iterable[str], out: TextIO) -> None:
+    for line in lines:
+        out.write(line)
+        out.write("\n")

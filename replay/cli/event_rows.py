@@ -17,7 +17,7 @@ from typing import Iterator
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
                      Record, Taken, Trained)
 
-from .tables import id_list
+from .render import id_list
 
 
 def groups_of(event) -> list[int]:
