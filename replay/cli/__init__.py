@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from journal import MODES
 
 from . import audit, cuts, export, group, log, state, steps, summary, verify
+from .progress import erase_line
 from .source import INTERRUPTED, USAGE, InspectError, user_error
 
 PROG = "journal-inspect"
@@ -89,7 +92,18 @@ def _run(argv: list[str] | None) -> int:
         raise err from None
 
 
+def _interrupted(signum, frame):
+    # the first Ctrl-C stops the command; the ones a user adds while it stops (and while the
+    # interpreter exits) are ignored, so the stop - one line on stderr, exit 130 - is never cut short
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run `journal-inspect ARGV` (default: the program's own command line). As the program
+    (argv None, main thread), the first SIGINT stops it and later ones are ignored."""
+    if argv is None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupted)
     try:
         return _run(argv)
     except InspectError as exc:
@@ -101,5 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
+        erase_line()
         sys.stderr.write(f"{PROG}: interrupted\n")
         return INTERRUPTED

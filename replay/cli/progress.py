@@ -76,3 +76,11 @@ class Progress:
         if not self.bar.disable and time.monotonic() - self.start >= self.delay:
             self.bar.refresh()  # the final counts, once, before the bar is erased
         self.bar.close()
+
+
+def erase_line(stream: TextIO | None = None) -> None:
+    """Clear the terminal line a bar may still occupy (an interrupt can stop a scan before its
+    bar is closed), so that a message written next starts on a clean line."""
+    stream = stream if stream is not None else sys.stderr
+    if _is_terminal(stream):
+        stream.write("\r\x1b[K")
