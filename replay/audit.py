@@ -50,7 +50,6 @@ from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, de
 
 _DENSE_GAP = 1 << 20
 _OTHER_REASON = 255
-LIST_LIMIT = 1000
 
 
 class Bytes:
@@ -155,16 +154,17 @@ class Audit:
             if self.first_lsn is None:
                 self.first_lsn = lsn
             pending = []  # (kind, args) applied once the commit folded
+            fresh: dict[int, tuple] = {}  # rows of the groups this commit takes (not live yet)
             for ev in rec.commit.events:
                 t = type(ev)
                 if t is Taken:
-                    pending.append((0, [(g.epoch, g.task_name, g.idx) for g in ev.groups]))
+                    rows = [(g.epoch, g.task_name, g.idx) for g in ev.groups]
+                    fresh.update(zip((g.group_id for g in ev.groups), rows))
+                    pending.append((0, rows))
                 elif t is Trained:
-                    pending.append((1, [(g.epoch, g.task_name, g.idx) for g in map(live.get, ev.groups)
-                                        if g is not None]))
+                    pending.append((1, _rows_named(ev.groups, live, fresh)))
                 elif t is Discarded:
-                    pending.append((2, ([(g.epoch, g.task_name, g.idx) for g in map(live.get, ev.groups)
-                                         if g is not None], ev.reason)))
+                    pending.append((2, (_rows_named(ev.groups, live, fresh), ev.reason)))
                 elif t is Finished and lsn in first_lsns:
                     self.first_commit_finished.setdefault(lsn, set()).update(ev.groups)
             if not fold.add(rec) or not pending:
@@ -270,8 +270,7 @@ class Audit:
                     d["trained_once"] += 1
                 elif trained >= 2:
                     d["trained_more_count"] += 1
-                    if len(d["trained_more"]) < LIST_LIMIT:
-                        d["trained_more"].append({**row, "times": trained})
+                    d["trained_more"].append({**row, "times": trained})
                 if trained:
                     continue
                 if live_rows.get((epoch, task, idx)):
@@ -281,9 +280,8 @@ class Audit:
                     d["dropped"][reason] = d["dropped"].get(reason, 0) + 1
                 else:
                     d["lost_count"] += 1
-                    if len(d["lost"]) < LIST_LIMIT:
-                        d["lost"].append({**row, "where": "active history",
-                                          "why": "taken, never trained, not dropped, not live"})
+                    d["lost"].append({**row, "where": "active history",
+                                      "why": "taken, never trained, not dropped, not live"})
         for (epoch, task, idx), live in sorted(live_rows.items(), key=lambda kv: repr(kv[0])):
             tab = self.tables.get((epoch, task))
             if tab is not None and tab.trained.get(idx):
@@ -299,13 +297,12 @@ class Audit:
                 d["pending_retake"] += 1
                 continue
             d["lost_count"] += 1
-            if len(d["lost"]) < LIST_LIMIT:
-                why = (f"taken as group {gid} at LSN {lsn} on the dead tail of timeline {tl}; the resumed "
-                       + (f"run started epoch {later}" if later is not None and epoch is not None and later > epoch
-                          else f"run took {n_new} new row(s) of this epoch since LSN {div} but not this one "
-                               f"(the dead tail had taken it as its new row #{p + 1})"))
-                d["lost"].append({"epoch": epoch, "task_name": task, "idx": idx, "where": "dead tail",
-                                  "timeline": tl, "lsn": lsn, "group_id": gid, "why": why})
+            why = (f"taken as group {gid} at LSN {lsn} on the dead tail of timeline {tl}; the resumed "
+                   + (f"run started epoch {later}" if later is not None and epoch is not None and later > epoch
+                      else f"run took {n_new} new row(s) of this epoch since LSN {div} but not this one "
+                           f"(the dead tail had taken it as its new row #{p + 1})"))
+            d["lost"].append({"epoch": epoch, "task_name": task, "idx": idx, "where": "dead tail",
+                              "timeline": tl, "lsn": lsn, "group_id": gid, "why": why})
         order = sorted(epochs, key=lambda e: (e is None, e if e is not None else 0))
         return {"epochs": [epochs[e] for e in order]}
 
@@ -353,6 +350,17 @@ class Audit:
                                         g["trained_step"], g["trained_lsn"] = ev.step, lsn
                                     else:
                                         g["dropped_reason"], g["dropped_lsn"] = ev.reason, lsn
+
+
+def _rows_named(gids, live: dict, fresh: dict) -> list[tuple]:
+    """(epoch, task, idx) of each group: a live one's, or one taken in the same commit."""
+    out = []
+    for gid in gids:
+        g = live.get(gid)
+        row = (g.epoch, g.task_name, g.idx) if g is not None else fresh.get(gid)
+        if row is not None:
+            out.append(row)
+    return out
 
 
 _NONZERO = bytes([0] + [1] * 255)              # byte -> 1 if the counter is set

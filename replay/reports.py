@@ -27,7 +27,7 @@ class Check(msgspec.Struct):
 
 
 class Finding(msgspec.Struct):
-    kind: str     # "torn", "damaged", "chain", "gap", "branch", "ownership", "cut", "leftover"
+    kind: str     # "torn" (a torn tail), "damaged", "chain", "gap", "branch", "ownership", "cut", "leftover"
     message: str  # says what and where, without repeating `kind`
     segment: str | None = None
     offset: int | None = None

@@ -219,8 +219,9 @@ def _verify_journal(path: str, progress: Progress) -> VerifyReport:
         bar.close()
     for p in unique_problems(reader):
         if p.kind == "torn":
-            rep.problem("torn", f"torn tail: {p.message} ({p.length} bytes never acknowledged; the "
-                        "writer cuts it off when it opens the journal)", p.segment, p.offset, p.lsn, warn=True)
+            rep.problem("torn", f"{p.message.removeprefix('torn tail: ')} ({p.length} bytes never "
+                        "acknowledged; the writer cuts it off when it opens the journal)", p.segment,
+                        p.offset, p.lsn, warn=True)
         else:
             rep.problem(p.kind, p.message + f" ({p.length} bytes)", p.segment, p.offset, p.lsn)
     for e in cuts:

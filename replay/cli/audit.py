@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..audit import audit
-from . import render
+from . import options, render
 from .progress import Progress
 from .source import PROBLEMS, open_source
 
@@ -23,13 +23,13 @@ EPILOG = ("examples:\n  journal-inspect audit runs/exp1/journal\n"
 
 
 def add_arguments(parser) -> None:
-    pass
+    options.add_all(parser)
 
 
 def _key_text(epoch, task) -> str:
     return f"epoch {'-' if epoch is None else epoch}" + (f" task {task}" if task is not None else "")
 
-def _row_text(r: dict) -> str:
+def _row_text(r: dict, show_all: bool) -> str:
     head = f"{_key_text(r['epoch'], r['task_name'])} idx {r['idx']}"
     parts = []
     for g in r.get("groups", []):
@@ -40,10 +40,10 @@ def _row_text(r: dict) -> str:
             s += f", dropped ({g['dropped_reason']}) at LSN {g['dropped_lsn']}"
         parts.append(s)
     return head + (f" ({r['times']} times)" if "times" in r else "") + ": " + (
-        "; ".join(parts) if parts else r.get("why", ""))
+        render.joined(parts, show_all, "; ") if parts else r.get("why", ""))
 
 
-def render_report(doc: dict) -> list[str]:
+def render_report(doc: dict, show_all: bool = False) -> list[str]:
     a = doc["active"]
     lines = [f"exactly-once audit of {doc['path']}",
              f"active history: timeline {a['timeline']}, LSN {a['first_lsn']}..{a['end_lsn']} "
@@ -68,28 +68,39 @@ def render_report(doc: dict) -> list[str]:
         items = [r for d in doc["epochs"] for r in d[key]]
         if items:
             lines += ["", f"{title}: {len(items)}"]
-            lines += [f"  {_row_text(r)}" for r in items]
+            lines += render.capped_lines((f"  {_row_text(r, show_all)}" for r in items), show_all)
     if doc["dead_tails"]:
         lines += ["", "work held by dead tails (one per restore)"]
-        lines += render.table(
+        lines += render.capped_table(
             ["timeline", "restored at LSN", "dead LSNs", "commits", "taken", "rollouts finished",
              "salvaged", "regenerated", "trained (retrained)", "discarded"],
             [[x["timeline"], x["restored_at_lsn"],
               f"{x['first_lsn']}..{x['last_lsn']}" if x["commits"] else "-", x["commits"], x["taken"],
               x["finished"], x["salvaged"], x["regenerated"], x["trained"], x["discarded"]]
-             for x in doc["dead_tails"]], indent="  ")
-    if doc["reader_problems"] or doc["skipped_commits"]:
-        lines += ["", "read problems (the audit covers what could be read):"]
-        lines += [f"  {p['kind']}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: {p['message']}"
-                  for p in doc["reader_problems"]]
-        lines += [f"  skipped commit: {s['segment']} offset {s['offset']} LSN {s['lsn']}: {s['message']}"
-                  for s in doc["skipped_commits"]]
-    if doc["clean"]:
-        lines += ["", "CLEAN: no row trained twice, no row lost"]
-    else:
-        lines += ["", f"PROBLEMS: {t['trained_more_count']} row(s) trained more than once, "
-                      f"{t['lost_count']} row(s) lost"]
+             for x in doc["dead_tails"]], show_all, indent="  ")
+    torn = [p for p in doc["reader_problems"] if p["kind"] == "torn"]
+    if torn:
+        lines += ["", "torn tails (never acknowledged, nothing to audit in them):"]
+        lines += render.capped_lines((f"  {p['segment']} offset {p['offset']} LSN {p['lsn']}: {p['message']}"
+                                      for p in torn), show_all)
+    if doc["not_covered"]:
+        lines += ["", f"NOT COVERED by this audit ({doc['mode']} read; the rows these held are "
+                      "unaudited):"]
+        lines += render.capped_lines((f"  {x}" for x in doc["not_covered"]), show_all)
+    lines += ["", _verdict(doc)]
     return lines
+
+
+def _verdict(doc: dict) -> str:
+    t = doc["totals"]
+    if doc["clean"]:
+        return "CLEAN: no row trained twice, no row lost"
+    found = f"{t['trained_more_count']} row(s) trained more than once, {t['lost_count']} row(s) lost"
+    if doc["complete"]:
+        return f"PROBLEMS: {found}"
+    return (f"NOT COVERED: {len(doc['not_covered'])} part(s) of the journal could not be read "
+            f"({doc['mode']}), so the rows they held are unaudited; in what was read: {found} "
+            "(`journal-inspect verify` shows the damage)")
 
 
 def run(args) -> int:
@@ -99,5 +110,5 @@ def run(args) -> int:
     if args.json:
         render.json_document(doc, sys.stdout)
     else:
-        render.text(render_report(doc), sys.stdout)
+        render.text(render_report(doc, args.show_all), sys.stdout)
     return 0 if rep.clean else PROBLEMS

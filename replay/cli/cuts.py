@@ -8,7 +8,7 @@ import sys
 from snapshot import SNAPSHOTS_DIR
 
 from ..cut_status import check_one_cut, list_cuts, tally
-from . import render
+from . import options, render
 from .source import open_source
 
 HELP = "each cut: valid, stale, incomplete, or which check fails"
@@ -22,21 +22,21 @@ EPILOG = ("examples:\n  journal-inspect cuts runs/exp1/journal\n"
 
 
 def add_arguments(parser) -> None:
-    pass
+    options.add_all(parser)
 
 
 def entries_of(src) -> list[dict]:
     return [check_one_cut(src.path)] if src.kind == "cut" else list_cuts(src.path, src.reader)
 
 
-def render_entries(entries: list[dict], src) -> list[str]:
+def render_entries(entries: list[dict], src, show_all: bool = False) -> list[str]:
     if not entries:
         return [f"no cuts under {os.path.join(src.path, SNAPSHOTS_DIR)}"]
     rows = []
     for e in entries:
         status = e["status"] + (" (restore base)" if e["restore_base"] else "")
         rows.append([e["name"], e["lsn"], e["timeline"], e["step"], status, e["reason"] or ""])
-    lines = render.table(["cut", "LSN", "timeline", "step", "status", "why"], rows)
+    lines = render.capped_table(["cut", "LSN", "timeline", "step", "status", "why"], rows, show_all)
     c = tally(entries)
     lines += ["", f"{c['valid']} valid, {c['stale']} stale, {c['incomplete']} incomplete, "
                   f"{c['invalid']} invalid"]
@@ -49,5 +49,5 @@ def run(args) -> int:
     if args.json:
         render.json_document({"path": src.path, "cuts": entries, "counts": tally(entries)}, sys.stdout)
     else:
-        render.text(render_entries(entries, src), sys.stdout)
+        render.text(render_entries(entries, src, args.show_all), sys.stdout)
     return 0

@@ -30,3 +30,9 @@ def add_lsn_range(parser: argparse.ArgumentParser) -> None:
 def add_timeline(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeline", type=int, metavar="T",
                         help="read timeline T's history instead of the active one (a dead branch)")
+
+
+def add_all(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--all", dest="show_all", action="store_true",
+                        help="show every item of long listings (text output shows the first 20 of "
+                             "each and says how many it left out; --json always has every item)")

@@ -91,6 +91,41 @@ def id_list(ids, limit: int = 8) -> str:
     return text + (f" (+{rest} more)" if rest else "")
 
 
+LIMIT = 20  # items of a listing shown in text output unless --all (JSON always has all)
+
+
+def capped(items: Iterable[Any], show_all: bool, limit: int = LIMIT) -> tuple[list[Any], int]:
+    """(the items to show, how many were left out)."""
+    items = list(items)
+    if show_all or len(items) <= limit:
+        return items, 0
+    return items[:limit], len(items) - limit
+
+
+def more(left_out: int) -> str:
+    """The note that replaces what a capped listing left out ('' when nothing was)."""
+    return f"... {left_out:,} more (--all shows every one)" if left_out else ""
+
+
+def capped_lines(lines: Iterable[str], show_all: bool, *, indent: str = "  ") -> list[str]:
+    """A listing of one line per item, capped, with the note on a line of its own."""
+    shown, left = capped(lines, show_all)
+    return shown + ([indent + more(left)] if left else [])
+
+
+def capped_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], show_all: bool, *,
+                 indent: str = "", right: Sequence[bool] | None = None) -> list[str]:
+    """`table` of the first rows, then the note of what it left out."""
+    shown, left = capped(rows, show_all)
+    return table(headers, shown, indent=indent, right=right) + ([indent + more(left)] if left else [])
+
+
+def joined(items: Iterable[str], show_all: bool, sep: str = ", ") -> str:
+    """A listing on one line, capped, the note at its end."""
+    shown, left = capped(items, show_all)
+    return sep.join(shown) + (f" {more(left)}" if left else "")
+
+
 def _default(obj: Any) -> Any:
     if isinstance(obj, bytes):
         return obj.hex()

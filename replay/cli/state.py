@@ -18,7 +18,7 @@ from journal import Owner, State, checkpoint_markers
 from snapshot import RestoreError, read_cut, state_at
 
 from ..walk import Fold, history
-from . import render
+from . import options, render
 from .source import InspectError, Source, open_source
 
 HELP = "owners of the live groups at a checkpoint, the end, or an LSN"
@@ -36,6 +36,7 @@ LIVE = (Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE)
 
 
 def add_arguments(parser) -> None:
+    options.add_all(parser)
     parser.add_argument("--at", default="latest-checkpoint", metavar="POINT",
                         help="latest-checkpoint (default: what restore returns), end, or an LSN")
     parser.add_argument("--step", type=int, metavar="S", help="the committed checkpoint of step S")
@@ -190,10 +191,10 @@ def run(args) -> int:
     title = "live groups" + (f" ({', '.join(doc['owner_filter'])})" if owners else "")
     lines += ["", f"{title}: {len(groups)}"]
     if groups:
-        lines += render.table(
+        lines += render.capped_table(
             ["group", "owner", "idx", "task", "epoch", "target_step", "policy", "locator", "replaces"],
             [[g.group_id, g.owner.name, g.idx, g.task_name, g.epoch, g.target_step, g.policy_version,
-              g.locator, g.replaces] for g in groups], indent="  ")
+              g.locator, g.replaces] for g in groups], args.show_all, indent="  ")
     render.text(lines, out)
     return 0
 

@@ -21,7 +21,7 @@ from snapshot import Skipped, read_cut, usable_cuts
 from ..cut_status import list_cuts, tally
 from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records, history,
                     history_bytes, unique_problems)
-from . import render
+from . import options, render
 from .source import InspectError, PROBLEMS, Source, open_source
 
 HELP = "runs, branches, LSN range, segments, cuts, checkpoints, owner counts, size"
@@ -36,7 +36,7 @@ EPILOG = ("examples:\n  journal-inspect summary runs/exp1/journal\n"
 
 
 def add_arguments(parser) -> None:
-    pass
+    options.add_all(parser)
 
 
 def _disk(path: str) -> dict[str, int]:
@@ -171,7 +171,7 @@ def _latest(state: State) -> int | None:
     return latest[1] if latest else None
 
 
-def render_summary(s: dict) -> list[str]:
+def render_summary(s: dict, show_all: bool = False) -> list[str]:
     if s["kind"] == "cut":
         lines = render.keyvalues([
             ("cut", s["path"]), ("run", s["run_id"]), ("timeline", s["timeline"]), ("LSN", s["lsn"]),
@@ -204,8 +204,10 @@ def render_summary(s: dict) -> list[str]:
                  + (f"; restore base {s['cuts']['restore_base']}" if s["cuts"]["restore_base"] else "")),
         ("latest checkpoint", "none committed" if latest is None else
          f"step {latest['step']} at LSN {latest['lsn']} (what restore returns)"),
-        ("checkpoints", ", ".join(f"step {c['step']}@{c['lsn']}" for c in ck["committed"]) or "-"),
-        ("pending", ", ".join(f"step {c['step']}@{c['lsn']} (begun, never committed)" for c in ck["pending"]) or "-"),
+        ("checkpoints", render.joined((f"step {c['step']}@{c['lsn']}" for c in ck["committed"]), show_all)
+         or "-"),
+        ("pending", render.joined((f"step {c['step']}@{c['lsn']} (begun, never committed)" for c in ck["pending"]),
+                                  show_all) or "-"),
         ("live groups", f"{s['live_groups']} (next group id {s['next_group_id']}); loader state "
                         f"{'recorded' if s['loader_state'] else 'none'}"),
     ])
@@ -222,20 +224,22 @@ def render_summary(s: dict) -> list[str]:
         rows.append([t["timeline"], t["parent"], t["branch_lsn"], t["segments"], t["archived"],
                      render.size(t["bytes"]), f"{act[0]}..{act[1]}" if act else "-",
                      f"{tail[0]}..{tail[1]} ({tail[2]} commits)" if tail and tail[2] else "-"])
-    lines += render.table(["timeline", "parent", "branched at", "segments", "archived", "bytes",
-                           "active LSNs", "dead tail"], rows, indent="  ")
+    lines += render.capped_table(["timeline", "parent", "branched at", "segments", "archived", "bytes",
+                                  "active LSNs", "dead tail"], rows, show_all, indent="  ")
     probs = s["problems"]
     skipped = s["skipped_commits"]
     if probs or skipped:
         lines += ["", "problems" + (" (skipped in salvage mode)" if s["mode"] == "salvage" else "")]
-        for p in probs:
-            what = "torn tail (never acknowledged; the writer cuts it off on open)" if p["kind"] == "torn" \
-                else p["kind"]
-            lines.append(f"  {what}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: {p['message']} "
-                         f"({p['bytes']} bytes)")
-        for k in skipped:
-            lines.append(f"  skipped commit: {k['segment']} offset {k['offset']} (LSN {k['lsn']}): {k['message']}")
+        listing = [f"  {_problem_kind(p)}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: "
+                   f"{p['message']} ({p['bytes']} bytes)" for p in probs]
+        listing += [f"  skipped commit: {k['segment']} offset {k['offset']} (LSN {k['lsn']}): {k['message']}"
+                    for k in skipped]
+        lines += render.capped_lines(listing, show_all)
     return lines
+
+
+def _problem_kind(p: dict) -> str:
+    return "torn tail (never acknowledged; the writer cuts it off on open)" if p["kind"] == "torn" else p["kind"]
 
 
 def run(args) -> int:
@@ -243,5 +247,5 @@ def run(args) -> int:
     if args.json:
         render.json_document(s, sys.stdout)
     else:
-        render.text(render_summary(s), sys.stdout)
+        render.text(render_summary(s, args.show_all), sys.stdout)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..verify import verify
-from . import render
+from . import options, render
 from .progress import Progress
 from .source import PROBLEMS, open_source
 
@@ -22,23 +22,29 @@ EPILOG = ("examples:\n  journal-inspect verify runs/exp1/journal && echo clean\n
           "  journal-inspect verify runs/exp1/journal --json | jq '.problems'")
 
 
+_LABELS = {"torn": "torn tail"}
+
+
 def add_arguments(parser) -> None:
-    pass
+    options.add_all(parser)
 
 
-def render_report(rep) -> list[str]:
+def render_report(rep, show_all: bool = False) -> list[str]:
     lines = render.table(["check", "target", "result", "detail"],
                          [[c.check, c.target, c.result, c.detail] for c in rep.checks])
     for title, items in (("problems", rep.problems), ("warnings", rep.warnings)):
         if items:
             lines += ["", f"{title}:"]
-            for p in items:
-                where = ", ".join(x for x in (p.segment and f"segment {p.segment}",
-                                              p.offset is not None and f"offset {p.offset}",
-                                              p.lsn is not None and f"LSN {p.lsn}") if x)
-                lines.append(f"  {p.kind}: " + (f"{where}: " if where else "") + p.message)
+            lines += render.capped_lines((_finding_line(p) for p in items), show_all)
     lines += ["", "clean" if rep.clean else f"{len(rep.problems)} problem(s) found"]
     return lines
+
+
+def _finding_line(p) -> str:
+    where = ", ".join(x for x in (p.segment and f"segment {p.segment}",
+                                  p.offset is not None and f"offset {p.offset}",
+                                  p.lsn is not None and f"LSN {p.lsn}") if x)
+    return f"  {_LABELS.get(p.kind, p.kind)}: " + (f"{where}: " if where else "") + p.message
 
 
 def run(args) -> int:
@@ -47,5 +53,5 @@ def run(args) -> int:
     if args.json:
         render.json_document(rep.to_dict(), sys.stdout)
     else:
-        render.text(render_report(rep), sys.stdout)
+        render.text(render_report(rep, args.show_all), sys.stdout)
     return 0 if rep.clean else PROBLEMS
