@@ -15,7 +15,8 @@ from .source import PROBLEMS, open_source
 HELP = "one group's whole history, on every branch"
 DESCRIPTION = (
     "Every event that names the group, on the active history and on every dead tail, "
-    "with LSNs and the branch each is on; its locator; its owner at the end of the active "
+    "with LSNs and the branch each is on; its dataset row (idx, task, epoch, fingerprint); "
+    "its owner at the end of the active "
     "history; the spare that replaced it, if any. Exit 1 if the group never appears.")
 EPILOG = ("examples:\n  journal-inspect group runs/exp1/journal 4711\n"
           "  journal-inspect group runs/exp1/journal 4711 --json")
@@ -36,12 +37,12 @@ def run(args) -> int:
     gid = args.group_id
     events: list[dict] = []
     lines: list[str] = []
-    locator = None
+    row = None
     owner = None
     replaced_by = []
 
     def scan(records, active: bool) -> None:
-        nonlocal locator, owner
+        nonlocal row, owner
         for rec in records:
             branch = "active" if active else f"dead tail of timeline {rec.timeline}"
             for i, ev in enumerate(rec.commit.events):
@@ -55,9 +56,9 @@ def run(args) -> int:
                 d["branch"] = branch
                 if t is Taken:
                     g = next(g for g in ev.groups if g.group_id == gid)
-                    locator = {"idx": g.idx, "task_name": g.task_name, "epoch": g.epoch,
-                               "fingerprint": g.fingerprint.hex() if g.fingerprint else None}
-                    d["locators"] = [x for x in d["locators"] if x["group_id"] == gid]
+                    row = {"idx": g.idx, "task_name": g.task_name, "epoch": g.epoch,
+                           "fingerprint": g.fingerprint.hex() if g.fingerprint else None}
+                    d["rows"] = [x for x in d["rows"] if x["group_id"] == gid]
                     d["groups"] = [gid]
                 if branch == "active":
                     owner = _TO.get(d["kind"], owner)
@@ -73,15 +74,14 @@ def run(args) -> int:
         if args.json:
             render.json_document({"group_id": gid, "found": False, "events": []}, out)
         return PROBLEMS
-    doc = {"group_id": gid, "found": True, "locator": locator,
+    doc = {"group_id": gid, "found": True, "row": row,
            "owner": owner.name if owner is not None else None,
            "on_active_history": owner is not None, "replaced_by": replaced_by, "events": events}
     if args.json:
         render.json_document(doc, out)
         return 0
-    loc = locator or {}
     head = [("group", gid),
-            ("locator", ", ".join(f"{k}={v}" for k, v in loc.items() if v is not None) or "unknown "
+            ("row", ", ".join(f"{k}={v}" for k, v in (row or {}).items() if v is not None) or "unknown "
              "(its taken event was not read)"),
             ("owner", (owner.name + " (end of the active history)") if owner is not None
              else "not on the active history (only on a dead tail)")]

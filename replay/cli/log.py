@@ -34,7 +34,8 @@ def add_arguments(parser) -> None:
     options.add_lsn_range(parser)
     parser.add_argument("--group", type=int, metavar="ID", help="only events naming this group")
     parser.add_argument("--idx", type=int, metavar="ROW", help="only this dataset row: the taken "
-                        "events of its groups and every later event naming them")
+                        "events of its groups (the row shown first, in brackets) and every later "
+                        "event naming them")
     parser.add_argument("--task", metavar="NAME", help="with --idx: only groups of this task")
     parser.add_argument("--kind", action="append", metavar="KIND",
                         help=f"only these event kinds (repeat or comma-separate): {', '.join(EVENT_KINDS)}")
@@ -78,6 +79,7 @@ def run(args) -> int:
     gids: set[int] = set()
     want_group = args.group
     want_idx = args.idx
+    focus = (want_idx, args.task) if want_idx is not None else None
     records = history(reader, timeline=args.timeline, start_lsn=lo, stop_lsn=hi)
     total = history_bytes(reader, lo, hi, timeline=args.timeline)
     gaps: list[_Gap] = []  # LSNs missing between two records (damaged frames skipped in salvage)
@@ -108,7 +110,7 @@ def run(args) -> int:
             if args.json:
                 render.json_line(event_dict(rec, i, ev), out)
             else:
-                out.write(event_line(rec, ev) + "\n")
+                out.write(event_line(rec, ev, focus=focus) + "\n")
     lines = report_skips(src, gaps, sys.stderr)
     if not args.json:
         out.write(f"-- {n} event(s)" + (f"; {len(lines)} region(s) skipped or torn, see above" if lines else "")

@@ -25,7 +25,8 @@ HELP = "owners of the live groups at a checkpoint, the end, or an LSN"
 DESCRIPTION = (
     "The ownership state at one point of the active history, built as restore builds it "
     "(newest valid cut at or before the point plus the journal tail): counts per owner, "
-    "the loader state, and every live group with its locator. Trained and dropped groups "
+    "the loader state, and every live group with its dataset row and, once its rollout is "
+    "finished, its data-plane locator. Trained and dropped groups "
     "are counted, not listed.")
 EPILOG = ("examples:\n  journal-inspect state J                        # the latest committed checkpoint\n"
           "  journal-inspect state J --at end\n  journal-inspect state J --at 5120\n"
