@@ -13,7 +13,7 @@ import sys
 
 from journal import Owner, Trained
 
-from ..walk import Fold, history, history_bytes
+from ..walk import Fold, active_lineage, history, history_bytes
 from . import options, render
 from .source import InspectError, Source, open_source
 
@@ -21,8 +21,8 @@ HELP = "owner counts per training step as a table (--png: a plot); alias: timeli
 DESCRIPTION = (
     "Owner counts after each training step (the last commit of a `trained(step=S)`): in "
     "flight (reserved + admitted), replay, spare, trained and dropped so far, and how many "
-    "groups the step trained. --png draws them (needs matplotlib: pip install "
-    "'ownership-journal[plot]').")
+    "groups the step trained; the checkpoints and restores. --png draws them, restores and "
+    "checkpoints as vertical lines (needs matplotlib: pip install 'ownership-journal[plot]').")
 EPILOG = ("examples:\n  journal-inspect steps runs/exp1/journal\n"
           "  journal-inspect steps runs/exp1/journal --every 100\n"
           "  journal-inspect steps runs/exp1/journal --png owners.png")
@@ -37,6 +37,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--png", metavar="FILE", help="also draw the counts into FILE (needs matplotlib)")
     parser.add_argument("--every", type=options.positive, default=1, metavar="N",
                         help="show every N-th step in the table (the last step is always shown)")
+    options.add_all(parser)
 
 
 def steps(src: Source) -> tuple[list[dict], Fold]:
@@ -61,7 +62,19 @@ def steps(src: Source) -> tuple[list[dict], Fold]:
     return list(rows.values()), fold
 
 
-def plot(rows: list[dict], path: str, title: str) -> None:
+def marks(src: Source, fold: Fold) -> list[dict]:
+    """Where the plot marks checkpoints and restores, by training step: every committed
+    checkpoint of the active history, and every restore (a branch of the active history) at the
+    step of the checkpoint it resumed from (0: it restored the empty state)."""
+    committed = sorted(fold.state.committed_checkpoints.items(), key=lambda kv: kv[1])
+    out = [{"kind": "checkpoint", "step": step, "lsn": lsn, "timeline": None} for step, lsn in committed]
+    for tl in active_lineage(src.reader)[1:]:
+        step = max((s for s, lsn in committed if lsn <= tl.branch_lsn), default=0)
+        out.append({"kind": "restore", "step": step, "lsn": tl.branch_lsn, "timeline": tl.timeline})
+    return out
+
+
+def plot(rows: list[dict], marked: list[dict], path: str, title: str) -> None:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -79,6 +92,14 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         bottom.plot(x, [r[key] for r in rows], label=f"{key} so far")
     bottom.set_ylabel("groups so far")
     bottom.set_xlabel("training step")
+    for m in marked:
+        restore = m["kind"] == "restore"
+        for ax in (top, bottom):
+            ax.axvline(m["step"], color="tab:red" if restore else "0.7", linestyle="-" if restore else ":",
+                       linewidth=1.2 if restore else 0.8, zorder=0)
+        if restore:
+            top.annotate(f"restore -> timeline {m['timeline']}", (m["step"], 1), xycoords=("data", "axes fraction"),
+                         rotation=90, va="top", ha="right", fontsize=7, color="tab:red")
     bottom.legend(loc="upper left")
     fig.tight_layout()
     try:
@@ -98,11 +119,13 @@ def run(args) -> int:
         except ImportError:
             raise InspectError(MISSING_MATPLOTLIB) from None
     rows, fold = steps(src)
+    marked = marks(src, fold)
     if args.png:
-        plot(rows, args.png, f"owners per training step: {src.path}")
+        plot(rows, marked, args.png, f"owners per training step: {src.path} "
+                                     "(dotted: checkpoints, red: restores)")
     if args.json:
         render.json_document({"path": src.path, "end_lsn": fold.state.lsn, "steps": rows,
-                              "png": args.png}, out)
+                              "marks": marked, "png": args.png}, out)
         return 0
     if not rows:
         out.write("no training step on the active history yet (no trained event)\n")
@@ -111,7 +134,11 @@ def run(args) -> int:
     lines = render.table(["step", "LSN", "in flight", "reserved", "admitted", "replay", "spare",
                           "trained", "dropped", "trained at step"],
                          [[r[c] for c in COLUMNS] for r in shown])
+    restores = [m for m in marked if m["kind"] == "restore"]
+    lines += ["", f"checkpoints: {len(marked) - len(restores)}; restores: " + (render.joined(
+        (f"to step {m['step']} (timeline {m['timeline']} from LSN {m['lsn']})" for m in restores),
+        args.show_all) or "none")]
     if args.png:
-        lines += ["", f"plot written to {args.png}"]
+        lines += ["", f"plot written to {args.png} (dotted lines: checkpoints, red lines: restores)"]
     render.text(lines, out)
     return 0
