@@ -22,8 +22,7 @@ EPILOG = ("examples:\n  journal-inspect audit runs/exp1/journal\n"
           "  journal-inspect audit runs/exp1/journal --json | jq '.epochs[].trained_more'")
 
 
-def add_arguments(parser) -> None:
-    options.add_all(parser)
+add_arguments = options.add_all  # --all is its only option of its own
 
 
 def _key_text(epoch, task) -> str:

@@ -21,8 +21,7 @@ EPILOG = ("examples:\n  journal-inspect cuts runs/exp1/journal\n"
           "  journal-inspect cuts ckpt/step_8/ownership --json")
 
 
-def add_arguments(parser) -> None:
-    options.add_all(parser)
+add_arguments = options.add_all  # --all is its only option of its own
 
 
 def entries_of(src) -> list[dict]:

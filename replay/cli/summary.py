@@ -35,8 +35,7 @@ EPILOG = ("examples:\n  journal-inspect summary runs/exp1/journal\n"
           "  journal-inspect summary ckpt/step_8/ownership              # a cut directory")
 
 
-def add_arguments(parser) -> None:
-    options.add_all(parser)
+add_arguments = options.add_all  # --all is its only option of its own
 
 
 def _disk(path: str) -> dict[str, int]:

@@ -25,8 +25,7 @@ EPILOG = ("examples:\n  journal-inspect verify runs/exp1/journal && echo clean\n
 _LABELS = {"torn": "torn tail"}
 
 
-def add_arguments(parser) -> None:
-    options.add_all(parser)
+add_arguments = options.add_all  # --all is its only option of its own
 
 
 def render_report(rep, show_all: bool = False) -> list[str]:
