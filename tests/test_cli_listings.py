@@ -4,11 +4,13 @@ for with `log --idx` is shown first in its taken event; "row" and "locator" keep
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from journal import GroupRef, Journal
 
-from cli_run import cli_many
+from cli_run import COMMAND, cli_many
 
 REPEATS = 25      # row 0 taken and trained this many times: 25 groups in its audit line
 CHECKPOINTS = 30  # committed checkpoints in the summary
@@ -16,7 +18,7 @@ BATCH = [1834, 396, 7, 8, 9, 10, 11, 12, 13, 14, 41]  # row 41 comes after the 8
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def journal(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("listings") / "journal")
     j = Journal.open(path, sync="none")
     for step in range(1, max(REPEATS, CHECKPOINTS) + 1):
@@ -33,6 +35,12 @@ def runs(tmp_path_factory):
         batch = tx.taken([GroupRef(idx=i, task_name="math", epoch=1) for i in BATCH])
         tx.admitted(batch, target_step=REPEATS + 1, policy_version=REPEATS)
     j.close()
+    return path, batch
+
+
+@pytest.fixture(scope="module")
+def runs(journal):
+    path, batch = journal
     return cli_many({
         "log_idx": dict(args=["log", path, "--idx", "41", "--task", "math"]),
         "log_idx_json": dict(args=["log", path, "--idx", "41", "--task", "math"], json="lines"),
@@ -78,3 +86,13 @@ def test_row_means_a_dataset_row_everywhere(runs):
     assert "locator" not in doc and doc["row"] == {"idx": 41, "task_name": "math", "epoch": 1,
                                                    "fingerprint": None}
     assert "row:   idx=41, task_name=math, epoch=1\n" in runs["group"].stdout
+
+
+def test_output_cut_short_by_its_reader_is_quiet(journal):
+    """`journal-inspect log J | head -1`: the pipe closes early; no error line, exit 0."""
+    p = subprocess.Popen([*COMMAND, "log", journal[0]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.readline()
+    p.stdout.close()
+    _out, err = p.communicate(timeout=60)
+    assert first.split()[:2] == [b"LSN", b"TL"]
+    assert err == b"" and p.returncode == 0, err

@@ -49,4 +49,6 @@ def test_marks_in_json_and_text(journal, capsys):
     assert replay.cli.main(["steps", journal, "--json"]) == 0
     assert _positions(json.loads(capsys.readouterr().out)["marks"]) == (CHECKPOINT_STEPS, RESTORES)
     assert replay.cli.main(["steps", journal]) == 0
-    assert "checkpoints: 5; restores: to step 6 (timeline 2 from LSN" in capsys.readouterr().out
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["6"].endswith("checkpoint, restore -> timeline 2") and rows["8"].endswith("checkpoint")
+    assert not rows["7"].endswith("checkpoint")

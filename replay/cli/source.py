@@ -86,6 +86,8 @@ def user_error(exc: BaseException) -> InspectError | None:
     """The `InspectError` for an exception a user can cause; None for a bug (let it show)."""
     if isinstance(exc, InspectError):
         return exc
+    if isinstance(exc, BrokenPipeError):  # the reader of our output went away: not an error
+        return None
     if isinstance(exc, journal.JournalCorrupt):
         where = ", ".join(p for p in (
             exc.segment and f"segment {exc.segment}",

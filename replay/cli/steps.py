@@ -21,8 +21,9 @@ HELP = "owner counts per training step as a table (--png: a plot); alias: timeli
 DESCRIPTION = (
     "Owner counts after each training step (the last commit of a `trained(step=S)`): in "
     "flight (reserved + admitted), replay, spare, trained and dropped so far, and how many "
-    "groups the step trained; the checkpoints and restores. --png draws them, restores and "
-    "checkpoints as vertical lines (needs matplotlib: pip install 'ownership-journal[plot]').")
+    "groups the step trained, and the checkpoints and restores at that step. --png draws "
+    "them, restores and checkpoints as vertical lines (needs matplotlib: pip install "
+    "'ownership-journal[plot]').")
 EPILOG = ("examples:\n  journal-inspect steps runs/exp1/journal\n"
           "  journal-inspect steps runs/exp1/journal --every 100\n"
           "  journal-inspect steps runs/exp1/journal --png owners.png")
@@ -37,7 +38,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--png", metavar="FILE", help="also draw the counts into FILE (needs matplotlib)")
     parser.add_argument("--every", type=options.positive, default=1, metavar="N",
                         help="show every N-th step in the table (the last step is always shown)")
-    options.add_all(parser)
 
 
 def steps(src: Source) -> tuple[list[dict], Fold]:
@@ -131,13 +131,13 @@ def run(args) -> int:
         out.write("no training step on the active history yet (no trained event)\n")
         return 0
     shown = [r for i, r in enumerate(rows) if i % args.every == 0 or i == len(rows) - 1]
+    at_step: dict[int, list[str]] = {}
+    for m in marked:
+        at_step.setdefault(m["step"], []).append(
+            "checkpoint" if m["kind"] == "checkpoint" else f"restore -> timeline {m['timeline']}")
     lines = render.table(["step", "LSN", "in flight", "reserved", "admitted", "replay", "spare",
-                          "trained", "dropped", "trained at step"],
-                         [[r[c] for c in COLUMNS] for r in shown])
-    restores = [m for m in marked if m["kind"] == "restore"]
-    lines += ["", f"checkpoints: {len(marked) - len(restores)}; restores: " + (render.joined(
-        (f"to step {m['step']} (timeline {m['timeline']} from LSN {m['lsn']})" for m in restores),
-        args.show_all) or "none")]
+                          "trained", "dropped", "trained at step", "marks"],
+                         [[r[c] for c in COLUMNS] + [", ".join(at_step.get(r["step"], []))] for r in shown])
     if args.png:
         lines += ["", f"plot written to {args.png} (dotted lines: checkpoints, red lines: restores)"]
     render.text(lines, out)
