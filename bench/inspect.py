@@ -1,16 +1,19 @@
-"""`python -m bench inspect`: `journal-inspect summary` and `verify` on a journal of 10 million
-events (1 million with --quick): wall time and peak RSS of the subprocess.
+"""`python -m bench inspect`: `journal-inspect summary`, `replay.verify` and `replay.audit` on a
+journal of 10 million events (1 million with --quick): wall time and peak RSS of each, run in
+a child process of its own.
 
 The journal is built fast with `sync="none"`: each commit is one transaction of
 64 one-group events (the batch of the next step taken and admitted, the batch
 of the current step finished and trained, 16 groups each; one `taken` per
 commit carries a loader state), a committed checkpoint every 100 commits,
-default 64 MiB segments. Everything after the build runs in child processes
-(the real console script), each measured on its own with `os.wait4`.
+default 64 MiB segments. Everything after the build runs in child processes,
+each measured on its own with `os.wait4`: `summary` through the real console
+script (it is a CLI view), `verify` and `audit` as library calls
+(`replay.verify(path)`, `replay.audit(path)`: what the CLI renders).
 
 Figures:
 
-1. peak RSS of `journal-inspect summary` and of `verify`, against the 300 MB
+1. peak RSS of `journal-inspect summary`, of `verify` and of `audit`, against the 300 MB
    target (the ratio is value/target; PASS when <= 1). Memory must not grow
    with the number of events beyond the live state: the live set here is 32
    groups whatever the length.
@@ -18,7 +21,7 @@ Figures:
    only iterates `Reader.records()` over the active history (read, check and
    decode every frame, no fold). Informational.
 3. the interpreter floor: peak RSS of a child that only imports `replay` (the
-   CLI cannot go below it; torch is imported by `journal.loader_state`).
+   CLI cannot go below it).
 """
 
 from __future__ import annotations
@@ -105,6 +108,11 @@ def measure(argv: list[str]) -> tuple[float, float, int]:
     return wall, rss, p.returncode
 
 
+# the library call, in a child of its own so that its peak RSS is its own
+_LIBRARY = {name: [sys.executable, "-c",
+                   f"import sys, replay; sys.exit(0 if replay.{name}(sys.argv[1]).clean else 1)"]
+            for name in ("verify", "audit")}
+
 _FLOOR = ("import sys; from journal import Reader\n"
           "n = 0\n"
           "for rec in Reader(sys.argv[1]).records():\n"
@@ -131,20 +139,22 @@ def run(args) -> Report:
         base_wall, base_rss, _ = measure([sys.executable, "-c", "import replay"])
         log("reader floor ...")
         floor_wall, floor_rss, _ = measure([sys.executable, "-c", _FLOOR, path])
-        results = {}
-        for cmd in ("summary", "verify"):
-            log(f"journal-inspect {cmd} ...")
-            results[cmd] = measure(_cli() + [cmd, path])
+        log("journal-inspect summary ...")
+        results = {"summary": measure(_cli() + ["summary", path])}
+        for name, argv in _LIBRARY.items():
+            log(f"replay.{name}(path) ...")
+            results[name] = measure(argv + [path])
     n = f"{(written or events) / 1e6:.0f}M events"
-    for cmd in ("summary", "verify"):
+    what = {"summary": "journal-inspect summary", "verify": "replay.verify", "audit": "replay.audit"}
+    for cmd in results:
         wall, rss, code = results[cmd]
-        report.add(Figure(f"{cmd}_rss", f"journal-inspect {cmd}, peak RSS ({n})", rss, "MiB",
+        report.add(Figure(f"{cmd}_rss", f"{what[cmd]}, peak RSS ({n})", rss, "MiB",
                           reference=TARGET_MB, reference_label="target",
                           target=Target(max_value=TARGET_MB),
                           note="" if code in (0, 1) else f"exit code {code}"))
-    for cmd in ("summary", "verify"):
+    for cmd in results:
         wall, rss, code = results[cmd]
-        report.add(Figure(f"{cmd}_seconds", f"journal-inspect {cmd}, wall time ({n})", wall, "s",
+        report.add(Figure(f"{cmd}_seconds", f"{what[cmd]}, wall time ({n})", wall, "s",
                           reference=floor_wall, reference_label="Reader.records() scan alone",
                           note=f"{(written or events) / wall:,.0f} events/s"))
     report.add(Figure("import_rss", "peak RSS of `import replay` alone", base_rss,

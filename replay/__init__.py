@@ -4,19 +4,29 @@
     state = restore(path, dataset=ds, collate_fn=fn)
     dl.load_state_dict(state.loader_state)
     j = Journal.open(path, resume=state)
+
+    report = verify(path)            # the whole chain of checks -> VerifyReport
+    report = audit(path)             # exactly-once per loader epoch -> AuditReport
+
+`replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalCorrupt, JournalMismatch,
                      ManifestMissing, MissingFile, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
+from .audit import audit
 from .fingerprint import fingerprint
 from .rehydrate import ROW_CHANGED_POLICIES
 from .recovered import RecoveredGroup, RecoveredRollout, RecoveredState
+from .reports import AuditReport, Check, Finding, NotAJournal, VerifyReport
 from .restore import restore
+from .verify import verify
 
 __all__ = [
-    "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint", "ROW_CHANGED_POLICIES",
+    "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
+    "ROW_CHANGED_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
+    "NotAJournal",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
     "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",

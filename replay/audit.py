@@ -1,4 +1,5 @@
-"""`audit`: was every dataset row trained exactly once? Per loader epoch, on the active history.
+"""`audit(path)`: was every dataset row trained exactly once? Per loader epoch, on the active
+history; returns an `AuditReport`.
 
 A *row* is (epoch, task_name, idx): one row of one pass of the loader. Each
 row taken on the active history ends up in exactly one class:
@@ -29,23 +30,26 @@ Memory: the fold (live groups) plus a few bytes per row in dense per-(epoch,
 task) tables indexed by idx; rows taken only on dead tails are kept in a dict
 (bounded by the dead tails). Listing problem rows takes a second pass over the
 active history, made only when there are problems.
+
+An audit that could not read everything (frames skipped in salvage mode, a
+point_in_time history that ends at damage before the end of the files, commits
+salvage could not apply) lists what it missed in `not_covered` and is never
+clean: a row in what was skipped may have been trained twice or lost.
 """
 
 from __future__ import annotations
 
-from typing import TextIO
+import os
 
-import torch
+from journal import Admitted, Discarded, Finished, Reader, Taken, Trained
 
-from journal import Admitted, Discarded, Finished, Taken, Trained
-
-from . import output, tables
-from .inspect_source import PROBLEMS, Source
-from .walk import Fold, active_lineage, dead_branches, dead_records, history, unique_problems
+from .cut_status import is_journal
+from .reports import AuditReport, NotAJournal
+from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records, history,
+                   history_bytes, no_progress, tracked, unique_problems)
 
 _DENSE_GAP = 1 << 20
 _OTHER_REASON = 255
-LIST_LIMIT = 1000
 
 
 class Bytes:
@@ -98,14 +102,10 @@ class Rows:
         self.taken, self.trained, self.dropped = Bytes(), Bytes(), Bytes()
 
 
-def _key_text(epoch, task) -> str:
-    return f"epoch {'-' if epoch is None else epoch}" + (f" task {task}" if task is not None else "")
-
-
 class Audit:
-    def __init__(self, src: Source):
-        self.src = src
-        self.reader = src.reader
+    def __init__(self, reader: Reader):
+        self.reader = reader
+        self.sizes = {s.name: s.size for s in reader.segments}
         self.tables: dict[tuple, Rows] = {}
         self.reasons: list[str] = []
         self.reason_code: dict[str, int] = {}
@@ -116,7 +116,7 @@ class Audit:
         self.first_commit_finished: dict[int, set[int]] = {}  # LSN -> groups finished in that commit
         self.dead_only: dict[tuple, tuple] = {}  # (epoch, task, idx) -> (timeline, lsn, gid, pos, div)
         self.groups = {"taken": 0, "trained": 0, "dropped": 0}
-        self.fold = Fold(tolerant=src.mode == "salvage")
+        self.fold = Fold(tolerant=reader.mode == "salvage")
         self.first_lsn = None
 
     def _rows(self, epoch, task) -> Rows:
@@ -137,26 +137,34 @@ class Audit:
 
     # -- pass 1: the active history ------------------------------------------------------------
 
-    def scan_active(self, bar) -> None:
+    def scan_active(self, progress: Progress) -> None:
+        first_lsns = {b.branch_lsn + 1 for b in self.branches if b.child is not None}
+        bar = progress("audit: active history", history_bytes(self.reader))
+        try:
+            self._fold_active(tracked(history(self.reader), bar, self.sizes), first_lsns)
+        finally:
+            bar.close()
+
+    def _fold_active(self, records, first_lsns: set[int]) -> None:
         fold = self.fold
         live = fold.state.live
         divs = self.divs
-        first_lsns = {b.cut + 1 for b in self.branches if b.child is not None}
-        for rec in bar.records(history(self.reader), self.src.sizes):
+        for rec in records:
             lsn = rec.commit.lsn
             if self.first_lsn is None:
                 self.first_lsn = lsn
             pending = []  # (kind, args) applied once the commit folded
+            fresh: dict[int, tuple] = {}  # rows of the groups this commit takes (not live yet)
             for ev in rec.commit.events:
                 t = type(ev)
                 if t is Taken:
-                    pending.append((0, [(g.epoch, g.task_name, g.idx) for g in ev.groups]))
+                    rows = [(g.epoch, g.task_name, g.idx) for g in ev.groups]
+                    fresh.update(zip((g.group_id for g in ev.groups), rows))
+                    pending.append((0, rows))
                 elif t is Trained:
-                    pending.append((1, [(g.epoch, g.task_name, g.idx) for g in map(live.get, ev.groups)
-                                        if g is not None]))
+                    pending.append((1, _rows_named(ev.groups, live, fresh)))
                 elif t is Discarded:
-                    pending.append((2, ([(g.epoch, g.task_name, g.idx) for g in map(live.get, ev.groups)
-                                         if g is not None], ev.reason)))
+                    pending.append((2, (_rows_named(ev.groups, live, fresh), ev.reason)))
                 elif t is Finished and lsn in first_lsns:
                     self.first_commit_finished.setdefault(lsn, set()).update(ev.groups)
             if not fold.add(rec) or not pending:
@@ -187,46 +195,51 @@ class Audit:
 
     # -- pass 2: dead tails ----------------------------------------------------------------------
 
-    def scan_dead(self, bar) -> list[dict]:
-        out = []
-        for b in self.branches:
-            st = {"timeline": b.timeline, "restored_at_lsn": b.cut, "diverged_at_lsn": b.divergence,
-                  "resumed_on_timeline": b.child, "first_lsn": None, "last_lsn": None, "commits": 0,
-                  "taken": 0, "admitted": 0, "finished": 0, "salvaged": None, "regenerated": None,
-                  "trained": 0, "discarded": 0}
-            finished: set[int] = set()
-            pos: dict = {}
-            for rec in bar.records(dead_records(self.reader, b), self.src.sizes):
-                lsn = rec.commit.lsn
-                st["commits"] += 1
-                st["first_lsn"] = st["first_lsn"] or lsn
-                st["last_lsn"] = lsn
-                for ev in rec.commit.events:
-                    t = type(ev)
-                    if t is Taken:
-                        st["taken"] += len(ev.groups)
-                        for g in ev.groups:
-                            p = pos.get(g.epoch, 0)
-                            pos[g.epoch] = p + 1
-                            row = (g.epoch, g.task_name, g.idx)
-                            tab = self.tables.get((g.epoch, g.task_name))
-                            if (tab is None or tab.taken.get(g.idx) == 0) and row not in self.dead_only:
-                                self.dead_only[row] = (b.timeline, lsn, g.group_id, p, b.divergence)
-                    elif t is Admitted:
-                        st["admitted"] += len(ev.groups)
-                    elif t is Finished:
-                        st["finished"] += len(ev.groups)
-                        finished.update(ev.groups)
-                    elif t is Trained:
-                        st["trained"] += len(ev.groups)
-                    elif t is Discarded:
-                        st["discarded"] += len(ev.groups)
-            if b.child is not None:
-                salvaged = finished & self.first_commit_finished.get(b.cut + 1, set())
-                st["salvaged"] = len(salvaged)
-                st["regenerated"] = len(finished) - len(salvaged)
-            out.append(st)
-        return out
+    def scan_dead(self, progress: Progress) -> list[dict]:
+        bar = progress("audit: dead tails", dead_bytes(self.reader, self.branches))
+        try:
+            return [self._dead_tail(b, tracked(dead_records(self.reader, b), bar, self.sizes))
+                    for b in self.branches]
+        finally:
+            bar.close()
+
+    def _dead_tail(self, b, records) -> dict:
+        st = {"timeline": b.timeline, "restored_at_lsn": b.branch_lsn, "diverged_at_lsn": b.divergence,
+              "resumed_on_timeline": b.child, "first_lsn": None, "last_lsn": None, "commits": 0,
+              "taken": 0, "admitted": 0, "finished": 0, "salvaged": None, "regenerated": None,
+              "trained": 0, "discarded": 0}
+        finished: set[int] = set()
+        pos: dict = {}
+        for rec in records:
+            lsn = rec.commit.lsn
+            st["commits"] += 1
+            st["first_lsn"] = st["first_lsn"] or lsn
+            st["last_lsn"] = lsn
+            for ev in rec.commit.events:
+                t = type(ev)
+                if t is Taken:
+                    st["taken"] += len(ev.groups)
+                    for g in ev.groups:
+                        p = pos.get(g.epoch, 0)
+                        pos[g.epoch] = p + 1
+                        row = (g.epoch, g.task_name, g.idx)
+                        tab = self.tables.get((g.epoch, g.task_name))
+                        if (tab is None or tab.taken.get(g.idx) == 0) and row not in self.dead_only:
+                            self.dead_only[row] = (b.timeline, lsn, g.group_id, p, b.divergence)
+                elif t is Admitted:
+                    st["admitted"] += len(ev.groups)
+                elif t is Finished:
+                    st["finished"] += len(ev.groups)
+                    finished.update(ev.groups)
+                elif t is Trained:
+                    st["trained"] += len(ev.groups)
+                elif t is Discarded:
+                    st["discarded"] += len(ev.groups)
+        if b.child is not None:
+            salvaged = finished & self.first_commit_finished.get(b.branch_lsn + 1, set())
+            st["salvaged"] = len(salvaged)
+            st["regenerated"] = len(finished) - len(salvaged)
+        return st
 
     # -- classification ------------------------------------------------------------------------------
 
@@ -257,8 +270,7 @@ class Audit:
                     d["trained_once"] += 1
                 elif trained >= 2:
                     d["trained_more_count"] += 1
-                    if len(d["trained_more"]) < LIST_LIMIT:
-                        d["trained_more"].append({**row, "times": trained})
+                    d["trained_more"].append({**row, "times": trained})
                 if trained:
                     continue
                 if live_rows.get((epoch, task, idx)):
@@ -268,9 +280,8 @@ class Audit:
                     d["dropped"][reason] = d["dropped"].get(reason, 0) + 1
                 else:
                     d["lost_count"] += 1
-                    if len(d["lost"]) < LIST_LIMIT:
-                        d["lost"].append({**row, "where": "active history",
-                                          "why": "taken, never trained, not dropped, not live"})
+                    d["lost"].append({**row, "where": "active history",
+                                      "why": "taken, never trained, not dropped, not live"})
         for (epoch, task, idx), live in sorted(live_rows.items(), key=lambda kv: repr(kv[0])):
             tab = self.tables.get((epoch, task))
             if tab is not None and tab.trained.get(idx):
@@ -286,19 +297,18 @@ class Audit:
                 d["pending_retake"] += 1
                 continue
             d["lost_count"] += 1
-            if len(d["lost"]) < LIST_LIMIT:
-                why = (f"taken as group {gid} at LSN {lsn} on the dead tail of timeline {tl}; the resumed "
-                       + (f"run started epoch {later}" if later is not None and epoch is not None and later > epoch
-                          else f"run took {n_new} new row(s) of this epoch since LSN {div} but not this one "
-                               f"(the dead tail had taken it as its new row #{p + 1})"))
-                d["lost"].append({"epoch": epoch, "task_name": task, "idx": idx, "where": "dead tail",
-                                  "timeline": tl, "lsn": lsn, "group_id": gid, "why": why})
+            why = (f"taken as group {gid} at LSN {lsn} on the dead tail of timeline {tl}; the resumed "
+                   + (f"run started epoch {later}" if later is not None and epoch is not None and later > epoch
+                      else f"run took {n_new} new row(s) of this epoch since LSN {div} but not this one "
+                           f"(the dead tail had taken it as its new row #{p + 1})"))
+            d["lost"].append({"epoch": epoch, "task_name": task, "idx": idx, "where": "dead tail",
+                              "timeline": tl, "lsn": lsn, "group_id": gid, "why": why})
         order = sorted(epochs, key=lambda e: (e is None, e if e is not None else 0))
         return {"epochs": [epochs[e] for e in order]}
 
     # -- pass 3 (only with problems): which groups made the problem rows ---------------------------
 
-    def details(self, epochs: list[dict], bar) -> None:
+    def details(self, epochs: list[dict], progress: Progress) -> None:
         want = {}
         for d in epochs:
             for r in d["trained_more"] + d["lost"] + d["trained_and_live_again"]:
@@ -307,8 +317,16 @@ class Audit:
                 want.setdefault((r["epoch"], r["task_name"], r["idx"]), []).append(r)
         if not want:
             return
+        bar = progress("audit: problem rows", history_bytes(self.reader))
+        try:
+            self._details(want, tracked(history(self.reader), bar, self.sizes))
+        finally:
+            bar.close()
+
+    @staticmethod
+    def _details(want: dict, records) -> None:
         rowof: dict[int, tuple] = {}
-        for rec in bar.records(history(self.reader), self.src.sizes):
+        for rec in records:
             lsn = rec.commit.lsn
             for ev in rec.commit.events:
                 t = type(ev)
@@ -334,19 +352,41 @@ class Audit:
                                         g["dropped_reason"], g["dropped_lsn"] = ev.reason, lsn
 
 
+def _rows_named(gids, live: dict, fresh: dict) -> list[tuple]:
+    """(epoch, task, idx) of each group: a live one's, or one taken in the same commit."""
+    out = []
+    for gid in gids:
+        g = live.get(gid)
+        row = (g.epoch, g.task_name, g.idx) if g is not None else fresh.get(gid)
+        if row is not None:
+            out.append(row)
+    return out
+
+
+_NONZERO = bytes([0] + [1] * 255)              # byte -> 1 if the counter is set
+_EXACTLY_ONE = bytes(int(v == 1) for v in range(256))
+
+
+def _flags(b: Bytes, table: bytes, n: int) -> int:
+    """The dense counters mapped through `table` to one 0/1 byte each, as one integer: bitwise
+    operations on two such integers act on the rows one by one."""
+    return int.from_bytes(bytes(b.dense).translate(table).ljust(n, b"\0"), "little")
+
+
 def _rows_of(rows: Rows) -> tuple[int, list[tuple[int, int, int, int]]]:
     """(rows taken and trained exactly once, [(idx, taken, trained, dropped) of every other row
-    with a counter set]); vectorised over the dense tables with torch, then the sparse outliers."""
+    with a counter set]); over the dense tables a byte per row at a time, then the sparse outliers."""
     plain, other = 0, []
     n = max(len(rows.taken.dense), len(rows.trained.dense), len(rows.dropped.dense))
     if n:
-        def tensor(b: Bytes) -> torch.Tensor:
-            return torch.frombuffer(bytearray(bytes(b.dense) + bytes(n - len(b.dense))), dtype=torch.uint8)
-        taken, trained, dropped = tensor(rows.taken), tensor(rows.trained), tensor(rows.dropped)
-        once = (trained == 1) & (taken > 0)
-        plain = int(once.sum())
-        for i in ((taken > 0) & ~once).nonzero().flatten().tolist():
-            other.append((i, int(taken[i]), int(trained[i]), int(dropped[i])))
+        taken = _flags(rows.taken, _NONZERO, n)
+        once = taken & _flags(rows.trained, _EXACTLY_ONE, n)
+        plain = bin(once).count("1")
+        rest = (taken ^ once).to_bytes(n, "little")  # taken, not trained exactly once
+        i = rest.find(1)
+        while i >= 0:
+            other.append((i, rows.taken.get(i), rows.trained.get(i), rows.dropped.get(i)))
+            i = rest.find(1, i + 1)
     for i in sorted(set(rows.taken.sparse) | set(rows.trained.sparse) | set(rows.dropped.sparse)):
         t, tr, dr = rows.taken.sparse.get(i, 0), rows.trained.sparse.get(i, 0), rows.dropped.sparse.get(i, 0)
         if t and tr == 1:
@@ -356,100 +396,48 @@ def _rows_of(rows: Rows) -> tuple[int, list[tuple[int, int, int, int]]]:
     return plain, other
 
 
-def run(src: Source) -> dict:
-    reader = src.need_journal("audit")
-    a = Audit(src)
-    bar = src.progress("audit")
-    try:
-        a.scan_active(bar)
-        tails = a.scan_dead(bar)
-        result = a.classify()
-        problems = sum(d["trained_more_count"] + d["lost_count"] for d in result["epochs"])
-        if problems:
-            a.details(result["epochs"], bar)
-    finally:
-        bar.close()
+def audit(path: str, mode: str = "strict", *, progress: Progress = no_progress,
+          reader: Reader | None = None) -> AuditReport:
+    """The exactly-once audit of the journal at `path`, read in `mode` (see `journal.MODES`).
+    Strict mode raises on damage; the other modes read what they can and list the rest in
+    `not_covered`. `progress(label, total_bytes)` makes one bar per pass; `reader`: an open
+    reader of `path` to use."""
+    if reader is None:
+        if not os.path.isdir(path) or not is_journal(path):
+            raise NotAJournal(f"{path}: not a journal directory (no segment files *.wal or "
+                              "*.wal.zst, no snapshots/)")
+        reader = Reader(path, mode)
+    a = Audit(reader)
+    a.scan_active(progress)
+    tails = a.scan_dead(progress)
+    result = a.classify()
+    if any(d["trained_more_count"] + d["lost_count"] for d in result["epochs"]):
+        a.details(result["epochs"], progress)
     lineage = active_lineage(reader)
     totals = {k: sum(d[k] for d in result["epochs"]) for k in
               ("rows_taken", "trained_once", "trained_more_count", "in_flight", "lost_count", "pending_retake")}
     totals["dropped"] = sum(sum(d["dropped"].values()) for d in result["epochs"])
-    return {"path": src.path, "mode": src.mode,
-            "active": {"timeline": lineage[-1].timeline if lineage else None,
-                       "first_lsn": a.first_lsn, "end_lsn": a.fold.state.lsn},
-            "clean": problems == 0, "epochs": result["epochs"], "totals": totals, "groups": a.groups,
-            "dead_tails": tails,
-            "reader_problems": [{"kind": p.kind, "segment": p.segment, "offset": p.offset, "lsn": p.lsn,
-                                 "message": p.message} for p in unique_problems(reader)],
-            "skipped_commits": [s._asdict() for s in a.fold.skipped]}
+    problems = unique_problems(reader)
+    return AuditReport(
+        path=os.path.abspath(path), mode=reader.mode,
+        active={"timeline": lineage[-1].timeline if lineage else None, "first_lsn": a.first_lsn,
+                "end_lsn": a.fold.state.lsn},
+        epochs=result["epochs"], totals=totals, groups=a.groups, dead_tails=tails,
+        reader_problems=[{"kind": p.kind, "segment": p.segment, "offset": p.offset, "lsn": p.lsn,
+                          "message": p.message} for p in problems],
+        skipped_commits=[s._asdict() for s in a.fold.skipped],
+        not_covered=_not_covered(reader.mode, problems, a.fold.skipped))
 
 
-def _row_text(r: dict) -> str:
-    head = f"{_key_text(r['epoch'], r['task_name'])} idx {r['idx']}"
-    parts = []
-    for g in r.get("groups", []):
-        s = f"group {g['group_id']} taken at LSN {g['taken_lsn']}"
-        if "trained_step" in g:
-            s += f", trained at step {g['trained_step']} (LSN {g['trained_lsn']})"
-        if "dropped_reason" in g:
-            s += f", dropped ({g['dropped_reason']}) at LSN {g['dropped_lsn']}"
-        parts.append(s)
-    return head + (f" ({r['times']} times)" if "times" in r else "") + ": " + (
-        "; ".join(parts) if parts else r.get("why", ""))
-
-
-def render(doc: dict) -> list[str]:
-    a = doc["active"]
-    lines = [f"exactly-once audit of {doc['path']}",
-             f"active history: timeline {a['timeline']}, LSN {a['first_lsn']}..{a['end_lsn']} "
-             f"({doc['groups']['taken']} groups taken, {doc['groups']['trained']} trained, "
-             f"{doc['groups']['dropped']} dropped)", ""]
-    rows = []
-    for d in doc["epochs"]:
-        rows.append([d["epoch"], d["rows_taken"], d["trained_once"], d["trained_more_count"], d["lost_count"],
-                     sum(d["dropped"].values()), d["in_flight"], d["pending_retake"]])
-    t = doc["totals"]
-    rows.append(["total", t["rows_taken"], t["trained_once"], t["trained_more_count"], t["lost_count"],
-                 t["dropped"], t["in_flight"], t["pending_retake"]])
-    lines += tables.table(["epoch", "rows taken", "trained once", "trained 2+", "lost", "dropped",
-                           "in flight", "pending re-take"], rows, right=[True] * 8)
-    dropped = [(d["epoch"], r, n) for d in doc["epochs"] for r, n in sorted(d["dropped"].items())]
-    if dropped:
-        lines += ["", "dropped rows by reason"]
-        lines += tables.table(["epoch", "reason", "rows"], dropped, indent="  ")
-    for key, title in (("trained_more", "rows trained more than once"),
-                       ("lost", "lost rows (taken, never trained, not dropped, not live at the end)"),
-                       ("trained_and_live_again", "rows trained and taken again (will be trained twice)")):
-        items = [r for d in doc["epochs"] for r in d[key]]
-        if items:
-            lines += ["", f"{title}: {len(items)}"]
-            lines += [f"  {_row_text(r)}" for r in items]
-    if doc["dead_tails"]:
-        lines += ["", "work held by dead tails (one per restore)"]
-        lines += tables.table(
-            ["timeline", "restored at LSN", "dead LSNs", "commits", "taken", "rollouts finished",
-             "salvaged", "regenerated", "trained (retrained)", "discarded"],
-            [[x["timeline"], x["restored_at_lsn"],
-              f"{x['first_lsn']}..{x['last_lsn']}" if x["commits"] else "-", x["commits"], x["taken"],
-              x["finished"], x["salvaged"], x["regenerated"], x["trained"], x["discarded"]]
-             for x in doc["dead_tails"]], indent="  ")
-    if doc["reader_problems"] or doc["skipped_commits"]:
-        lines += ["", "read problems (the audit covers what could be read):"]
-        lines += [f"  {p['kind']}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: {p['message']}"
-                  for p in doc["reader_problems"]]
-        lines += [f"  skipped commit: {s['segment']} offset {s['offset']} LSN {s['lsn']}: {s['message']}"
-                  for s in doc["skipped_commits"]]
-    if doc["clean"]:
-        lines += ["", "CLEAN: no row trained twice, no row lost"]
-    else:
-        lines += ["", f"PROBLEMS: {t['trained_more_count']} row(s) trained more than once, "
-                      f"{t['lost_count']} row(s) lost"]
-    return lines
-
-
-def command(src: Source, args, out: TextIO) -> int:
-    doc = run(src)
-    if args.json:
-        output.json_document(doc, out)
-    else:
-        output.text(render(doc), out)
-    return 0 if doc["clean"] else PROBLEMS
+def _not_covered(mode: str, problems, skipped) -> list[str]:
+    """What a read in `mode` left out: damaged regions (a torn tail was never acknowledged, so
+    it holds nothing to audit) and commits that could not be applied."""
+    out = []
+    for p in problems:
+        if p.kind == "torn":
+            continue
+        where = f"{p.segment} offset {p.offset} (LSN {p.lsn})"
+        out.append(f"{where}: {p.message}: " + ("the history ends here (point_in_time)"
+                                                if mode == "point_in_time" else "skipped (salvage)"))
+    out += [f"{s.text()}: commit skipped" for s in skipped]
+    return out

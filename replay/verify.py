@@ -1,4 +1,5 @@
-"""`verify`: the whole chain of checks over a journal and its cuts, in one pass per timeline.
+"""`verify(path)`: the whole chain of checks over a journal (or a cut) and its cuts, in one pass
+per timeline; returns a `VerifyReport`.
 
 1. Every segment header (magic, version, checksum, run id, name) - `Reader`.
 2. Every frame of every timeline: checksum, chain link, LSN continuity, segment
@@ -8,7 +9,7 @@
 4. The ownership rules (the journal's own `apply`) over the active history and
    every dead tail: each timeline's own commits are folded once, starting from
    a copy of the state at its branch point taken while its parent was folded.
-5. Every cut: checks 1-8 of DESIGN 6.1 (`cuts_view`), and a valid cut's live
+5. Every cut: checks 1-8 of the chain (`cut_status`), and a valid cut's live
    groups, counts and checkpoints equal the fold at its LSN.
 6. The restore point (latest committed checkpoint) is on an undamaged part of
    the active history.
@@ -21,29 +22,22 @@ directory are warnings; everything else is a problem (exit 1). Rehydration
 from __future__ import annotations
 
 import os
-from typing import TextIO
 
 import journal
 from journal import Owner, Reader, State
+from snapshot import read_cut
 
-from . import cuts_view, output, tables
-from .inspect_source import PROBLEMS, Source
-from .walk import active_lineage, unique_problems
+from .cut_status import check_one_cut, is_cut, is_journal, list_cuts
+from .reports import Check, Finding, NotAJournal, VerifyReport
+from .walk import Progress, active_lineage, no_progress, span_bytes, tracked, unique_problems
 
 
-class _Report:
-    def __init__(self) -> None:
-        self.checks: list[dict] = []
-        self.problems: list[dict] = []
-        self.warnings: list[dict] = []
-
+class _Report(VerifyReport):
     def check(self, name: str, target: str, ok: bool | None, detail: str = "") -> None:
-        self.checks.append({"check": name, "target": target,
-                            "result": "ok" if ok else ("warn" if ok is None else "FAIL"), "detail": detail})
+        self.checks.append(Check(name, target, "ok" if ok else ("warn" if ok is None else "FAIL"), detail))
 
     def problem(self, kind: str, message: str, segment=None, offset=None, lsn=None, warn=False) -> None:
-        d = {"kind": kind, "segment": segment, "offset": offset, "lsn": lsn, "message": message}
-        (self.warnings if warn else self.problems).append(d)
+        (self.warnings if warn else self.problems).append(Finding(kind, message, segment, offset, lsn))
 
 
 def _differs(cut_state: State, fold: State) -> str | None:
@@ -78,205 +72,238 @@ def _owner_of(timelines: dict, t: int, x: int) -> int | None:
     return o if o in timelines else None
 
 
-def verify_journal(src: Source) -> _Report:
-    rep = _Report()
-    reader = Reader(src.path, "salvage")  # finds every damage, not only the first
-    tls = reader.timelines
-    segs = reader.segments
-    header_problems = [p for p in reader.problems]
-    rep.check("segment headers", f"{len(segs)} segment(s), {sum(s.archived for s in segs)} archived",
-              not any(p.kind != "torn" for p in header_problems))
-    lineage = active_lineage(reader)
-    active_limit = {tl.timeline: (lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None)
-                    for i, tl in enumerate(lineage)}
-    cuts = cuts_view.list_cuts(Source(src.path, "journal", "salvage", reader, src.sizes), find_restore=False)
-    valid_cuts = {}
-    for e in cuts:
-        if e["status"] == "valid":
-            valid_cuts.setdefault(e["lsn"], e)
-    loaded = {}  # lsn -> Cut (for the content check)
-    from snapshot import read_cut
-    # where each child timeline starts: (owner timeline, LSN) -> children
-    wanted: dict[int, dict[int, list[int]]] = {}
-    roots = []
-    for t, tl in sorted(tls.items()):
-        if not tl.parent or tl.parent not in tls:
-            roots.append(t)
-            continue
-        o = _owner_of(tls, t, tl.branch_lsn)
-        root, seen = tl.parent, {t}
-        while tls[root].parent in tls and root not in seen:
-            seen.add(root)
-            root = tls[root].parent
-        if o is None and tls[root].branch_lsn == tl.branch_lsn:
-            # it branches where its root begins (a journal resumed from a cut, restored again
-            # to that same checkpoint): it starts from the same base cut, like a root
-            roots.append(t)
-            continue
-        if o is None:
-            rep.problem("branch", f"timeline {t} branches at LSN {tl.branch_lsn} from timeline "
-                        f"{tl.parent}, whose history does not hold that LSN", tl.segments[0].name, 0,
-                        tl.branch_lsn)
-            continue
-        wanted.setdefault(o, {}).setdefault(tl.branch_lsn, []).append(t)
-    # cuts compared while their timeline is folded
-    compare: dict[int, dict[int, list[dict]]] = {}
-    for lsn, e in valid_cuts.items():
-        owner = next((tl.timeline for tl in lineage if tl.branch_lsn < lsn and (
-            active_limit[tl.timeline] is None or lsn <= active_limit[tl.timeline])), None)
-        if owner is not None:
-            compare.setdefault(owner, {}).setdefault(lsn, []).append(e)
-    starts: dict[int, tuple[State | None, int | None]] = {}  # timeline -> (state at branch, chain)
-    on_lineage = {tl.timeline for tl in lineage}
-    for t in roots:
-        tl = tls[t]
-        if tl.branch_lsn == 0:
-            starts[t] = (State(), 0)
-        elif t in on_lineage:
-            base = min((lsn for lsn in valid_cuts if lsn >= tl.branch_lsn), default=None)
-            if base is None:
-                rep.check("ownership rules", f"timeline {t}", None,
-                          f"the segments before LSN {tl.branch_lsn + 1} were retired and no valid cut "
-                          "covers them: ownership not checked")
-                starts[t] = (None, None)
-            else:
-                cut = read_cut(valid_cuts[base]["path"])
-                starts[t] = (cut.state.copy(), None)
-        else:
-            starts[t] = (None, None)
-    bar = src.progress("verify")
-    end_state = None
-    try:
+def verify(path: str, *, progress: Progress = no_progress) -> VerifyReport:
+    """Every check restore relies on, over the journal or cut directory at `path`; raises
+    `NotAJournal` when it is neither. `progress(label, total_bytes)` makes the scan's bar."""
+    full = os.path.abspath(path)
+    if is_cut(full):
+        return _verify_cut(full)
+    if not os.path.isdir(full) or not is_journal(full):
+        raise NotAJournal(f"{path}: not a journal directory (no segment files *.wal or *.wal.zst, "
+                          "no snapshots/) and not a cut directory (no MANIFEST.json)")
+    return _verify_journal(full, progress)
+
+
+def _verify_journal(path: str, progress: Progress) -> VerifyReport:
+    v = _JournalVerification(path)
+    roots = v.plan_branches()
+    v.plan_cut_comparisons()
+    v.start_states(roots)
+    end_state = v.scan(roots, progress)
+    v.report_damage()
+    v.report_cuts()
+    v.report_leftovers()
+    v.check_restore_point(end_state)
+    return v.rep
+
+
+class _JournalVerification:
+    """The state shared by the steps of one journal's verification."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.rep = _Report(path)
+        self.reader = reader = Reader(path, "salvage")  # finds every damage, not only the first
+        self.tls = reader.timelines
+        segs = reader.segments
+        self.rep.check("segment headers", f"{len(segs)} segment(s), {sum(s.archived for s in segs)} archived",
+                       not any(p.kind != "torn" for p in reader.problems))
+        self.lineage = lineage = active_lineage(reader)
+        self.active_limit = {tl.timeline: (lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None)
+                             for i, tl in enumerate(lineage)}
+        self.cuts = list_cuts(path, reader, find_restore=False)
+        self.valid_cuts: dict[int, dict] = {}
+        for e in self.cuts:
+            if e["status"] == "valid":
+                self.valid_cuts.setdefault(e["lsn"], e)
+        self.wanted: dict[int, dict[int, list[int]]] = {}  # owner timeline -> LSN -> children
+        self.compare: dict[int, dict[int, list[dict]]] = {}  # timeline -> LSN -> cuts to compare
+        self.starts: dict[int, tuple[State | None, int | None]] = {}  # timeline -> (state, chain)
+
+    def plan_branches(self) -> list[int]:
+        """Where each child timeline starts (into `wanted`); returns the roots."""
+        tls, roots = self.tls, []
         for t, tl in sorted(tls.items()):
-            if t not in starts:
+            if not tl.parent or tl.parent not in tls:
+                roots.append(t)
                 continue
-            state, seed_expected = starts[t]
-            first_seg = tl.segments[0]
-            if seed_expected is not None and first_seg.header.chain_seed != seed_expected:
-                rep.problem("chain", f"timeline {t} does not continue its parent's chain at LSN "
-                            f"{tl.branch_lsn} (seed {first_seg.header.chain_seed:#010x}, expected "
-                            f"{seed_expected:#010x})", first_seg.name, 0, tl.branch_lsn)
-            children = wanted.get(t, {})
-            cut_here = compare.get(t, {})
-            n, lo, hi = 0, None, None
-            broken = None
-            for rec in bar.records(reader.timeline_records(t, start_lsn=tl.branch_lsn + 1), src.sizes):
-                lsn = rec.commit.lsn
-                n += 1
-                lo = lsn if lo is None else lo
-                hi = lsn
-                if state is not None and lsn > state.lsn:
-                    if lsn != state.lsn + 1:
-                        broken = f"LSNs {state.lsn + 1}..{lsn - 1} unreadable"
-                        state = None
-                    else:
-                        try:
-                            journal.apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline,
-                                          blobs=rec.blobs)
-                        except (journal.OwnershipError, journal.JournalCorrupt) as exc:
-                            rep.problem("ownership", str(exc), rec.segment, rec.offset, lsn)
-                            broken = f"stopped at LSN {lsn}"
-                            state = None
-                if lsn in children:
-                    for c in children[lsn]:
-                        starts[c] = (state.copy() if state is not None else None, rec.chain)
-                if lsn in cut_here and state is not None:
-                    for e in cut_here[lsn]:
-                        cut = loaded.get(lsn) or read_cut(e["path"])
-                        why = _differs(cut.state, state)
-                        if why:
-                            rep.problem("cut", f"{e['name']}: does not match the journal at LSN {lsn}: {why}",
-                                        None, None, lsn)
-                            e["status"], e["reason"] = "invalid", f"does not match the journal: {why}"
-            for x, cs in children.items():
-                for c in cs:
-                    if c not in starts:
-                        rep.problem("branch", f"timeline {c} branches at LSN {x}, but timeline {t} "
-                                    f"ends at LSN {hi}", tls[c].segments[0].name, 0, x)
-                        starts[c] = (None, None)
-            span = f"LSN {lo}..{hi}, {n} commit(s)" if n else "no commits"
-            role = "active" if t in active_limit else "dead branch"
-            ok_frames = not any(p.kind != "torn" and p.segment in {s.name for s in tl.segments}
-                                for p in reader.problems)
-            rep.check("frames, checksums, chain, LSNs", f"timeline {t} ({role})", ok_frames, span)
-            if starts[t][0] is not None or state is not None:
-                rep.check("ownership rules", f"timeline {t} ({role})", broken is None,
-                          "ok" if broken is None else broken)
+            o = _owner_of(tls, t, tl.branch_lsn)
+            root, seen = tl.parent, {t}
+            while tls[root].parent in tls and root not in seen:
+                seen.add(root)
+                root = tls[root].parent
+            if o is None and tls[root].branch_lsn == tl.branch_lsn:
+                # it branches where its root begins (a journal resumed from a cut, restored again
+                # to that same checkpoint): it starts from the same base cut, like a root
+                roots.append(t)
+                continue
+            if o is None:
+                self.rep.problem("branch", f"timeline {t} branches at LSN {tl.branch_lsn} from timeline "
+                                 f"{tl.parent}, whose history does not hold that LSN", tl.segments[0].name,
+                                 0, tl.branch_lsn)
+                continue
+            self.wanted.setdefault(o, {}).setdefault(tl.branch_lsn, []).append(t)
+        return roots
+
+    def plan_cut_comparisons(self) -> None:
+        """Each valid cut is compared while the active timeline holding its LSN is folded."""
+        for lsn, e in self.valid_cuts.items():
+            owner = next((tl.timeline for tl in self.lineage if tl.branch_lsn < lsn and (
+                self.active_limit[tl.timeline] is None or lsn <= self.active_limit[tl.timeline])), None)
+            if owner is not None:
+                self.compare.setdefault(owner, {}).setdefault(lsn, []).append(e)
+
+    def start_states(self, roots: list[int]) -> None:
+        """The state each root timeline starts from: empty, a cut's, or unknown."""
+        on_lineage = {tl.timeline for tl in self.lineage}
+        for t in roots:
+            tl = self.tls[t]
+            if tl.branch_lsn == 0:
+                self.starts[t] = (State(), 0)
+            elif t in on_lineage:
+                base = min((lsn for lsn in self.valid_cuts if lsn >= tl.branch_lsn), default=None)
+                if base is None:
+                    self.rep.check("ownership rules", f"timeline {t}", None,
+                                   f"the segments before LSN {tl.branch_lsn + 1} were retired and no "
+                                   "valid cut covers them: ownership not checked")
+                    self.starts[t] = (None, None)
+                else:
+                    self.starts[t] = (read_cut(self.valid_cuts[base]["path"]).state.copy(), None)
             else:
-                rep.check("ownership rules", f"timeline {t} ({role})", None,
-                          "not checked: the state at its branch point is unknown (damage or retired "
-                          "segments before it)")
-            if lineage and t == lineage[-1].timeline:
-                end_state = state
-    finally:
-        bar.close()
-    for p in unique_problems(reader):
-        if p.kind == "torn":
-            rep.problem("torn", f"torn tail: {p.message} ({p.length} bytes never acknowledged; the "
-                        "writer cuts it off when it opens the journal)", p.segment, p.offset, p.lsn, warn=True)
+                self.starts[t] = (None, None)
+
+    def scan(self, roots: list[int], progress: Progress) -> State | None:
+        """Fold every timeline once; returns the state at the end of the active history."""
+        reader, tls = self.reader, self.tls
+        sizes = {s.name: s.size for s in reader.segments}
+        scanned = set(roots).union(*(cs for by_lsn in self.wanted.values() for cs in by_lsn.values()))
+        bar = progress("verify", sum(span_bytes(reader, t, tls[t].branch_lsn + 1) for t in scanned))
+        end_state = None
+        try:
+            for t, tl in sorted(tls.items()):
+                if t not in self.starts:
+                    continue
+                records = tracked(reader.timeline_records(t, start_lsn=tl.branch_lsn + 1), bar, sizes)
+                state = self._scan_timeline(t, records)
+                if self.lineage and t == self.lineage[-1].timeline:
+                    end_state = state
+        finally:
+            bar.close()
+        return end_state
+
+    def _scan_timeline(self, t: int, records) -> State | None:
+        rep, tl = self.rep, self.tls[t]
+        state, seed_expected = self.starts[t]
+        first_seg = tl.segments[0]
+        if seed_expected is not None and first_seg.header.chain_seed != seed_expected:
+            rep.problem("chain", f"timeline {t} does not continue its parent's chain at LSN "
+                        f"{tl.branch_lsn} (seed {first_seg.header.chain_seed:#010x}, expected "
+                        f"{seed_expected:#010x})", first_seg.name, 0, tl.branch_lsn)
+        children = self.wanted.get(t, {})
+        cut_here = self.compare.get(t, {})
+        n, lo, hi = 0, None, None
+        broken = None
+        for rec in records:
+            lsn = rec.commit.lsn
+            n += 1
+            lo = lsn if lo is None else lo
+            hi = lsn
+            if state is not None and lsn > state.lsn:
+                if lsn != state.lsn + 1:
+                    broken = f"LSNs {state.lsn + 1}..{lsn - 1} unreadable"
+                    state = None
+                else:
+                    try:
+                        journal.apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline,
+                                      blobs=rec.blobs)
+                    except (journal.OwnershipError, journal.JournalCorrupt) as exc:
+                        rep.problem("ownership", str(exc), rec.segment, rec.offset, lsn)
+                        broken = f"stopped at LSN {lsn}"
+                        state = None
+            for c in children.get(lsn, ()):
+                self.starts[c] = (state.copy() if state is not None else None, rec.chain)
+            if lsn in cut_here and state is not None:
+                self._compare_cuts(cut_here[lsn], state, lsn)
+        for x, cs in children.items():
+            for c in cs:
+                if c not in self.starts:
+                    rep.problem("branch", f"timeline {c} branches at LSN {x}, but timeline {t} "
+                                f"ends at LSN {hi}", self.tls[c].segments[0].name, 0, x)
+                    self.starts[c] = (None, None)
+        span = f"LSN {lo}..{hi}, {n} commit(s)" if n else "no commits"
+        role = "active" if t in self.active_limit else "dead branch"
+        names = {s.name for s in tl.segments}
+        ok_frames = not any(p.kind != "torn" and p.segment in names for p in self.reader.problems)
+        rep.check("frames, checksums, chain, LSNs", f"timeline {t} ({role})", ok_frames, span)
+        if self.starts[t][0] is not None or state is not None:
+            rep.check("ownership rules", f"timeline {t} ({role})", broken is None,
+                      "ok" if broken is None else broken)
         else:
-            rep.problem(p.kind, p.message + f" ({p.length} bytes)", p.segment, p.offset, p.lsn)
-    for e in cuts:
-        target = e["name"]
-        if e["status"] == "valid":
-            rep.check("cut: checks 1-8 and content", target, True, f"LSN {e['lsn']}")
-        elif e["status"] in ("stale", "incomplete"):
-            rep.check(f"cut ({e['status']})", target, None, e["reason"])
-            rep.problem("cut", f"{target}: {e['status']}: {e['reason']}", warn=True)
-        else:
-            rep.check("cut: checks 1-8 and content", target, False, e["reason"])
-            if not any(p["kind"] == "cut" and p["message"].startswith(target) for p in rep.problems):
-                rep.problem("cut", f"{target}: {e['reason']}", None, None, e["lsn"])
-    for name in sorted(os.listdir(src.path)):
-        if name.endswith(".wal.zst.tmp"):
-            rep.problem("leftover", f"{name}: temporary archive of a compaction that crashed", name,
-                        None, None, warn=True)
-    if end_state is not None:
+            rep.check("ownership rules", f"timeline {t} ({role})", None,
+                      "not checked: the state at its branch point is unknown (damage or retired "
+                      "segments before it)")
+        return state
+
+    def _compare_cuts(self, entries: list[dict], state: State, lsn: int) -> None:
+        for e in entries:
+            why = _differs(read_cut(e["path"]).state, state)
+            if why:
+                self.rep.problem("cut", f"{e['name']}: does not match the journal at LSN {lsn}: {why}",
+                                 None, None, lsn)
+                e["status"], e["reason"] = "invalid", f"does not match the journal: {why}"
+
+    def report_damage(self) -> None:
+        for p in unique_problems(self.reader):
+            if p.kind == "torn":
+                self.rep.problem("torn", f"{p.message.removeprefix('torn tail: ')} ({p.length} bytes "
+                                 "never acknowledged; the writer cuts it off when it opens the journal)",
+                                 p.segment, p.offset, p.lsn, warn=True)
+            else:
+                self.rep.problem(p.kind, p.message + f" ({p.length} bytes)", p.segment, p.offset, p.lsn)
+
+    def report_cuts(self) -> None:
+        rep = self.rep
+        for e in self.cuts:
+            target = e["name"]
+            if e["status"] == "valid":
+                rep.check("cut: checks 1-8 and content", target, True, f"LSN {e['lsn']}")
+            elif e["status"] in ("stale", "incomplete"):
+                rep.check(f"cut ({e['status']})", target, None, e["reason"])
+                rep.problem("cut", f"{target}: {e['status']}: {e['reason']}", warn=True)
+            else:
+                rep.check("cut: checks 1-8 and content", target, False, e["reason"])
+                if not any(p.kind == "cut" and p.message.startswith(target) for p in rep.problems):
+                    rep.problem("cut", f"{target}: {e['reason']}", None, None, e["lsn"])
+
+    def report_leftovers(self) -> None:
+        for name in sorted(os.listdir(self.path)):
+            if name.endswith(".wal.zst.tmp"):
+                self.rep.problem("leftover", f"{name}: temporary archive of a compaction that crashed",
+                                 name, None, None, warn=True)
+
+    def check_restore_point(self, end_state: State | None) -> None:
+        what = ("restore point", "latest committed checkpoint")
+        if end_state is None:
+            if self.lineage:
+                self.rep.check(*what, False, "the active history could not be folded to its end")
+            return
         latest = end_state.latest_committed_checkpoint()
-        damaged = [p for p in reader.problems if p.kind != "torn"]
         if latest is None:
-            rep.check("restore point", "latest committed checkpoint", True,
-                      "none committed: restore starts empty")
-        else:
-            step, lsn = latest
-            base = next((e for e in cuts if e["status"] == "valid" and e["lsn"] <= lsn), None)
-            rep.check("restore point", "latest committed checkpoint", not damaged,
-                      f"step {step} at LSN {lsn}, from " + (f"cut {base['name']} + tail" if base else
-                                                            "the journal from LSN 1"))
-    elif lineage:
-        rep.check("restore point", "latest committed checkpoint", False,
-                  "the active history could not be folded to its end")
-    return rep
+            self.rep.check(*what, True, "none committed: restore starts empty")
+            return
+        step, lsn = latest
+        damaged = any(p.kind != "torn" for p in self.reader.problems)
+        base = next((e for e in self.cuts if e["status"] == "valid" and e["lsn"] <= lsn), None)
+        self.rep.check(*what, not damaged, f"step {step} at LSN {lsn}, from " + (
+            f"cut {base['name']} + tail" if base else "the journal from LSN 1"))
 
 
-def verify_cut(src: Source) -> _Report:
-    rep = _Report()
-    (e,) = cuts_view.list_cuts(src)
+def _verify_cut(path: str) -> VerifyReport:
+    rep = _Report(path)
+    e = check_one_cut(path)
     ok = e["status"] == "valid"
     rep.check("cut: checks 1-8" if e["check"] != 8 or ok else "cut: anchor", e["name"], ok,
               e["reason"] or f"LSN {e['lsn']}")
     if not ok:
         rep.problem("cut", f"{e['name']}: {e['status']}: {e['reason']}", None, None, e["lsn"])
     return rep
-
-
-def command(src: Source, args, out: TextIO) -> int:
-    rep = verify_cut(src) if src.kind == "cut" else verify_journal(src)
-    clean = not rep.problems
-    if args.json:
-        output.json_document({"path": src.path, "clean": clean, "checks": rep.checks,
-                              "problems": rep.problems, "warnings": rep.warnings}, out)
-        return 0 if clean else PROBLEMS
-    lines = tables.table(["check", "target", "result", "detail"],
-                         [[c["check"], c["target"], c["result"], c["detail"]] for c in rep.checks])
-    for title, items in (("problems", rep.problems), ("warnings", rep.warnings)):
-        if items:
-            lines += ["", f"{title}:"]
-            for p in items:
-                where = ", ".join(x for x in (p["segment"] and f"segment {p['segment']}",
-                                              p["offset"] is not None and f"offset {p['offset']}",
-                                              p["lsn"] is not None and f"LSN {p['lsn']}") if x)
-                lines.append(f"  {p['kind']}: " + (f"{where}: " if where else "") + p["message"])
-    lines += ["", "clean" if clean else f"{len(rep.problems)} problem(s) found"]
-    output.text(lines, out)
-    return 0 if clean else PROBLEMS

@@ -1,10 +1,15 @@
-"""Walking a journal's histories for inspection: a fold that can tolerate damage, and where
-each branch of history starts and leaves the active one.
+"""Walking a journal's histories for inspection: a fold that can tolerate damage, where
+each branch of history starts and leaves the active one, and progress over a scan.
 
 `Fold` applies records with the journal's own `apply` (so the ownership rules
 are the writer's). Strict, it raises on the first violation; tolerant (the
 `salvage` mode), it skips a commit that cannot be applied, steps over LSN gaps
 left by skipped frames, and records each skip in `skipped`.
+
+A scan reports progress to a `Bar` made by a `Progress` factory (label, total
+bytes) - one bar per pass, its total the bytes of the segments that pass reads;
+`tracked` advances it as records move from segment to segment. The library never
+draws anything: the default factory, `no_progress`, makes bars that do nothing.
 
 Memory is the fold's: the live groups plus a byte per terminal group.
 """
@@ -12,7 +17,7 @@ Memory is the fold's: the live groups plus a byte per terminal group.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol
 
 import journal
 from journal import Reader, Record, State, apply
@@ -65,9 +70,9 @@ class Branch:
     """A part of history that is no longer active (a dead tail) and where it left the active one."""
 
     timeline: int      # the timeline whose records these are
-    cut: int           # its records after this LSN are dead
+    branch_lsn: int    # its records after this LSN are dead
     divergence: int    # the last LSN it shares with the active history
-    child: int | None  # the active timeline that branched at `cut`, when there is one
+    child: int | None  # the active timeline that branched at `branch_lsn`, when there is one
 
 
 def history(reader: Reader, **kw) -> Iterator[Record]:
@@ -96,12 +101,12 @@ def dead_branches(reader: Reader) -> list[Branch]:
     limit = {tl.timeline: (lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None)
              for i, tl in enumerate(lineage)}
     out = []
-    for t, cut, _records in reader.dead_tails():
+    for t, branch_lsn, _records in reader.dead_tails():
         if t in active:
             child = lineage[active[t] + 1].timeline
-            out.append(Branch(t, cut, cut, child))
+            out.append(Branch(t, branch_lsn, branch_lsn, child))
             continue
-        x, p = cut, reader.timelines[t].parent
+        x, p = branch_lsn, reader.timelines[t].parent
         seen = set()
         while p and p not in active and p in reader.timelines and p not in seen:
             seen.add(p)
@@ -109,12 +114,91 @@ def dead_branches(reader: Reader) -> list[Branch]:
             p = reader.timelines[p].parent
         lim = limit.get(p)
         div = x if lim is None else min(x, lim)
-        out.append(Branch(t, cut, div, None))
+        out.append(Branch(t, branch_lsn, div, None))
     return out
 
 
 def dead_records(reader: Reader, branch: Branch) -> Iterator[Record]:
-    return reader.timeline_records(branch.timeline, start_lsn=branch.cut + 1)
+    return reader.timeline_records(branch.timeline, start_lsn=branch.branch_lsn + 1)
+
+
+class Bar(Protocol):
+    def advance(self, nbytes: int, commits: int) -> None:
+        """`nbytes` more bytes of the pass read, `commits` more records passed on."""
+
+    def close(self) -> None: ...
+
+
+Progress = Callable[[str, int], Bar]  # (label of the pass, bytes it reads) -> its bar
+
+
+class _NoBar:
+    def advance(self, nbytes: int, commits: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+NO_BAR = _NoBar()
+
+
+def no_progress(label: str, total: int) -> Bar:
+    return NO_BAR
+
+
+def tracked(records: Iterable[Record], bar: Bar, sizes: Mapping[str, int]) -> Iterator[Record]:
+    """Pass `records` through, advancing `bar` by the bytes and commits read (several scans
+    may advance one bar)."""
+    if bar is NO_BAR:
+        yield from records
+        return
+    told = 0              # bytes already told to the bar
+    done, current, n = 0, None, 0
+    for rec in records:
+        if rec.segment != current:
+            if current is not None:
+                done += sizes.get(current, 0)
+            current = rec.segment
+        n += 1
+        if n == 256:
+            at = done + min(rec.offset, sizes.get(current, 0))
+            bar.advance(at - told, n)
+            told, n = at, 0
+        yield rec
+    if current is not None:
+        done += sizes.get(current, 0)
+    bar.advance(done - told, n)
+
+
+def span_bytes(reader: Reader, timeline: int, start_lsn: int, stop_lsn: int | None = None) -> int:
+    """Bytes of the segments of `timeline` that hold its LSNs start_lsn..stop_lsn (what
+    `reader.timeline_records` reads for them)."""
+    segs = reader.timelines[timeline].segments
+    first = 0
+    for i in range(len(segs) - 1):
+        if segs[i + 1].first_lsn <= start_lsn:
+            first = i + 1
+    return sum(s.size for s in segs[first:] if stop_lsn is None or s.first_lsn <= stop_lsn)
+
+
+def history_bytes(reader: Reader, start_lsn: int = 1, stop_lsn: int | None = None, *,
+                  timeline: int | None = None) -> int:
+    """Bytes `history(reader, ...)` reads on the active history (or on `timeline`'s)."""
+    lineage = active_lineage(reader) if timeline is None else reader.lineage(timeline)
+    total = 0
+    for i, tl in enumerate(lineage):
+        limit = lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None
+        hi = limit if stop_lsn is None else (stop_lsn if limit is None else min(limit, stop_lsn))
+        lo = max(start_lsn, tl.branch_lsn + 1)
+        if hi is None or hi >= lo:
+            total += span_bytes(reader, tl.timeline, lo, hi)
+    return total
+
+
+def dead_bytes(reader: Reader, branches: list[Branch]) -> int:
+    """Bytes `dead_records` reads over `branches`."""
+    return sum(span_bytes(reader, b.timeline, b.branch_lsn + 1) for b in branches)
 
 
 def unique_problems(reader: Reader) -> list:

@@ -41,7 +41,16 @@ def journals(tmp_path_factory):
         b = f.read(1)
         f.seek(victim.offset + 14)
         f.write(bytes([b[0] ^ 0x04]))
+    torn = str(root / "torn")
+    shutil.copytree(archived, torn)
+    last = Reader(torn).segments[-1]
+    with open(last.path, "ab") as f:  # half a frame at the end: a torn tail
+        f.write(b"\x00\x00\x01\x00torn")
     runs = cli_many({
+        "verify_torn": dict(args=["verify", torn]),
+        "audit_salvage": dict(args=["audit", flipped, "--mode", "salvage"], code=1),
+        "audit_salvage_json": dict(args=["audit", flipped, "--mode", "salvage"], json="doc", code=1),
+        "audit_pit": dict(args=["audit", flipped, "--mode", "point_in_time"], code=1),
         "verify_archived": dict(args=["verify", archived]),
         "verify_archived_json": dict(args=["verify", archived], json="doc"),
         "summary_archived": dict(args=["summary", archived], json="doc"),
@@ -141,3 +150,22 @@ def test_live_writer_holding_the_lock(tmp_path):
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_verify_names_a_torn_tail_once(journals):
+    out = journals["verify_torn"].stdout
+    torn = [line for line in out.splitlines() if "torn" in line and "never acknowledged" in line]
+    assert torn, out
+    assert all(line.count("torn tail") == 1 for line in torn), torn
+
+
+def test_audit_that_skipped_frames_is_never_clean(journals):
+    """A flipped bit in a sealed segment: salvage reads around it, point_in_time stops there;
+    either way part of the history was not audited, so the audit is not clean (exit 1)."""
+    for name in ("audit_salvage", "audit_pit"):
+        out = journals[name].stdout
+        assert "CLEAN" not in out, out
+        assert "NOT COVERED" in out and journals["segment"] in out, out
+    doc = journals["audit_salvage_json"].doc
+    assert doc["clean"] is False and doc["complete"] is False
+    assert any(journals["segment"] in x for x in doc["not_covered"]), doc["not_covered"]

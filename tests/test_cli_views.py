@@ -171,7 +171,7 @@ def test_log_filters_text_and_json(journal, runs):
     assert rows and all(5 in r["groups"] for r in rows)
     assert rows[0]["kind"] == "taken" and rows[-1]["kind"] == "trained"
     takes = [r for r in runs["log_idx"].doc if r["kind"] == "taken"]
-    assert takes and all(any(x["idx"] == runs["_idx"] for x in r["locators"]) for r in takes)
+    assert takes and all(any(x["idx"] == runs["_idx"] for x in r["rows"]) for r in takes)
     dead = runs["log_dead"].doc
     assert dead and all(r["timeline"] == 1 for r in dead)
     assert [key(r) for r in dead] == [e for e in _events(journal, timeline=1) if e[0] >= 35]
@@ -192,12 +192,12 @@ def test_group_history_on_every_branch(journal, runs):
     assert doc["found"] and doc["owner"] == reader.fold().owner_of(gid).name
     branches = {e["branch"] for e in doc["events"]}
     assert "active" in branches and any(b.startswith("dead tail") for b in branches)
-    assert doc["events"][0]["kind"] == "taken" and doc["locator"]["task_name"] == "math"
+    assert doc["events"][0]["kind"] == "taken" and doc["row"]["task_name"] == "math"
     mine = [(e["lsn"], e["kind"]) for e in doc["events"] if e["branch"] == "active"]
     assert mine == [(rec.commit.lsn, type(ev).__struct_config__.tag) for rec in reader.records()
-                    for ev in rec.commit.events if gid in __import__("replay.event_rows").event_rows.groups_of(ev)]
+                    for ev in rec.commit.events if gid in __import__("replay.cli.event_rows").cli.event_rows.groups_of(ev)]
     text = both["text"].stdout
-    assert f"group:   {gid}" in text and "[dead tail of timeline 1]" in text
+    assert f"group: {gid}\nrow:" in text and "[dead tail of timeline 1]" in text  # keys aligned
     assert "does not appear" in runs["group_missing"].stderr
 
 
@@ -282,7 +282,7 @@ def test_help_on_every_subcommand_has_examples(runs):
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert set(sub.choices) == {"summary", "log", "group", "state", "cuts", "verify", "audit", "export",
-                                "timeline"}
+                                "steps", "timeline"}  # timeline: the alias of steps
     for name, p in sub.choices.items():
         text = p.format_help()
         assert "examples:" in text and "--json" in text and "--mode" in text, name
@@ -290,4 +290,4 @@ def test_help_on_every_subcommand_has_examples(runs):
 
 def test_progress_bar_only_on_a_terminal(journal):
     r = cli("summary", journal, env={"JOURNAL_INSPECT_PROGRESS_DELAY": "0"}, stderr_tty=True)
-    assert "summary [" in r.stderr and "%" in r.stderr
+    assert "summary: active history" in r.stderr and "%" in r.stderr

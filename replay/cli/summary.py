@@ -13,13 +13,29 @@ retired segments.
 from __future__ import annotations
 
 import os
+import sys
 
 from journal import EVENT_KINDS, Owner, State
 from snapshot import Skipped, read_cut, usable_cuts
 
-from . import cuts_view, output, tables
-from .inspect_source import InspectError, PROBLEMS, Source
-from .walk import history, Fold, active_lineage, dead_branches, dead_records, unique_problems
+from ..cut_status import list_cuts, tally
+from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records, history,
+                    history_bytes, unique_problems)
+from . import options, render
+from .source import InspectError, PROBLEMS, Source, open_source
+
+HELP = "runs, branches, LSN range, segments, cuts, checkpoints, owner counts, size"
+DESCRIPTION = (
+    "What the journal holds: the run, its branches (one per restore) and their dead tails, "
+    "the LSN range of the active history, segments live and archived, cuts, checkpoints, "
+    "owner counts at the end, events by kind, size on disk, and every problem met on the "
+    "way. In --mode salvage it reads around damage and lists what it skipped.")
+EPILOG = ("examples:\n  journal-inspect summary runs/exp1/journal\n"
+          "  journal-inspect summary runs/exp1/journal --mode salvage   # a damaged journal\n"
+          "  journal-inspect summary ckpt/step_8/ownership              # a cut directory")
+
+
+add_arguments = options.add_all  # --all is its only option of its own
 
 
 def _disk(path: str) -> dict[str, int]:
@@ -77,30 +93,19 @@ def summarize(src: Source) -> dict:
     events = {k: 0 for k in EVENT_KINDS}
     commits = 0
     lsn_range: dict[int, list[int]] = {}
-    bar = src.progress("summary")
     scanned_from = state.lsn + 1
-    try:
-        for rec in bar.records(history(reader, start_lsn=state.lsn + 1), src.sizes):
-            fold.add(rec)
-            commits += 1
-            for ev in rec.commit.events:
-                events[type(ev).__struct_config__.tag] += 1
-            r = lsn_range.get(rec.timeline)
-            if r is None:
-                lsn_range[rec.timeline] = [rec.commit.lsn, rec.commit.lsn]
-            else:
-                r[1] = rec.commit.lsn
-        tails = []
-        for b in dead_branches(reader):
-            n, lo, hi = 0, None, None
-            for rec in bar.records(dead_records(reader, b), src.sizes):
-                n += 1
-                lo = rec.commit.lsn if lo is None else lo
-                hi = rec.commit.lsn
-            tails.append({"timeline": b.timeline, "after_lsn": b.cut, "diverged_at": b.divergence,
-                          "first_lsn": lo, "last_lsn": hi, "commits": n})
-    finally:
-        bar.close()
+    for rec in src.scan("summary: active history", history(reader, start_lsn=scanned_from),
+                        history_bytes(reader, scanned_from)):
+        fold.add(rec)
+        commits += 1
+        for ev in rec.commit.events:
+            events[type(ev).__struct_config__.tag] += 1
+        r = lsn_range.get(rec.timeline)
+        if r is None:
+            lsn_range[rec.timeline] = [rec.commit.lsn, rec.commit.lsn]
+        else:
+            r[1] = rec.commit.lsn
+    tails = _dead_tails(src)
     state = fold.state
     on_active = {tl.timeline for tl in lineage}
     timelines = []
@@ -116,7 +121,7 @@ def summarize(src: Source) -> dict:
             "dead_tail": None if tail is None else [tail["first_lsn"], tail["last_lsn"], tail["commits"]]})
     live = [s for s in reader.segments if not s.archived]
     arch = [s for s in reader.segments if s.archived]
-    cuts = cuts_view.list_cuts(src, restore_lsn=_latest(state), find_restore=False)
+    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False)
     newest = next((c for c in cuts if c["status"] == "valid"), None)
     latest = state.latest_committed_checkpoint()
     return {
@@ -129,7 +134,7 @@ def summarize(src: Source) -> dict:
         "segments": {"live": len(live), "live_bytes": sum(s.size for s in live),
                      "archived": len(arch), "archived_bytes": sum(s.size for s in arch)},
         "disk": _disk(src.path),
-        "cuts": {**cuts_view.tally(cuts), "newest_valid_lsn": newest["lsn"] if newest else None,
+        "cuts": {**tally(cuts), "newest_valid_lsn": newest["lsn"] if newest else None,
                  "restore_base": next((c["name"] for c in cuts if c["restore_base"]), None)},
         "checkpoints": {
             "committed": [{"step": s, "lsn": l} for s, l in sorted(state.committed_checkpoints.items(),
@@ -145,19 +150,34 @@ def summarize(src: Source) -> dict:
     }
 
 
+def _dead_tails(src: Source) -> list[dict]:
+    """Each dead tail's LSN range, in one pass over them all."""
+    reader = src.reader
+    branches = dead_branches(reader)
+    tails = {b.timeline: {"timeline": b.timeline, "after_lsn": b.branch_lsn, "diverged_at": b.divergence,
+                          "first_lsn": None, "last_lsn": None, "commits": 0} for b in branches}
+    records = (rec for b in branches for rec in dead_records(reader, b))
+    for rec in src.scan("summary: dead tails", records, dead_bytes(reader, branches)):
+        t = tails[rec.timeline]
+        t["first_lsn"] = t["first_lsn"] or rec.commit.lsn
+        t["last_lsn"] = rec.commit.lsn
+        t["commits"] += 1
+    return list(tails.values())
+
+
 def _latest(state: State) -> int | None:
     latest = state.latest_committed_checkpoint()
     return latest[1] if latest else None
 
 
-def render(s: dict) -> list[str]:
+def render_summary(s: dict, show_all: bool = False) -> list[str]:
     if s["kind"] == "cut":
-        lines = tables.keyvalues([
+        lines = render.keyvalues([
             ("cut", s["path"]), ("run", s["run_id"]), ("timeline", s["timeline"]), ("LSN", s["lsn"]),
             ("checkpoint step", s["step"]), ("next group id", s["next_group_id"]),
-            ("loader state", s["loader_state"]), ("size on disk", tables.size(s["disk_bytes"]))])
-        lines += ["", "owners"] + tables.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
-        lines += ["", "files"] + tables.table(["file", "size", "sha256"], [
+            ("loader state", s["loader_state"]), ("size on disk", render.size(s["disk_bytes"]))])
+        lines += ["", "owners"] + render.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
+        lines += ["", "files"] + render.table(["file", "size", "sha256"], [
             [k, v["size"], v["sha256"][:16] + "..."] for k, v in sorted(s["files"].items())], indent="  ")
         return lines
     a = s["active"]
@@ -167,60 +187,64 @@ def render(s: dict) -> list[str]:
     scanned = (f"LSN {a['scanned_from_lsn']}..{a['end_lsn']} scanned" if a["commits_scanned"] else "nothing to scan")
     if a["base_cut"]:
         scanned += f", on top of cut {os.path.basename(a['base_cut'])}"
-    lines = tables.keyvalues([
+    lines = render.keyvalues([
         ("journal", s["path"]),
         ("run", s["run_id"]),
         ("mode", s["mode"]),
         ("active history", f"timeline {a['timeline']}, LSN {a['first_lsn'] if a['first_lsn'] > 1 else 1}.."
                            f"{a['end_lsn']} ({scanned})"),
         ("branches", f"{len(s['timelines'])} timeline(s), {len(s['dead_tails'])} dead tail(s)"),
-        ("segments", f"{seg['live']} live ({tables.size(seg['live_bytes'])}), {seg['archived']} archived "
-                     f"({tables.size(seg['archived_bytes'])})"),
-        ("size on disk", f"{tables.size(disk['total'])} (snapshots {tables.size(disk['snapshots'])}, "
-                         f"torn tails kept aside {tables.size(disk['torn'])})"),
+        ("segments", f"{seg['live']} live ({render.size(seg['live_bytes'])}), {seg['archived']} archived "
+                     f"({render.size(seg['archived_bytes'])})"),
+        ("size on disk", f"{render.size(disk['total'])} (snapshots {render.size(disk['snapshots'])}, "
+                         f"torn tails kept aside {render.size(disk['torn'])})"),
         ("cuts", f"{s['cuts']['valid']} valid, {s['cuts']['stale']} stale, {s['cuts']['incomplete']} "
                  f"incomplete, {s['cuts']['invalid']} invalid"
                  + (f"; restore base {s['cuts']['restore_base']}" if s["cuts"]["restore_base"] else "")),
         ("latest checkpoint", "none committed" if latest is None else
          f"step {latest['step']} at LSN {latest['lsn']} (what restore returns)"),
-        ("checkpoints", ", ".join(f"step {c['step']}@{c['lsn']}" for c in ck["committed"]) or "-"),
-        ("pending", ", ".join(f"step {c['step']}@{c['lsn']} (begun, never committed)" for c in ck["pending"]) or "-"),
+        ("checkpoints", render.joined((f"step {c['step']}@{c['lsn']}" for c in ck["committed"]), show_all)
+         or "-"),
+        ("pending", render.joined((f"step {c['step']}@{c['lsn']} (begun, never committed)" for c in ck["pending"]),
+                                  show_all) or "-"),
         ("live groups", f"{s['live_groups']} (next group id {s['next_group_id']}); loader state "
                         f"{'recorded' if s['loader_state'] else 'none'}"),
     ])
     lines += ["", "owners at the end of the active history"]
-    lines += tables.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
+    lines += render.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
     lines += ["", f"events on the active history (LSN {a['scanned_from_lsn']}..{a['end_lsn']})"]
     ev = {k: v for k, v in a["events"].items()}
-    lines += tables.table(list(ev), [list(ev.values())], indent="  ")
+    lines += render.table(list(ev), [list(ev.values())], indent="  ")
     lines += ["", "timelines"]
     rows = []
     for t in s["timelines"]:
         act = t["active_lsns"]
         tail = t["dead_tail"]
         rows.append([t["timeline"], t["parent"], t["branch_lsn"], t["segments"], t["archived"],
-                     tables.size(t["bytes"]), f"{act[0]}..{act[1]}" if act else "-",
+                     render.size(t["bytes"]), f"{act[0]}..{act[1]}" if act else "-",
                      f"{tail[0]}..{tail[1]} ({tail[2]} commits)" if tail and tail[2] else "-"])
-    lines += tables.table(["timeline", "parent", "branched at", "segments", "archived", "bytes",
-                           "active LSNs", "dead tail"], rows, indent="  ")
+    lines += render.capped_table(["timeline", "parent", "branched at", "segments", "archived", "bytes",
+                                  "active LSNs", "dead tail"], rows, show_all, indent="  ")
     probs = s["problems"]
     skipped = s["skipped_commits"]
     if probs or skipped:
         lines += ["", "problems" + (" (skipped in salvage mode)" if s["mode"] == "salvage" else "")]
-        for p in probs:
-            what = "torn tail (never acknowledged; the writer cuts it off on open)" if p["kind"] == "torn" \
-                else p["kind"]
-            lines.append(f"  {what}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: {p['message']} "
-                         f"({p['bytes']} bytes)")
-        for k in skipped:
-            lines.append(f"  skipped commit: {k['segment']} offset {k['offset']} (LSN {k['lsn']}): {k['message']}")
+        listing = [f"  {_problem_kind(p)}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: "
+                   f"{p['message']} ({p['bytes']} bytes)" for p in probs]
+        listing += [f"  skipped commit: {k['segment']} offset {k['offset']} (LSN {k['lsn']}): {k['message']}"
+                    for k in skipped]
+        lines += render.capped_lines(listing, show_all)
     return lines
 
 
-def command(src: Source, args, out) -> int:
-    s = summarize(src)
+def _problem_kind(p: dict) -> str:
+    return "torn tail (never acknowledged; the writer cuts it off on open)" if p["kind"] == "torn" else p["kind"]
+
+
+def run(args) -> int:
+    s = summarize(open_source(args.path, args.mode))
     if args.json:
-        output.json_document(s, out)
+        render.json_document(s, sys.stdout)
     else:
-        output.text(render(s), out)
+        render.text(render_summary(s, args.show_all), sys.stdout)
     return 0

@@ -2,7 +2,7 @@
 
 `open_source` checks the path, opens a `journal.Reader` in the mode asked
 (the reader takes no lock and never writes) and lists segment sizes for the
-progress bar. `user_error` turns the exceptions a user can cause (a missing
+progress bars. `user_error` turns the exceptions a user can cause (a missing
 path, a damaged journal read in strict mode, a bad cut) into `InspectError`
 with the exit code: 2 for a usage error or an unreadable path, 1 when the
 journal itself has a problem.
@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator
 
 import journal
 from journal import Reader
-from snapshot import MANIFEST_NAME, SNAPSHOTS_DIR, RestoreError
+from snapshot import RestoreError
 
+from ..cut_status import is_cut, is_journal
+from ..walk import Record, tracked
 from .progress import Progress
 
 USAGE = 2
 PROBLEMS = 1
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
 class InspectError(Exception):
@@ -39,17 +43,13 @@ class Source:
     reader: Reader | None = None
     sizes: dict[str, int] = field(default_factory=dict)  # segment file name -> bytes on disk
 
-    def progress(self, label: str) -> Progress:
-        return Progress(label, sum(self.sizes.values()))
-
-    def need_journal(self, command: str) -> Reader:
-        if self.reader is None:
-            raise InspectError(f"{self.path} is a cut directory; `{command}` needs a journal directory")
-        return self.reader
-
-
-def is_cut(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, MANIFEST_NAME))
+    def scan(self, label: str, records: Iterable[Record], total: int) -> Iterator[Record]:
+        """`records` with a progress bar labelled `label` over `total` bytes (closed at the end)."""
+        bar = Progress(label, total)
+        try:
+            yield from tracked(records, bar, self.sizes)
+        finally:
+            bar.close()
 
 
 def open_source(path: str, mode: str = "strict", *, allow_cut: bool = True) -> Source:
@@ -66,10 +66,10 @@ def open_source(path: str, mode: str = "strict", *, allow_cut: bool = True) -> S
             raise InspectError(f"{path} is a cut directory; this command needs a journal directory")
         return Source(full, "cut", mode)
     try:
-        segments = journal.list_segments(full)
+        journal_dir = is_journal(full)
     except OSError as exc:
         raise InspectError(f"{path}: cannot list: {exc.strerror or exc}") from None
-    if not segments and not os.path.isdir(os.path.join(full, SNAPSHOTS_DIR)):
+    if not journal_dir:
         raise InspectError(f"{path}: not a journal directory (no segment files *.wal or *.wal.zst, "
                            "no snapshots/)")
     try:
@@ -86,6 +86,8 @@ def user_error(exc: BaseException) -> InspectError | None:
     """The `InspectError` for an exception a user can cause; None for a bug (let it show)."""
     if isinstance(exc, InspectError):
         return exc
+    if isinstance(exc, BrokenPipeError):  # the reader of our output went away: not an error
+        return None
     if isinstance(exc, journal.JournalCorrupt):
         where = ", ".join(p for p in (
             exc.segment and f"segment {exc.segment}",

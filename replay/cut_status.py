@@ -1,5 +1,5 @@
 """Each cut of a journal and whether restore may use it: valid, stale, incomplete, or which
-check of the chain (DESIGN 6.1) it fails.
+check of the chain of checks it fails (the numbers of `CHECKS`, as in the README).
 
 A cut is read with `snapshot.read_cut` (checks 1-7: manifest, files, orphans,
 sha256, schema, counts, records) and anchored with `snapshot.anchor_problem`
@@ -19,11 +19,9 @@ from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, ChecksumMismatch
                       RestoreError, SchemaMismatch, anchor_problem, cut_dirs, read_cut)
 import journal
 
-from . import output, tables
 from .walk import history
-from .inspect_source import Source
 
-# the number of each check in DESIGN 6.1, most specific class first
+# the number of each check of the chain, most specific class first
 CHECKS = ((ManifestMissing, 1, "manifest"), (MissingFile, 2, "listed file missing"),
           (OrphanFile, 3, "file not in manifest"), (ChecksumMismatch, 4, "sha256"),
           (SchemaMismatch, 5, "schema version"), (CountMismatch, 6, "group counts"),
@@ -91,22 +89,36 @@ def latest_checkpoint_lsn(reader: Reader, cut: Cut | None) -> int | None:
     return max(committed.values()) if committed else None
 
 
-def list_cuts(src: Source, restore_lsn: int | None = None, *, find_restore: bool = True) -> list[dict]:
-    """Every cut of the source, newest LSN first, temporary directories last."""
-    if src.kind == "cut":
-        parent = os.path.dirname(src.path)
-        reader = None
-        if os.path.basename(parent) == SNAPSHOTS_DIR and journal.list_segments(os.path.dirname(parent)):
-            reader = Reader(os.path.dirname(parent), "salvage")
-        e, _ = classify_cut(src.path, reader)
-        return [e]
+def is_cut(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, MANIFEST_NAME))
+
+
+def is_journal(path: str) -> bool:
+    """A directory with segment files or a snapshots/ directory (a journal whose segments were
+    all retired still has its cuts)."""
+    return bool(journal.list_segments(path)) or os.path.isdir(os.path.join(path, SNAPSHOTS_DIR))
+
+
+def check_one_cut(path: str) -> dict:
+    """A cut directory's entry; anchored on its journal when it sits in one's snapshots/."""
+    parent = os.path.dirname(path)
+    reader = None
+    if os.path.basename(parent) == SNAPSHOTS_DIR and journal.list_segments(os.path.dirname(parent)):
+        reader = Reader(os.path.dirname(parent), "salvage")
+    e, _ = classify_cut(path, reader)
+    return e
+
+
+def list_cuts(path: str, reader: Reader, restore_lsn: int | None = None, *,
+              find_restore: bool = True) -> list[dict]:
+    """Every cut of the journal at `path`, newest LSN first, temporary directories last."""
     out, valid = [], []
-    for lsn, timeline, path in cut_dirs(src.path):
-        e, cut = classify_cut(path, src.reader, _entry(path, lsn, timeline))
+    for lsn, timeline, cut_path in cut_dirs(path):
+        e, cut = classify_cut(cut_path, reader, _entry(cut_path, lsn, timeline))
         out.append(e)
         if e["status"] == "valid":
             valid.append((e, cut))
-    root = os.path.join(src.path, SNAPSHOTS_DIR)
+    root = os.path.join(path, SNAPSHOTS_DIR)
     if os.path.isdir(root):
         for name in sorted(os.listdir(root)):
             if name.startswith(TMP_PREFIX) and os.path.isdir(os.path.join(root, name)):
@@ -115,7 +127,7 @@ def list_cuts(src: Source, restore_lsn: int | None = None, *, find_restore: bool
                 e["reason"] = "temporary directory of a compaction that did not finish (never read)"
                 out.append(e)
     if restore_lsn is None and find_restore and valid:
-        restore_lsn = latest_checkpoint_lsn(src.reader, valid[0][1])
+        restore_lsn = latest_checkpoint_lsn(reader, valid[0][1])
     if restore_lsn is not None:
         base = next((e for e, c in valid if c.lsn <= restore_lsn), None)
         if base is not None:
@@ -128,26 +140,3 @@ def tally(entries: list[dict]) -> dict[str, int]:
     for e in entries:
         counts[e["status"]] += 1
     return counts
-
-
-def render(entries: list[dict], src: Source) -> list[str]:
-    if not entries:
-        return [f"no cuts under {os.path.join(src.path, SNAPSHOTS_DIR)}"]
-    rows = []
-    for e in entries:
-        status = e["status"] + (" (restore base)" if e["restore_base"] else "")
-        rows.append([e["name"], e["lsn"], e["timeline"], e["step"], status, e["reason"] or ""])
-    lines = tables.table(["cut", "LSN", "timeline", "step", "status", "why"], rows)
-    c = tally(entries)
-    lines += ["", f"{c['valid']} valid, {c['stale']} stale, {c['incomplete']} incomplete, "
-                  f"{c['invalid']} invalid"]
-    return lines
-
-
-def command(src: Source, args, out) -> int:
-    entries = list_cuts(src)
-    if args.json:
-        output.json_document({"path": src.path, "cuts": entries, "counts": tally(entries)}, out)
-    else:
-        output.text(render(entries, src), out)
-    return 0

@@ -6,8 +6,12 @@ the `groups` it names and the event's own fields. Bytes (fingerprints) are hex.
 
     {"lsn": 7, "timeline": 1, "segment": "...", "offset": 912, "index": 0,
      "kind": "taken", "groups": [4, 5],
-     "locators": [{"group_id": 4, "idx": 40, "task_name": "math", "epoch": 0,
-                   "fingerprint": null}, ...], "loader_state": true}
+     "rows": [{"group_id": 4, "idx": 40, "task_name": "math", "epoch": 0,
+               "fingerprint": null}, ...], "loader_state": true}
+
+Words: a *row* is a dataset row (idx, task, epoch, fingerprint: what `taken`
+records); a *locator* is where a finished rollout lies in the data plane (the
+strings `finished` records). Text and JSON use them in these senses only.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Iterator
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
                      Record, Taken, Trained)
 
-from .tables import id_list
+from .render import id_list
 
 
 def groups_of(event) -> list[int]:
@@ -51,8 +55,8 @@ def event_dict(rec: Record, index: int, event) -> dict:
          "index": index, "kind": type(event).__struct_config__.tag, "groups": groups_of(event)}
     t = type(event)
     if t is Taken:
-        d["locators"] = [{"group_id": g.group_id, "idx": g.idx, "task_name": g.task_name,
-                          "epoch": g.epoch, "fingerprint": _hex(g.fingerprint)} for g in event.groups]
+        d["rows"] = [{"group_id": g.group_id, "idx": g.idx, "task_name": g.task_name,
+                      "epoch": g.epoch, "fingerprint": _hex(g.fingerprint)} for g in event.groups]
         d["loader_state"] = event.loader_state is not None
     elif t is Admitted:
         d["target_step"] = event.target_step
@@ -76,18 +80,23 @@ def record_events(rec: Record) -> Iterator[tuple[int, object]]:
     return enumerate(rec.commit.events)
 
 
-def details(event) -> str:
-    """The event's own fields as `key=value` text."""
+def _idx_text(groups, focus: tuple[int, str | None] | None) -> str:
+    """The rows' idx values; the rows matching `focus` (idx, task or None) first, in brackets."""
+    idxs = [g.idx for g in groups]
+    if focus is not None:
+        hit = [g for g in groups if g.idx == focus[0] and focus[1] in (None, g.task_name)]
+        idxs = [f"[{g.idx}]" for g in hit] + [str(g.idx) for g in groups if g not in hit]
+    elif len(idxs) > 1 and idxs == list(range(idxs[0], idxs[0] + len(idxs))):
+        return f"idx={idxs[0]}..{idxs[-1]}"
+    return "idx=" + ",".join(map(str, idxs[:8])) + (f" (+{len(idxs) - 8} more)" if len(idxs) > 8 else "")
+
+
+def details(event, focus: tuple[int, str | None] | None = None) -> str:
+    """The event's own fields as `key=value` text; `focus`: see `_idx_text`."""
     t = type(event)
     if t is Taken:
         gs = event.groups
-        idxs = [g.idx for g in gs]
-        if len(idxs) == 1:
-            parts = [f"idx={idxs[0]}"]
-        elif idxs == list(range(idxs[0], idxs[0] + len(idxs))):
-            parts = [f"idx={idxs[0]}..{idxs[-1]}"]
-        else:
-            parts = ["idx=" + ",".join(map(str, idxs[:8])) + (f" (+{len(idxs) - 8} more)" if len(idxs) > 8 else "")]
+        parts = [_idx_text(gs, focus)]
         tasks = sorted({g.task_name for g in gs}, key=lambda x: (x is None, x or ""))
         if tasks != [None]:
             parts.append("task=" + ",".join("-" if x is None else x for x in tasks))
@@ -122,8 +131,8 @@ def details(event) -> str:
 LINE_HEADER = f"{'LSN':>10}  {'TL':>3}  {'KIND':<20}  {'GROUPS':<24}  DETAILS"
 
 
-def event_line(rec: Record, event, *, note: str = "") -> str:
+def event_line(rec: Record, event, *, note: str = "", focus: tuple[int, str | None] | None = None) -> str:
     kind = type(event).__struct_config__.tag
     line = (f"{rec.commit.lsn:>10}  {rec.timeline:>3}  {kind:<20}  {id_list(groups_of(event), 4):<24}  "
-            f"{details(event)}")
+            f"{details(event, focus)}")
     return (line + ("  " + note if note else "")).rstrip()

@@ -10,17 +10,40 @@ A cut directory shows the state it holds.
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+import sys
+from typing import Any
 
 import journal
 from journal import Owner, State, checkpoint_markers
 from snapshot import RestoreError, read_cut, state_at
 
-from . import output, tables
-from .inspect_source import InspectError, Source
-from .walk import history, Fold
+from ..walk import Fold, history
+from . import options, render
+from .source import InspectError, Source, open_source
+
+HELP = "owners of the live groups at a checkpoint, the end, or an LSN"
+DESCRIPTION = (
+    "The ownership state at one point of the active history, built as restore builds it "
+    "(newest valid cut at or before the point plus the journal tail): counts per owner, "
+    "the loader state, and every live group with its dataset row and, once its rollout is "
+    "finished, its data-plane locator. Trained and dropped groups "
+    "are counted, not listed.")
+EPILOG = ("examples:\n  journal-inspect state J                        # the latest committed checkpoint\n"
+          "  journal-inspect state J --at end\n  journal-inspect state J --at 5120\n"
+          "  journal-inspect state J --step 800 --owner admitted,replay\n"
+          "  journal-inspect state J --json | jq '.groups | length'")
 
 LIVE = (Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE)
+
+
+def add_arguments(parser) -> None:
+    options.add_all(parser)
+    parser.add_argument("--at", default="latest-checkpoint", metavar="POINT",
+                        help="latest-checkpoint (default: what restore returns), end, or an LSN")
+    parser.add_argument("--step", type=int, metavar="S", help="the committed checkpoint of step S")
+    parser.add_argument("--owner", action="append", metavar="OWNER",
+                        help="only these owners (repeat or comma-separate): reserved, admitted, "
+                             "replay, spare, in_flight")
 
 
 def parse_at(text: str) -> str | int:
@@ -137,7 +160,9 @@ def group_dict(g) -> dict:
             "replaces": g.replaces}
 
 
-def state(src: Source, args, out: TextIO) -> int:
+def run(args) -> int:
+    src = open_source(args.path, args.mode)
+    out = sys.stdout
     at = parse_at(args.at)
     owners = parse_owners(args.owner)
     doc = compute(src, at, args.step)
@@ -148,10 +173,10 @@ def state(src: Source, args, out: TextIO) -> int:
     doc["owner_filter"] = sorted(o.name for o in owners) if owners else None
     doc["groups"] = [group_dict(g) for g in groups]
     if args.json:
-        output.json_document(doc, out)
+        render.json_document(doc, out)
         return 0
     point = f"LSN {doc['lsn']}" + (f" (checkpoint of step {doc['step']})" if doc["step"] is not None else "")
-    lines = tables.keyvalues([
+    lines = render.keyvalues([
         ("source", doc["path"]), ("at", f"{doc['at']} -> {point}"),
         ("active history ends", f"LSN {doc['end_lsn']}"),
         ("built from", (f"cut {doc['base_cut']} + journal tail" if doc["base_cut"] else "the journal from LSN 1")
@@ -163,15 +188,15 @@ def state(src: Source, args, out: TextIO) -> int:
         lines.append(f"skipped cut {s['path']}: {s['reason']}")
     for s in doc["skipped_commits"]:
         lines.append(f"skipped commit {s['segment']} offset {s['offset']} (LSN {s['lsn']}): {s['message']}")
-    lines += ["", "owners"] + tables.table(list(doc["counts"]), [list(doc["counts"].values())], indent="  ")
+    lines += ["", "owners"] + render.table(list(doc["counts"]), [list(doc["counts"].values())], indent="  ")
     title = "live groups" + (f" ({', '.join(doc['owner_filter'])})" if owners else "")
     lines += ["", f"{title}: {len(groups)}"]
     if groups:
-        lines += tables.table(
+        lines += render.capped_table(
             ["group", "owner", "idx", "task", "epoch", "target_step", "policy", "locator", "replaces"],
             [[g.group_id, g.owner.name, g.idx, g.task_name, g.epoch, g.target_step, g.policy_version,
-              g.locator, g.replaces] for g in groups], indent="  ")
-    output.text(lines, out)
+              g.locator, g.replaces] for g in groups], args.show_all, indent="  ")
+    render.text(lines, out)
     return 0
 
 

@@ -9,17 +9,34 @@ never written: an output path inside the journal directory is refused.
 from __future__ import annotations
 
 import os
-from typing import TextIO
+import sys
 
 import zstandard
 
-from . import output
+from ..walk import history, history_bytes
+from . import options, render
 from .event_rows import event_dict
-from .walk import history
-from .inspect_source import InspectError, Source
+from .source import InspectError, Source, open_source
+
+HELP = "events as JSON lines to a file (.jsonl or zstandard .jsonl.zst)"
+DESCRIPTION = (
+    "Write the events of the active history (or of --timeline's) as JSON lines, one event "
+    "per line (the same objects as `log --json`); a name ending in .zst is compressed with "
+    "zstandard. The file is written beside its final name and renamed when complete.")
+EPILOG = ("examples:\n  journal-inspect export runs/exp1/journal --out events.jsonl\n"
+          "  journal-inspect export runs/exp1/journal --out events.jsonl.zst --from 1000\n"
+          "  zstdcat events.jsonl.zst | jq -c 'select(.kind==\"discarded\")'")
 
 ZSTD_LEVEL = 3
 _CHUNK = 1 << 20
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", required=True, metavar="FILE",
+                        help="FILE.jsonl, or FILE.jsonl.zst for zstandard (not inside the journal)")
+    options.add_lsn_range(parser)
+    options.add_timeline(parser)
+    parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
 
 
 def _target(src: Source, out_path: str, force: bool) -> str:
@@ -37,8 +54,9 @@ def _target(src: Source, out_path: str, force: bool) -> str:
     return full
 
 
-def command(src: Source, args, out: TextIO) -> int:
-    reader = src.need_journal("export")
+def run(args) -> int:
+    src = open_source(args.path, args.mode, allow_cut=False)
+    reader = src.reader
     target = _target(src, args.out, args.force)
     compressed = target.endswith(".zst")
     if args.timeline is not None and args.timeline not in reader.timelines:
@@ -49,20 +67,20 @@ def command(src: Source, args, out: TextIO) -> int:
     tmp = f"{target}.tmp-{os.getpid()}"
     events = commits = 0
     first = last = None
-    bar = src.progress("export")
+    records = src.scan("export", history(reader, timeline=args.timeline, start_lsn=lo, stop_lsn=args.to_lsn),
+                       history_bytes(reader, lo, args.to_lsn, timeline=args.timeline))
     try:
         with open(tmp, "wb") as raw:
             sink = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(raw, closefd=False) \
                 if compressed else raw
             buf: list[bytes] = []
             size = 0
-            for rec in bar.records(history(reader, timeline=args.timeline, start_lsn=lo,
-                                                  stop_lsn=args.to_lsn), src.sizes):
+            for rec in records:
                 commits += 1
                 first = rec.commit.lsn if first is None else first
                 last = rec.commit.lsn
                 for i, ev in enumerate(rec.commit.events):
-                    line = output.encode(event_dict(rec, i, ev)) + b"\n"
+                    line = render.encode(event_dict(rec, i, ev)) + b"\n"
                     buf.append(line)
                     size += len(line)
                     events += 1
@@ -82,13 +100,11 @@ def command(src: Source, args, out: TextIO) -> int:
         except OSError:
             pass
         raise
-    finally:
-        bar.close()
     doc = {"out": target, "compressed": compressed, "events": events, "commits": commits,
            "first_lsn": first, "last_lsn": last, "timeline": args.timeline, "bytes": os.path.getsize(target)}
     if args.json:
-        output.json_document(doc, out)
+        render.json_document(doc, sys.stdout)
     else:
-        out.write(f"wrote {events} event(s) of {commits} commit(s) (LSN {first}..{last}) to {target}"
+        sys.stdout.write(f"wrote {events} event(s) of {commits} commit(s) (LSN {first}..{last}) to {target}"
                   f"{' (zstandard)' if compressed else ''}, {doc['bytes']} bytes\n")
     return 0

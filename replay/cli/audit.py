@@ -1,0 +1,113 @@
+"""`journal-inspect audit`: the rendering of `replay.audit` (exit 1 unless clean)."""
+
+from __future__ import annotations
+
+import sys
+
+from ..audit import audit
+from . import options, render
+from .progress import Progress
+from .source import PROBLEMS, open_source
+
+HELP = "exactly-once report per loader epoch (exit 1 if a row was trained twice or lost)"
+DESCRIPTION = (
+    "Per epoch of the loader, over the active history: dataset rows trained exactly once, "
+    "more than once (listed, with groups and steps), lost (listed: taken - on the active "
+    "history or on a dead tail - but never trained, not dropped and not live at the end), "
+    "dropped by reason, still in flight; and per restore, the work its dead tail held "
+    "(rollouts finished there, salvaged, regenerated; groups trained there and retrained). "
+    "A row taken only on a dead tail that the resumed run has not reached yet is 'pending', "
+    "not lost.")
+EPILOG = ("examples:\n  journal-inspect audit runs/exp1/journal\n"
+          "  journal-inspect audit runs/exp1/journal --json | jq '.epochs[].trained_more'")
+
+
+add_arguments = options.add_all  # --all is its only option of its own
+
+
+def _key_text(epoch, task) -> str:
+    return f"epoch {'-' if epoch is None else epoch}" + (f" task {task}" if task is not None else "")
+
+def _row_text(r: dict, show_all: bool) -> str:
+    head = f"{_key_text(r['epoch'], r['task_name'])} idx {r['idx']}"
+    parts = []
+    for g in r.get("groups", []):
+        s = f"group {g['group_id']} taken at LSN {g['taken_lsn']}"
+        if "trained_step" in g:
+            s += f", trained at step {g['trained_step']} (LSN {g['trained_lsn']})"
+        if "dropped_reason" in g:
+            s += f", dropped ({g['dropped_reason']}) at LSN {g['dropped_lsn']}"
+        parts.append(s)
+    return head + (f" ({r['times']} times)" if "times" in r else "") + ": " + (
+        render.joined(parts, show_all, "; ") if parts else r.get("why", ""))
+
+
+def render_report(doc: dict, show_all: bool = False) -> list[str]:
+    a = doc["active"]
+    lines = [f"exactly-once audit of {doc['path']}",
+             f"active history: timeline {a['timeline']}, LSN {a['first_lsn']}..{a['end_lsn']} "
+             f"({doc['groups']['taken']} groups taken, {doc['groups']['trained']} trained, "
+             f"{doc['groups']['dropped']} dropped)", ""]
+    rows = []
+    for d in doc["epochs"]:
+        rows.append([d["epoch"], d["rows_taken"], d["trained_once"], d["trained_more_count"], d["lost_count"],
+                     sum(d["dropped"].values()), d["in_flight"], d["pending_retake"]])
+    t = doc["totals"]
+    rows.append(["total", t["rows_taken"], t["trained_once"], t["trained_more_count"], t["lost_count"],
+                 t["dropped"], t["in_flight"], t["pending_retake"]])
+    lines += render.table(["epoch", "rows taken", "trained once", "trained 2+", "lost", "dropped",
+                           "in flight", "pending re-take"], rows, right=[True] * 8)
+    dropped = [(d["epoch"], r, n) for d in doc["epochs"] for r, n in sorted(d["dropped"].items())]
+    if dropped:
+        lines += ["", "dropped rows by reason"]
+        lines += render.table(["epoch", "reason", "rows"], dropped, indent="  ")
+    for key, title in (("trained_more", "rows trained more than once"),
+                       ("lost", "lost rows (taken, never trained, not dropped, not live at the end)"),
+                       ("trained_and_live_again", "rows trained and taken again (will be trained twice)")):
+        items = [r for d in doc["epochs"] for r in d[key]]
+        if items:
+            lines += ["", f"{title}: {len(items)}"]
+            lines += render.capped_lines((f"  {_row_text(r, show_all)}" for r in items), show_all)
+    if doc["dead_tails"]:
+        lines += ["", "work held by dead tails (one per restore)"]
+        lines += render.capped_table(
+            ["timeline", "restored at LSN", "dead LSNs", "commits", "taken", "rollouts finished",
+             "salvaged", "regenerated", "trained (retrained)", "discarded"],
+            [[x["timeline"], x["restored_at_lsn"],
+              f"{x['first_lsn']}..{x['last_lsn']}" if x["commits"] else "-", x["commits"], x["taken"],
+              x["finished"], x["salvaged"], x["regenerated"], x["trained"], x["discarded"]]
+             for x in doc["dead_tails"]], show_all, indent="  ")
+    torn = [p for p in doc["reader_problems"] if p["kind"] == "torn"]
+    if torn:
+        lines += ["", "torn tails (never acknowledged, nothing to audit in them):"]
+        lines += render.capped_lines((f"  {p['segment']} offset {p['offset']} LSN {p['lsn']}: {p['message']}"
+                                      for p in torn), show_all)
+    if doc["not_covered"]:
+        lines += ["", f"NOT COVERED by this audit ({doc['mode']} read; the rows these held are "
+                      "unaudited):"]
+        lines += render.capped_lines((f"  {x}" for x in doc["not_covered"]), show_all)
+    lines += ["", _verdict(doc)]
+    return lines
+
+
+def _verdict(doc: dict) -> str:
+    t = doc["totals"]
+    if doc["clean"]:
+        return "CLEAN: no row trained twice, no row lost"
+    found = f"{t['trained_more_count']} row(s) trained more than once, {t['lost_count']} row(s) lost"
+    if doc["complete"]:
+        return f"PROBLEMS: {found}"
+    return (f"NOT COVERED: {len(doc['not_covered'])} part(s) of the journal could not be read "
+            f"({doc['mode']}), so the rows they held are unaudited; in what was read: {found} "
+            "(`journal-inspect verify` shows the damage)")
+
+
+def run(args) -> int:
+    src = open_source(args.path, args.mode, allow_cut=False)
+    rep = audit(src.path, src.mode, progress=Progress, reader=src.reader)
+    doc = rep.to_dict()
+    if args.json:
+        render.json_document(doc, sys.stdout)
+    else:
+        render.text(render_report(doc, args.show_all), sys.stdout)
+    return 0 if rep.clean else PROBLEMS

@@ -1,0 +1,93 @@
+"""`journal-inspect group ID`: one group's whole history, on the active history and every dead
+tail, marking which branch each event is on. It streams, keeping only the group's events."""
+
+from __future__ import annotations
+
+import sys
+
+from journal import Admitted, Owner, Taken
+
+from ..walk import dead_branches, dead_bytes, dead_records, history, history_bytes
+from . import render
+from .event_rows import LINE_HEADER, event_dict, event_line, names_group
+from .source import PROBLEMS, open_source
+
+HELP = "one group's whole history, on every branch"
+DESCRIPTION = (
+    "Every event that names the group, on the active history and on every dead tail, "
+    "with LSNs and the branch each is on; its dataset row (idx, task, epoch, fingerprint); "
+    "its owner at the end of the active "
+    "history; the spare that replaced it, if any. Exit 1 if the group never appears.")
+EPILOG = ("examples:\n  journal-inspect group runs/exp1/journal 4711\n"
+          "  journal-inspect group runs/exp1/journal 4711 --json")
+
+# the owner an event moves its groups to
+_TO = {"taken": Owner.RESERVED, "diverted": Owner.SPARE, "admitted": Owner.ADMITTED,
+       "finished": Owner.REPLAY, "trained": Owner.TRAINED, "discarded": Owner.DROPPED}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("group_id", type=int, metavar="ID", help="the group id")
+
+
+def run(args) -> int:
+    src = open_source(args.path, args.mode, allow_cut=False)
+    reader = src.reader
+    out = sys.stdout
+    gid = args.group_id
+    events: list[dict] = []
+    lines: list[str] = []
+    row = None
+    owner = None
+    replaced_by = []
+
+    def scan(records, active: bool) -> None:
+        nonlocal row, owner
+        for rec in records:
+            branch = "active" if active else f"dead tail of timeline {rec.timeline}"
+            for i, ev in enumerate(rec.commit.events):
+                t = type(ev)
+                if t is Admitted and ev.replaces == gid:
+                    replaced_by.append({"group_id": ev.groups[0] if ev.groups else None,
+                                        "lsn": rec.commit.lsn, "timeline": rec.timeline, "branch": branch})
+                if not names_group(ev, gid):
+                    continue
+                d = event_dict(rec, i, ev)
+                d["branch"] = branch
+                if t is Taken:
+                    g = next(g for g in ev.groups if g.group_id == gid)
+                    row = {"idx": g.idx, "task_name": g.task_name, "epoch": g.epoch,
+                           "fingerprint": g.fingerprint.hex() if g.fingerprint else None}
+                    d["rows"] = [x for x in d["rows"] if x["group_id"] == gid]
+                    d["groups"] = [gid]
+                if branch == "active":
+                    owner = _TO.get(d["kind"], owner)
+                events.append(d)
+                lines.append(event_line(rec, ev, note="" if branch == "active" else f"[{branch}]"))
+
+    scan(src.scan("group: active history", history(reader), history_bytes(reader)), True)
+    branches = dead_branches(reader)
+    dead = (rec for b in branches for rec in dead_records(reader, b))
+    scan(src.scan("group: dead tails", dead, dead_bytes(reader, branches)), False)
+    if not events:
+        sys.stderr.write(f"journal-inspect: group {gid} does not appear in {src.path}\n")
+        if args.json:
+            render.json_document({"group_id": gid, "found": False, "events": []}, out)
+        return PROBLEMS
+    doc = {"group_id": gid, "found": True, "row": row,
+           "owner": owner.name if owner is not None else None,
+           "on_active_history": owner is not None, "replaced_by": replaced_by, "events": events}
+    if args.json:
+        render.json_document(doc, out)
+        return 0
+    head = [("group", gid),
+            ("row", ", ".join(f"{k}={v}" for k, v in (row or {}).items() if v is not None) or "unknown "
+             "(its taken event was not read)"),
+            ("owner", (owner.name + " (end of the active history)") if owner is not None
+             else "not on the active history (only on a dead tail)")]
+    if replaced_by:
+        head.append(("replaced by", ", ".join(f"group {r['group_id']} at LSN {r['lsn']} ({r['branch']})"
+                                              for r in replaced_by)))
+    text = render.keyvalues(head) + ["", LINE_HEADER] + lines
+    render.text(text, out)
+    return 0
