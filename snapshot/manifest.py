@@ -14,7 +14,7 @@ from .errors import ManifestMissing, SchemaMismatch, UnsafePath
 
 FORMAT_NAME = "ownership-journal-cut"
 SCHEMA_VERSION = 1
-MANIFEST_NAME = "MANIFEST.json"
+from journal.layout import MANIFEST_NAME  # noqa: F401 (every name on disk is layout's)
 
 
 class FileEntry(msgspec.Struct, frozen=True):
