@@ -18,11 +18,10 @@ from typing import Any, Callable
 import journal
 from journal import (Discarded, Finished, Group, LoaderStateError, Owner, OsFileSystem, Reader, State,
                      list_segments)
-from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
-                      SNAPSHOTS_DIR, DataPlane, Skipped, check_anchor, cut_dirs, read_cut, state_at,
+from journal.layout import DirKind, cut_dir_name, describe_entries, dir_kind, replaced_name
+from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, DataPlane, Skipped, check_anchor, cut_dirs, read_cut, state_at,
                       write_cut)
 from snapshot.manifest import decode as _decode_manifest
-from snapshot.state_at import cut_dir_name
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
 from .rehydrate import ROW_CHANGED_POLICIES, rehydrate
@@ -106,18 +105,10 @@ class RecoveredState:
         fs = fs or journal.DEFAULT_FS
         target = os.path.join(journal_path, SNAPSHOTS_DIR, cut_dir_name(state.timeline, state.lsn))
         if os.path.exists(target):  # a damaged or foreign cut under that name: keep it, aside
-            fs.rename(target, f"{target}.replaced-{int(time.time())}")
+            fs.rename(target, os.path.join(os.path.dirname(target),
+                                           replaced_name(os.path.basename(target), int(time.time()))))
             fs.fsync_dir(os.path.dirname(target))
         return write_cut(target, state, run_id=self.run_id, timeline=state.timeline, fs=fs)
-
-
-_CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE)
-
-
-def _is_cut(path: str) -> bool:
-    """A cut directory (even one whose manifest is gone: that is check 1's error, not an empty
-    journal that restores as "no checkpoint yet")."""
-    return any(os.path.exists(os.path.join(path, name)) for name in _CUT_FILES)
 
 
 def _wrap_journal_errors(fn, *args, **kwargs):
@@ -195,11 +186,16 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         wanted = f"step {step}" if step is not None else f"LSN {at}"
         raise RestoreError(f"{path}: no such journal or cut directory, so there is no {wanted} "
                            f"to restore (a first start restores with the default at=)")
-    if not os.path.isdir(path):
+    kind, entries = dir_kind(path)
+    if kind is DirKind.NOT_A_DIRECTORY:
         raise RestoreError(f"{path}: not a directory: restore takes a journal or a cut directory")
+    if kind is DirKind.FOREIGN:
+        raise RestoreError(f"{path}: neither a journal nor a cut directory (it holds "
+                           f"{describe_entries(entries)}, none of them a segment, LOCK, torn/, "
+                           f"snapshots/ or a cut file): check the path")
     reader = None
     salvaged_ids: dict[int, tuple] = {}
-    if _is_cut(path):
+    if kind is DirKind.CUT:
         cut = read_cut(path)                                                     # 1-7
         cut.state.timeline = cut.manifest.timeline  # the anchor's timeline (a resume branches off it)
         owner_journal = os.path.dirname(os.path.dirname(path))

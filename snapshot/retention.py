@@ -14,6 +14,7 @@ import os
 import zstandard
 
 from journal import OsFileSystem, Reader, read_segment_bytes
+from journal.layout import archive_name
 
 RETENTION_MODES = ("archive", "delete")
 ARCHIVE_LEVEL = 3
@@ -48,7 +49,7 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
             data = zstandard.ZstdCompressor(level=ARCHIVE_LEVEL).compress(raw)
             if zstandard.ZstdDecompressor().decompress(data) != raw:  # never unlink on a bad archive
                 raise OSError(f"{seg.path}: the zstd archive does not decompress to the segment")
-            final = seg.path + ".zst"
+            final = os.path.join(journal_path, archive_name(seg.name))
             fs.replace_file(final, data)  # via <final>.tmp: fsync, rename, directory fsync
             fs.unlink(seg.path)
             fs.fsync_dir(journal_path)
@@ -59,13 +60,3 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
             done.append(seg.name)
     return done
 
-
-def remove_leftover_archives(fs: OsFileSystem, journal_path: str) -> None:
-    """Temporary archive files of a compaction that crashed are removed."""
-    removed = False
-    for name in os.listdir(journal_path):
-        if name.endswith(".wal.zst.tmp"):
-            fs.unlink(os.path.join(journal_path, name))
-            removed = True
-    if removed:
-        fs.fsync_dir(journal_path)

@@ -10,8 +10,8 @@ open-with-repair (a journal with a torn frame tail, and one whose newest
 segment has a torn header; open, then close).
 
 After every run either the operation succeeded, or it raised a documented
-error (`JournalFailed`, an `OSError` from the seam carrying the injected EIO,
-a `RestoreError`), and then, on the directory as the failure left it:
+error (`JournalFailed`, a `JournalIOError` (open and repair) or an `OSError` from the
+seam carrying the injected EIO, a `RestoreError`), and then, on the directory as the failure left it:
 `crash_oracle.check_journal` (strict reader, every acknowledged commit there
 with its exact events, restore equal to the model, every cut reads), then the
 operation again without faults succeeds, then the full check with a reopen
@@ -28,7 +28,7 @@ import pytest
 
 from crash_oracle import Run, check_journal, finished_groups_with_checkpoint, loader
 from faultfs import FaultFS
-from journal import CheckpointCommitted, JournalFailed
+from journal import CheckpointCommitted, JournalFailed, JournalIOError
 from replay import RestoreError, restore
 from snapshot import compact
 
@@ -178,7 +178,7 @@ def fork(base: Run, root: str) -> Run:
 def documented(exc: BaseException) -> bool:
     if isinstance(exc, (JournalFailed, RestoreError)):
         return True
-    if isinstance(exc, OSError):
+    if isinstance(exc, (OSError, JournalIOError)):
         return exc.errno == errno.EIO  # the injected error itself, not a secondary one
     return False
 
