@@ -22,6 +22,20 @@ from .vfs import OsFileSystem
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+def _exclusive_now(fd: int) -> bool:
+    """Take an exclusive flock on `fd` without waiting; False (and `fd` closed) if it is held."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    return True
+
+
+def _directory_fd(path: str) -> int:
+    return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+
+
 def acquire_writer_lock(path: str, fs: OsFileSystem) -> int:
     """The descriptor holding `<path>/LOCK` exclusively; JournalLocked if another process has it."""
     lock_path = os.path.join(path, layout.LOCK_NAME)
@@ -34,12 +48,9 @@ def acquire_writer_lock(path: str, fs: OsFileSystem) -> int:
         fd = os.open(lock_path, os.O_RDWR | _CLOEXEC)
     except OSError as exc:
         raise JournalIOError.from_os_error(exc, "create and open the writer lock", lock_path) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    if not _exclusive_now(fd):
         raise JournalLocked(f"journal {path!r} is open for writing by another process "
-                            f"(lock held on {lock_path})") from None
+                            f"(lock held on {lock_path})")
     return fd
 
 
@@ -47,15 +58,10 @@ def try_compaction_lock(path: str) -> int | None:
     """The descriptor holding the compaction lock of journal `path`, None while a compaction
     holds it."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+        fd = _directory_fd(path)
     except OSError as exc:
         raise JournalIOError.from_os_error(exc, "open the journal directory to lock it", path) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return fd if _exclusive_now(fd) else None
 
 
 @contextlib.contextmanager
@@ -64,7 +70,7 @@ def compaction_lock(path: str) -> Iterator[None]:
     writer's open cleaning up, to finish). A missing directory needs no lock: the caller then
     reports it."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+        fd = _directory_fd(path)
     except FileNotFoundError:
         yield
         return
