@@ -64,6 +64,15 @@ class JournalIOError(JournalError):
         self.operation = operation
         self.errno = errno
 
+    @classmethod
+    def from_os_error(cls, exc: OSError, operation: str, path: str) -> "JournalIOError":
+        """`exc` (raised while doing `operation` to `path`) as a JournalIOError; its `path` is
+        the file the OS error names, else `path`."""
+        where = exc.filename if isinstance(exc.filename, str) else path
+        return cls(f"{operation}: {where}: {exc.strerror or exc} (errno {exc.errno}); nothing "
+                   "half-written was left behind: fix the cause (free space, permissions, the "
+                   "file named), then retry", path=where, operation=operation, errno=exc.errno)
+
 
 class TransactionClosed(JournalClosed):
     """A call on a transaction whose `with` block has ended; nothing was written."""

@@ -333,6 +333,21 @@ def _apply_commit(state: State, commit: Commit, chain: int, timeline: int, blobs
     fold_records(state, ((commit, chain, timeline, None, None, blobs),), undo)
 
 
+def taken_next_id(groups, nxt: int, lsn: int | None) -> int:
+    """The rule of the ids a `taken` allocates (`TakenGroup`s, in order): each exceeds every id
+    allocated before it in the whole history, `nxt` being the lowest free one. Returns the
+    lowest free id after them; OwnershipError naming the first id that breaks the rule."""
+    for tg in groups:
+        gid = tg.group_id
+        if gid < nxt:
+            where = f"LSN {lsn}: " if lsn is not None else ""
+            raise OwnershipError(f"{where}taken allocates group {gid}, but ids below {nxt} are "
+                                 "already used (a group is taken once in the whole history)",
+                                 group_id=gid, lsn=lsn)
+        nxt = gid + 1
+    return nxt
+
+
 def fold_records(state: State, records, undo: Undo | None = None, log=None) -> State:
     """Fold `(commit, chain, timeline, segment, offset, blobs)` tuples (the `Record`s a reader
     yields) into `state`, each commit atomically as `apply` does (an error leaves the state
@@ -430,17 +445,12 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     counts[_O_REPLAY] -= len(gids)
                     counts[_O_TRAINED] += len(gids)
                 elif kind is Taken:
-                    nxt = first = state.next_group_id
+                    first = state.next_group_id
+                    nxt = taken_next_id(event.groups, first, lsn)
                     for tg in event.groups:
                         gid = tg.group_id
-                        if gid < nxt:
-                            raise OwnershipError(
-                                f"LSN {lsn}: taken allocates group {gid}, but ids below "
-                                f"{nxt} are already used (a group is taken once in "
-                                "the whole history)", group_id=gid, lsn=lsn)
                         record(gid)
                         live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, _O_RESERVED)
-                        nxt = gid + 1
                     counts[_O_RESERVED] += len(event.groups)
                     state.next_group_id = nxt
                     if event.loader_state is not None:

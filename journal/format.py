@@ -6,10 +6,12 @@ a bad frame means (torn tail or corruption) is `reader.py`'s job.
 
 from __future__ import annotations
 
-import re
 import struct
 import zlib
 from typing import NamedTuple
+
+# segment file names are layout.py's; importable from here as before
+from .layout import ARCHIVE_SUFFIX, SEGMENT_SUFFIX, parse_segment_name, segment_name  # noqa: F401
 
 MAGIC = b"OWNJRNL1"
 FORMAT_VERSION = 1
@@ -27,10 +29,6 @@ _HEADER = struct.Struct("<8sI16sIIQI12x")
 _HEADER_CRC = struct.Struct("<I")
 _FRAME = struct.Struct("<III")  # payload length, crc32(payload), chain after the frame's last commit
 _U32 = struct.Struct("<I")
-
-SEGMENT_SUFFIX = ".wal"
-ARCHIVE_SUFFIX = ".wal.zst"
-_SEGMENT_NAME = re.compile(r"^(\d{8})-(\d{20})\.wal(\.zst)?$")
 
 
 class SegmentHeader(NamedTuple):
@@ -117,14 +115,3 @@ def split_records(payload) -> list[memoryview]:
         raise ValueError("empty frame")
     return out
 
-
-def segment_name(timeline: int, first_lsn: int) -> str:
-    return f"{timeline:08d}-{first_lsn:020d}{SEGMENT_SUFFIX}"
-
-
-def parse_segment_name(name: str) -> tuple[int, int, bool] | None:
-    """(timeline, first_lsn, archived) for a segment file name, None for any other file."""
-    m = _SEGMENT_NAME.match(name)
-    if not m:
-        return None
-    return int(m.group(1)), int(m.group(2)), m.group(3) is not None

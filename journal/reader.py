@@ -30,6 +30,7 @@ import msgspec
 import zstandard
 
 from . import format as fmt
+from . import layout
 from .errors import JournalCorrupt
 from .events import Commit, Taken, commit_decoder
 from .fold import State, fold_records
@@ -97,7 +98,7 @@ def list_segments(path: str) -> list[Segment]:
     except FileNotFoundError:
         raise
     for name in names:
-        parsed = fmt.parse_segment_name(name)
+        parsed = layout.parse_segment_name(name)
         if parsed is None:
             continue
         timeline, first_lsn, archived = parsed

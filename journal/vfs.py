@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import shutil
 
+from .layout import REPLACE_TMP_SUFFIX
+
 
 class File:
     """A file open for writing through a `FileSystem`."""
@@ -102,7 +104,7 @@ class OsFileSystem:
 
     def replace_file(self, path: str, data: bytes) -> None:
         """Atomically replace `path` with `data` (temporary file, fsync, rename, directory fsync)."""
-        tmp = path + ".tmp"
+        tmp = path + REPLACE_TMP_SUFFIX
         if os.path.exists(tmp):
             self.unlink(tmp)
         f = self.create(tmp)

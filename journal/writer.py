@@ -13,35 +13,36 @@ and retrying an fsync that failed can report success for lost data.
 from __future__ import annotations
 
 import asyncio
-import fcntl
+import contextlib
 import os
-import re
 import secrets
 import threading
-import time
+import warnings
+import weakref
 from _thread import allocate_lock as _allocate_lock
 from typing import Any, Iterable, Sequence
 
 import msgspec
 
+from . import arguments
 from . import format as fmt
+from . import layout, leftovers, locks
 from . import loader_state as _loader_state
-from .errors import JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalLocked, OwnershipError
+from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
+                     JournalWarning, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained, commit_encoder)
 from .events import commit_decoder as _commit_decoder
-from .fold import Group, State, Undo, apply
+from .fold import Group, State, Undo, apply, taken_next_id
 from .reader import Reader
 from .vfs import DEFAULT_FS, OsFileSystem
 
 SYNC_MODES = ("always", "batch", "none")
+_CHECKPOINT_MARKERS = (CheckpointBegun, CheckpointCommitted)
 DEFAULT_SEGMENT_BYTES = 64 << 20
-LOCK_NAME = "LOCK"
-TORN_DIR = "torn"
-UNPUBLISHED_SUFFIX = ".new"  # a new branch's first segment until its first commit is durable
-SNAPSHOTS_DIR = "snapshots"  # where compaction puts cuts
-_CUT_NAME = re.compile(r"cut-(\d{8})-(\d{20})")  # cut-<timeline>-<lsn>, zero-padded
+LOCK_NAME = layout.LOCK_NAME
+TORN_DIR = layout.TORN_DIR
 
 
 class _SegmentPlan:
@@ -85,21 +86,30 @@ def _rollout_refs(refs: Sequence[RolloutRef]) -> list[RolloutRef]:
     return refs
 
 
-def _acquire_lock(path: str, fs: OsFileSystem) -> int:
-    lock_path = os.path.join(path, LOCK_NAME)
-    if not os.path.exists(lock_path):
-        try:
-            fs.write_file(lock_path, b"")
-        except FileExistsError:
-            pass
-    fd = os.open(lock_path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+@contextlib.contextmanager
+def _io_step(operation: str, path: str):
+    """An OS error of `operation` on `path` becomes a JournalIOError naming both."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise JournalLocked(f"journal {path!r} is open for writing by another process "
-                            f"(lock held on {lock_path})") from None
-    return fd
+        yield
+    except OSError as exc:
+        raise JournalIOError.from_os_error(exc, operation, path) from exc
+
+
+def _check_journal_dir(path: str) -> None:
+    """Refuse a path that is not a journal directory, an empty one or a missing one."""
+    kind, entries = layout.dir_kind(path)
+    if kind is layout.DirKind.NOT_A_DIRECTORY:
+        raise JournalError(f"journal path {path} is not a directory: a journal must be a directory "
+                           "(give a new or empty directory, or an existing journal)")
+    if kind is layout.DirKind.CUT:
+        raise JournalError(f"{path} is a cut directory (it holds {layout.MANIFEST_NAME} or a cut "
+                           "file), not a journal: restore it with state = replay.restore(path) and "
+                           "resume into a journal directory, Journal.open(journal_dir, resume=state)")
+    if kind is layout.DirKind.FOREIGN:
+        raise JournalError(f"{path} is neither a journal nor empty (it holds "
+                           f"{layout.describe_entries(entries)}, none of them a segment, "
+                           f"{layout.LOCK_NAME}, {layout.TORN_DIR}/ or {layout.SNAPSHOTS_DIR}/): "
+                           "choose a new or empty directory for the journal")
 
 
 class Journal:
@@ -116,9 +126,19 @@ class Journal:
              fs: OsFileSystem | None = None) -> "Journal":
         """Open (creating if missing) the journal at `path` for writing.
 
-        A torn tail of the last segment is copied to `torn/` and cut off.
+        `path` is a journal directory, an empty one or one that does not exist; anything else
+        (a regular file, a cut, a directory of other files) is a `JournalError`. A torn tail
+        of the last segment is copied to `torn/` (once) and cut off; what crashes left that is
+        provably garbage is removed (`journal.leftovers`). An OS error of any of these steps
+        is a `JournalIOError` naming the path and the operation, with no partial file left.
         `resume` is a `replay.RecoveredState` (or a `journal.State`): the
         history continues at its LSN on a new branch; see `replay.restore`.
+
+        Without `resume`, the history on disk is continued as it is. When it continues past
+        the latest committed checkpoint, that is, a commit after that checkpoint's
+        `checkpoint_begun` (LSN 0 when none was committed) holds an event other than a
+        checkpoint marker, this warns (`JournalWarning`): after a crash, a restart must
+        `restore()` and pass `resume=`, or it continues the crashed run's history.
         """
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
@@ -127,6 +147,8 @@ class Journal:
         fs = fs or DEFAULT_FS
         self = object.__new__(cls)
         self.path = os.path.abspath(path)
+        with _io_step("read the journal directory", self.path):
+            _check_journal_dir(self.path)
         self.fs = fs
         self.sync = sync
         self.sync_interval = sync_interval
@@ -141,10 +163,13 @@ class Journal:
         self._syncer: threading.Thread | None = None
         self._stop_syncer = threading.Event()  # set by close(): the batch syncer exits at once
         self._sealed: list = []  # sync="none": sealed segments not fsynced yet (flush() does it)
-        fs.makedirs(self.path)
-        self._lock_fd = _acquire_lock(self.path, fs)
+        with _io_step("create the journal directory", self.path):
+            fs.makedirs(self.path)
+        self._lock_fd = locks.acquire_writer_lock(self.path, fs)
         try:
-            self._recover(resume)
+            with _io_step("open and repair the journal", self.path):
+                self._remove_leftovers()
+                self._recover(resume)
         except BaseException:
             seg = getattr(self, "_disk_segment", None)  # opened before a later step failed
             if seg is not None and seg.file is not None and seg.file.fd >= 0:
@@ -158,6 +183,21 @@ class Journal:
             self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
             self._syncer.start()
         return self
+
+    def _remove_leftovers(self) -> None:
+        """Remove what crashes left that is provably garbage (see `leftovers`): torn/ duplicates
+        always (the writer lock is held), a crashed compaction's files only when no compaction
+        runs now (the compaction lock is free)."""
+        with _io_step("remove duplicate torn-tail copies", os.path.join(self.path, layout.TORN_DIR)):
+            leftovers.remove_torn_garbage(self.fs, self.path)
+        fd = locks.try_compaction_lock(self.path)
+        if fd is None:
+            return
+        try:
+            with _io_step("remove what a crashed compaction left", self.path):
+                leftovers.remove_compaction_leftovers(self.fs, self.path)
+        finally:
+            os.close(fd)
 
     def _recover(self, resume: Any) -> None:
         try:
@@ -179,8 +219,12 @@ class Journal:
                     f"journal {self.path}: the segments before LSN {first_lsn} were retired; open it "
                     "with resume=replay.restore(path) so the state comes from a cut")
             state = State()
+            last_ownership_lsn = 0  # the last commit holding an event other than a checkpoint marker
             for rec in reader.records():
                 apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
+                if any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events):
+                    last_ownership_lsn = rec.commit.lsn
+            self._warn_if_past_checkpoint(state, last_ownership_lsn)
             end_lsn, end_blobs = state.lsn, rec.blobs if state.lsn else {}
             # ids are never reused, not even those allocated on a dead tail
             top_gid = reader.max_group_id() if len(reader.timelines) > 1 else state.next_group_id - 1
@@ -215,7 +259,8 @@ class Journal:
             # the branch is published (renamed to its segment name) only once its first commit
             # is durable in it, see `_publish`
             segment = self._create_segment(fmt.SegmentHeader(
-                self.run_id, self.timeline, parent, state.lsn + 1, state.chain), publish=False)
+                self.run_id, self.timeline, parent, state.lsn + 1, state.chain), publish=False,
+                opening=True)
         elif lineage:
             last = lineage[-1].segments[-1]
             f = self.fs.open_append(last.path)
@@ -225,7 +270,7 @@ class Journal:
             stored = set(end_blobs) if end_lsn >= last.first_lsn else set()
             segment = _SegmentPlan(last.header, last.path, f.offset, stored, f)
         else:
-            segment = self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0))
+            segment = self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0), opening=True)
         state.next_group_id = max(state.next_group_id, top_gid + 1)
         self._state = state
         self._segment = self._disk_segment = segment
@@ -239,6 +284,23 @@ class Journal:
             self._reconcile(resume)
         if segment.file is not None and segment.file.path != segment.path:
             self._publish(segment)
+
+    def _warn_if_past_checkpoint(self, state: State, last_ownership_lsn: int) -> None:
+        """Warn when an open without `resume=` continues ownership history that a restore would
+        drop: a commit after the latest committed checkpoint's `checkpoint_begun` (LSN B, 0 if
+        none) holding an event other than a checkpoint marker. Commits after B that hold only
+        checkpoint markers (the `checkpoint_committed` of a clean shutdown) do not count."""
+        latest = state.latest_committed_checkpoint()
+        begun = latest[1] if latest is not None else 0
+        if last_ownership_lsn <= begun:
+            return
+        where = (f"the latest committed checkpoint (step {latest[0]}, checkpoint_begun at LSN "
+                 f"{begun})" if latest is not None else "LSN 0 (no checkpoint was ever committed)")
+        warnings.warn(JournalWarning(
+            f"journal {self.path}: opened without resume=, but its history continues past {where} "
+            f"with ownership events up to LSN {state.lsn} (the end); they are continued as they "
+            "are. After a crash, restore first: state = replay.restore(path); "
+            "Journal.open(path, resume=state)"), stacklevel=4)
 
     def _repair_torn(self, reader: Reader) -> None:
         """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes).
@@ -264,13 +326,12 @@ class Journal:
             with open(seg.path, "rb") as f:
                 f.seek(torn.offset)
                 tail = f.read()
-            torn_dir = os.path.join(self.path, TORN_DIR)
-            self.fs.makedirs(torn_dir)
-            aside = os.path.join(torn_dir, f"{seg.name}.{torn.offset}.{int(time.time() * 1e6)}")
-            self.fs.write_file(aside, tail)
+            with _io_step("copy the torn tail aside into torn/ from", seg.path):
+                leftovers.copy_torn_tail(self.fs, self.path, seg.name, torn.offset, tail)
             if torn.offset == 0:
-                self.fs.unlink(seg.path)
-                self.fs.fsync_dir(self.path)
+                with _io_step("remove the torn segment", seg.path):
+                    self.fs.unlink(seg.path)
+                    self.fs.fsync_dir(self.path)
                 # a torn header keeps the segment out of the reader's lists (nothing to remove)
                 if seg in reader.segments:
                     reader.segments.remove(seg)
@@ -280,33 +341,48 @@ class Journal:
                     if not tl.segments:
                         del reader.timelines[seg.timeline]
             else:
-                f = self.fs.open_append(seg.path)
-                try:
-                    f.truncate(torn.offset)
-                    f.sync()
-                finally:
-                    f.close()
+                with _io_step(f"cut off the torn tail at offset {torn.offset} of", seg.path):
+                    f = self.fs.open_append(seg.path)
+                    try:
+                        f.truncate(torn.offset)
+                        f.sync()
+                    finally:
+                        f.close()
                 seg.size = torn.offset
         reader.torn.clear()
 
-    def _create_segment(self, header: fmt.SegmentHeader, *, publish: bool = True) -> _SegmentPlan:
+    def _create_segment(self, header: fmt.SegmentHeader, *, publish: bool = True,
+                        opening: bool = False) -> _SegmentPlan:
         """Create a segment holding `header`. `publish=False`: under a temporary name that no
-        reader lists (`<name>.new`), to be renamed into place by `_publish`."""
-        path = os.path.join(self.path, fmt.segment_name(header.timeline, header.first_lsn))
-        if not publish:
-            tmp = path + UNPUBLISHED_SUFFIX
-            if os.path.exists(tmp):  # left by a resume that crashed before publishing it
-                self.fs.unlink(tmp)
-        f = self.fs.create(path if publish else tmp)
-        try:
-            f.write(fmt.encode_header(header))
-            f.sync()
-            if publish:
-                self.fs.fsync_dir(self.path)
-        except BaseException:
-            f.close()
-            raise
+        reader lists (`<name>.new`), to be renamed into place by `_publish`. `opening`: a
+        failure removes the file again (after a failed commit nothing but closes may follow:
+        the next open removes a segment whose header is torn)."""
+        path = os.path.join(self.path, layout.segment_name(header.timeline, header.first_lsn))
+        target = path if publish else path + layout.UNPUBLISHED_SUFFIX
+        with _io_step("create the segment", target):
+            if not publish and os.path.exists(target):  # a resume crashed before publishing it
+                self.fs.unlink(target)
+            f = self.fs.create(target)
+            try:
+                f.write(fmt.encode_header(header))
+                f.sync()
+                if publish:
+                    self.fs.fsync_dir(self.path)
+            except BaseException:
+                f.close()
+                if opening:
+                    self._remove_unfinished(f.path)
+                raise
         return _SegmentPlan(header, path, fmt.HEADER_SIZE, set(), f)
+
+    def _remove_unfinished(self, path: str) -> None:
+        """Remove a segment whose header did not become durable (best effort: if the removal
+        fails too, the next open finds a torn header and removes it)."""
+        try:
+            self.fs.unlink(path)
+            self.fs.fsync_dir(self.path)
+        except OSError:
+            pass
 
     def _publish(self, seg: _SegmentPlan) -> None:
         """Make a new branch's first segment visible: fsync it (whatever the sync mode), rename
@@ -317,10 +393,11 @@ class Journal:
         segment visible with only its header, a crash before that commit is durable would
         leave an active history on which the checkpoint is not committed, and the next
         restore would go back to an older checkpoint (or to nothing)."""
-        seg.file.sync()
-        self.fs.rename(seg.file.path, seg.path)
-        seg.file.path = seg.path
-        self.fs.fsync_dir(self.path)
+        with _io_step("publish the new branch's first segment", seg.path):
+            seg.file.sync()
+            self.fs.rename(seg.file.path, seg.path)
+            seg.file.path = seg.path
+            self.fs.fsync_dir(self.path)
 
     def _reconcile(self, resume: Any) -> None:
         """First commit of a resumed history: the events restore decided on (`first_commit`:
@@ -451,10 +528,13 @@ class Journal:
         seg = self._segment
         refs = [d for ev in events if type(ev) is Taken and ev.loader_state is not None
                 for d in ev.loader_state.refs]
-        record = self._encode(lsn, events, refs, blobs, seg)
+        try:
+            record = self._encode(lsn, events, refs, blobs, seg)
+        except (TypeError, OverflowError) as exc:  # a value msgpack cannot hold
+            raise self._bad_argument(lsn, events, exc) from None
         if seg.size + fmt.FRAME_HEADER_SIZE + 4 + len(record) > self.segment_bytes and seg.size > fmt.HEADER_SIZE:
             header = fmt.SegmentHeader(self.run_id, self.timeline, seg.header.parent_timeline, lsn, state.chain)
-            seg = _SegmentPlan(header, os.path.join(self.path, fmt.segment_name(self.timeline, lsn)),
+            seg = _SegmentPlan(header, os.path.join(self.path, layout.segment_name(self.timeline, lsn)),
                                fmt.HEADER_SIZE, set())
             record = self._encode(lsn, events, refs, blobs, seg)
         # Encoding does not check field types; decoding does. Without this, admitted([1.0])
@@ -464,8 +544,7 @@ class Journal:
         try:
             commit = _commit_decoder.decode(record)
         except msgspec.ValidationError as exc:
-            raise TypeError(f"journal {self.path}: commit LSN {lsn} has a field of the wrong type "
-                            f"({exc}); nothing was written") from None
+            raise self._bad_argument(lsn, events, exc) from None
         chain_before = state.chain
         chain = fmt.chain_next(chain_before, record)
         table = {d: blobs[d] for d in refs} if refs else None
@@ -476,6 +555,12 @@ class Journal:
         p = _Pending(seg, record, lsn, undo, chain_before)
         self._pending.append(p)
         return p
+
+    def _bad_argument(self, lsn: int, events: list, exc: Exception) -> Exception:
+        """The error for a commit whose events do not fit the schema, naming the argument."""
+        found = arguments.explain(events)
+        cls, what = (type(found), str(found)) if found is not None else (TypeError, f"{exc}")
+        return cls(f"{what} (journal {self.path}, commit LSN {lsn}; nothing was written)")
 
     @staticmethod
     def _encode(lsn: int, events: list, refs: list[bytes], blobs: dict[bytes, bytes], seg: _SegmentPlan) -> bytes:
@@ -668,9 +753,10 @@ def _continue_elsewhere(path: str, resume: Any) -> str:
     restored from, else the newest under `<path>/snapshots`) resumed into a fresh directory."""
     cut = getattr(resume, "base_cut", None)
     if cut is None:
-        snapshots = os.path.join(path, SNAPSHOTS_DIR)
+        snapshots = os.path.join(path, layout.SNAPSHOTS_DIR)
         names = os.listdir(snapshots) if os.path.isdir(snapshots) else []
-        cuts = sorted((m.group(2), m.group(0)) for m in map(_CUT_NAME.fullmatch, names) if m)
+        cuts = sorted((parsed[1], name) for name in names
+                      if (parsed := layout.parse_cut_dir_name(name)) is not None)
         cut = os.path.join(snapshots, cuts[-1][1]) if cuts else None
     source = f"restore({cut!r})" if cut is not None else f"restore({path!r}, at=<an LSN before the damage>)"
     return ("This history cannot be continued in place. To go on, resume into a fresh directory: "
@@ -678,20 +764,52 @@ def _continue_elsewhere(path: str, resume: Any) -> str:
             "(the new journal starts with a cut of that state); keep this one for forensics")
 
 
+class _Refusing:
+    """A transaction's event list outside its `with` block: every call that records an event
+    raises TransactionClosed instead (so the methods pay no check of their own). It refers to
+    its transaction weakly (no reference cycle per transaction); None: not entered yet."""
+
+    __slots__ = ("tx",)
+
+    def __init__(self, tx: "weakref.ref[Transaction] | None"):
+        self.tx = tx
+
+    def __bool__(self) -> bool:
+        return False
+
+    def append(self, event) -> None:
+        tx = self.tx() if self.tx is not None else None
+        what = (f"{tx!r}: its `with` block has ended" if tx is not None
+                else "a transaction used outside a `with` block")
+        raise TransactionClosed(f"{arguments.CALLS[type(event)]}() on {what}, so nothing was "
+                                "recorded; use `with journal.transaction() as tx:` and call tx "
+                                "methods inside the block")
+
+
+_NOT_ENTERED = _Refusing(None)
+
+
 class Transaction:
     """Transitions collected by `Journal.transaction()`, committed atomically on exit.
 
     It holds the journal's lock from `taken` on (so allocated ids stay in
-    order); keep transactions short. An exception inside the block writes nothing."""
+    order); keep transactions short. An exception inside the block writes nothing.
+    Its methods work only inside the block: before or after it they raise
+    `TransactionClosed` and record nothing."""
 
     def __init__(self, journal: Journal):
         self._j = journal
-        self._events: list = []
+        self._events: list | _Refusing = _NOT_ENTERED  # a list inside the `with` block only
         self._blobs: dict[bytes, bytes] = {}
         self._next_gid: int | None = None
         self._held = False
+        self._phase = "new"  # "open" inside the `with` block, then "ended"
+        self.lsn: int | None = None  # the commit's LSN, once the block ended with events
 
     def __enter__(self) -> "Transaction":
+        if self._phase != "new":
+            raise TransactionClosed(f"{self!r} was already used; take a new one with "
+                                    "journal.transaction()")
         self._j._lock.acquire()
         self._held = True
         try:
@@ -699,7 +817,15 @@ class Transaction:
         except BaseException:
             self._release()
             raise
+        self._phase = "open"
+        self._events = []
         return self
+
+    def __repr__(self) -> str:
+        state = {"new": "not entered", "open": "open"}.get(self._phase)
+        if state is None:
+            state = f"committed at LSN {self.lsn}" if self.lsn is not None else "ended without a commit"
+        return f"<Transaction on journal {self._j.path}, {state}>"
 
     def _release(self) -> None:
         if self._held:
@@ -707,11 +833,12 @@ class Transaction:
             self._j._lock.release()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        j, pending = self._j, None
+        j, pending, events = self._j, None, self._events
+        self._phase, self._events = "ended", _Refusing(weakref.ref(self))
         try:
-            if exc_type is None and self._events:
+            if exc_type is None and events:
                 j._check_usable()
-                pending = j._enqueue(self._events, self._blobs)
+                pending = j._enqueue(events, self._blobs)
         finally:
             self._release()
         if pending is not None:
@@ -734,17 +861,20 @@ class Transaction:
         if loader_state is not None:
             packed, blobs = _loader_state.pack(loader_state)
             self._blobs.update(blobs)
-        nxt = self._j._state.next_group_id if self._next_gid is None else self._next_gid
-        groups = []
+        first = self._j._state.next_group_id if self._next_gid is None else self._next_gid
+        nxt, groups, explicit = first, [], False
         for ref in refs:
             if not isinstance(ref, GroupRef):
                 raise TypeError(f"taken() expects GroupRef items, got {type(ref).__name__}")
-            gid = nxt if ref.group_id is None else ref.group_id
-            if gid < nxt:
-                raise OwnershipError(f"taken: explicit group_id {gid} does not exceed every id seen "
-                                     f"so far (next is {nxt})", group_id=gid)
+            gid = nxt
+            if ref.group_id is not None:
+                gid, explicit = ref.group_id, True
+                if arguments.id_problem(gid) is not None:
+                    raise arguments.invalid("GroupRef.group_id", gid, arguments.id_problem(gid))
             groups.append(TakenGroup(gid, ref.idx, ref.task_name, ref.epoch, ref.fingerprint))
             nxt = gid + 1
+        if explicit:  # only an explicit id can break the rule
+            taken_next_id(groups, first, None)
         self._next_gid = nxt
         self._events.append(Taken(groups, packed, dataset_size))
         return [g.group_id for g in groups]

@@ -10,8 +10,8 @@ from typing import Any
 import journal
 from journal import Group, Owner, OsFileSystem, State
 from snapshot import MANIFEST_NAME, SNAPSHOTS_DIR, RestoreError, Skipped, cut_dirs, write_cut
+from journal.layout import cut_dir_name, replaced_name
 from snapshot.manifest import decode as _decode_manifest
-from snapshot.state_at import cut_dir_name
 
 
 @dataclass
@@ -122,6 +122,7 @@ class RecoveredState:
         fs = fs or journal.DEFAULT_FS
         target = os.path.join(journal_path, SNAPSHOTS_DIR, cut_dir_name(state.timeline, state.lsn))
         if os.path.exists(target):  # a damaged or foreign cut under that name: keep it, aside
-            fs.rename(target, f"{target}.replaced-{int(time.time())}")
+            fs.rename(target, os.path.join(os.path.dirname(target),
+                                           replaced_name(os.path.basename(target), int(time.time()))))
             fs.fsync_dir(os.path.dirname(target))
         return write_cut(target, state, run_id=self.run_id, timeline=state.timeline, fs=fs)

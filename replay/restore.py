@@ -16,22 +16,13 @@ from typing import Any, Callable
 
 import journal
 from journal import LoaderStateError, Owner, Reader, State, list_segments
-from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
-                      SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at)
+from journal.layout import DirKind, describe_entries, dir_kind
+from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
 from .recovered import RecoveredState
 from .recovery import read_dead_tail, recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
-
-
-_CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE)
-
-
-def _is_cut(path: str) -> bool:
-    """A cut directory (even one whose manifest is gone: that is check 1's error, not an empty
-    journal that restores as "no checkpoint yet")."""
-    return any(os.path.exists(os.path.join(path, name)) for name in _CUT_FILES)
 
 
 def _wrap_journal_errors(fn, *args, **kwargs):
@@ -99,11 +90,16 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         wanted = f"step {step}" if step is not None else f"LSN {at}"
         raise RestoreError(f"{path}: no such journal or cut directory, so there is no {wanted} "
                            f"to restore (a first start restores with the default at=)")
-    if not os.path.isdir(path):
+    kind, entries = dir_kind(path)
+    if kind is DirKind.NOT_A_DIRECTORY:
         raise RestoreError(f"{path}: not a directory: restore takes a journal or a cut directory")
+    if kind is DirKind.FOREIGN:
+        raise RestoreError(f"{path}: neither a journal nor a cut directory (it holds "
+                           f"{describe_entries(entries)}, none of them a segment, LOCK, torn/, "
+                           f"snapshots/ or a cut file): check the path")
     reader = None  # the journal the state comes from, if any (for the dead tail and the ids)
     tail = None
-    if _is_cut(path):
+    if kind is DirKind.CUT:
         cut = read_cut(path)                                                     # 1-7
         cut.state.timeline = cut.manifest.timeline  # the anchor's timeline (a resume branches off it)
         owner_journal = os.path.dirname(os.path.dirname(path))

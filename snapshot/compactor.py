@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from journal import DEFAULT_FS, Journal, OsFileSystem, Reader, checkpoint_markers
+from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp_name
+from journal.leftovers import remove_compaction_leftovers
+from journal.locks import compaction_lock
 
-from .cut import DATA_PLANE_DIR, TMP_PREFIX, Cut, DataPlane, read_cut, write_cut
+from .cut import DATA_PLANE_DIR, DataPlane, read_cut, write_cut
 from .errors import RestoreError
 from .io_errors import io_step
-from .retention import RETENTION_MODES, remove_leftover_archives, retire, retirable_segments
-from .state_at import SNAPSHOTS_DIR, Skipped, anchor_problem, cut_dir_name, state_at, usable_cuts
+from .retention import RETENTION_MODES, retire, retirable_segments
+from .state_at import Skipped, anchor_problem, state_at, usable_cuts
 
 
 @dataclass
@@ -36,9 +39,9 @@ class CompactResult:
     skipped: list[Skipped] = field(default_factory=list)
 
 
-def _remove_tmp_dirs(fs: OsFileSystem, parent: str, prefix: str = TMP_PREFIX) -> None:
-    """Remove what a crashed compaction left under `parent`: unfinished cuts and cuts that were
-    being deleted (both renamed to `.tmp-*` names, which nothing ever reads)."""
+def _remove_tmp_dirs(fs: OsFileSystem, parent: str, prefix: str) -> None:
+    """Remove the unfinished cuts a crashed `compact(into=)` left under `parent` (`prefix*`
+    directories, which nothing ever reads)."""
     if not os.path.isdir(parent):
         return
     removed = False
@@ -57,7 +60,7 @@ def _discard_cut(fs: OsFileSystem, cut_path: str) -> None:
     """Delete a cut directory crash-safely: rename it to a `.tmp-` name first (atomic, so no half
     deleted cut is ever listed), fsync the parent, then remove the tree."""
     parent, name = os.path.split(cut_path)
-    doomed = os.path.join(parent, f"{TMP_PREFIX}del-{name}-{secrets.token_hex(4)}")
+    doomed = os.path.join(parent, delete_tmp_name(name, secrets.token_hex(4)))
     with io_step("delete the cut", cut_path):
         fs.rename(cut_path, doomed)
         fs.fsync_dir(parent)
@@ -84,6 +87,13 @@ def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = N
     zstd) or deleted (`"delete"`); `retention=None` retires nothing. With no
     committed checkpoint nothing is retired (a restart resumes from LSN 0).
     """
+    with compaction_lock(os.path.abspath(path)):
+        return _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retention, fs)
+
+
+def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retention, fs) -> CompactResult:
+    """`compact`, under the compaction lock: no other compaction runs, and a writer's open
+    leaves this one's temporary files alone."""
     fs = fs or (journal.fs if journal is not None else DEFAULT_FS)
     path = os.path.abspath(path)
     if retention is not None and retention not in RETENTION_MODES:
@@ -100,8 +110,7 @@ def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = N
                                   "into a directory that does not exist yet (e.g. "
                                   "ckpt/step_8/ownership), never over or into an existing one")
     snapshots = os.path.join(path, SNAPSHOTS_DIR)
-    _remove_tmp_dirs(fs, snapshots)
-    remove_leftover_archives(fs, path)
+    remove_compaction_leftovers(fs, path)
     if journal is not None and at == "end":
         state = journal.state_copy()  # the only moment appends wait
         step = next((s for s, lsn in state.committed_checkpoints.items() if lsn == state.lsn), None)
@@ -113,7 +122,7 @@ def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = N
         run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
     if into is not None:
-        _remove_tmp_dirs(fs, os.path.dirname(target), f"{TMP_PREFIX}{os.path.basename(target)}-")
+        _remove_tmp_dirs(fs, os.path.dirname(target), cut_tmp_name(os.path.basename(target), ""))
         write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs)
     else:
         target = os.path.join(snapshots, cut_dir_name(timeline, state.lsn))
@@ -160,7 +169,6 @@ def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int]
             boundary = 0  # restoring this point folds from LSN 1: retire nothing
         else:
             keep.add(base.path)
-    snapshots = os.path.join(path, SNAPSHOTS_DIR)
     for c in cuts:
         if c.path not in keep:
             _discard_cut(fs, c.path)

@@ -40,12 +40,9 @@ from .errors import ChecksumMismatch, CountMismatch, CorruptRecord, MissingFile,
     OrphanFile, TwoOwners
 from .io_errors import io_step, remove_quietly
 
-TMP_PREFIX = ".tmp-"
-DATALOADER_FILE = "train_dataloader.pt"
-RECOVERY_FILE = "rollout_recovery.pt"
-REPLAY_FILE = "replay_buffer_metadata.pt"
-RESERVE_FILE = "replacement_reserve.pt"
-DATA_PLANE_DIR = "data_plane"
+from journal.layout import (DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,  # noqa: F401
+                            RESERVE_FILE, TMP_PREFIX, cut_tmp_name)
+
 TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped
 DATASET_KEY = "dataset"  # in rollout_recovery.pt: the dataset size and row sample (optional)
 _OWNER_OF = operator.attrgetter("owner")
@@ -127,7 +124,7 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
     if os.path.exists(final_dir):
         raise FileExistsError(f"cut directory {final_dir} already exists")
     parent = os.path.dirname(final_dir)
-    tmp = os.path.join(parent, f"{TMP_PREFIX}{os.path.basename(final_dir)}-{secrets.token_hex(4)}")
+    tmp = os.path.join(parent, cut_tmp_name(os.path.basename(final_dir), secrets.token_hex(4)))
     with io_step("write the cut", final_dir):
         fs.makedirs(parent)
         fs.mkdir(tmp)  # its entry needs no fsync of its own: the rename below is fsynced

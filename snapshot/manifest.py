@@ -15,7 +15,7 @@ from .errors import ManifestMissing, SchemaMismatch, UnsafePath
 FORMAT_NAME = "ownership-journal-cut"
 SCHEMA_VERSION = 2               # what this code writes: 2 added the rollout table
 READABLE_SCHEMAS = frozenset({1, 2})  # what it reads
-MANIFEST_NAME = "MANIFEST.json"
+from journal.layout import MANIFEST_NAME  # noqa: E402,F401 (every name on disk is layout's)
 
 
 class FileEntry(msgspec.Struct, frozen=True):

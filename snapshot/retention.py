@@ -15,6 +15,7 @@ import os
 import zstandard
 
 from journal import JournalIOError, OsFileSystem, Reader, read_segment_bytes
+from journal.layout import REPLACE_TMP_SUFFIX, archive_name
 
 from .io_errors import io_step, remove_quietly
 
@@ -50,7 +51,7 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
             with io_step("read the segment to archive", seg.path):
                 raw = read_segment_bytes(seg)
             data = zstandard.ZstdCompressor(level=ARCHIVE_LEVEL).compress(raw)
-            final = seg.path + ".zst"
+            final = os.path.join(journal_path, archive_name(seg.name))
             if zstandard.ZstdDecompressor().decompress(data) != raw:  # never unlink on a bad archive
                 raise JournalIOError(f"{final}: the zstd archive does not decompress to the segment "
                                      f"{seg.path}, which stays live", path=final,
@@ -59,7 +60,7 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
                 try:
                     fs.replace_file(final, data)  # via <final>.tmp: fsync, rename, directory fsync
                 except OSError:
-                    remove_quietly(fs, final + ".tmp")
+                    remove_quietly(fs, final + REPLACE_TMP_SUFFIX)
                     raise
             with io_step("unlink the archived segment", seg.path):
                 fs.unlink(seg.path)
@@ -72,16 +73,3 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
             done.append(seg.name)
     return done
 
-
-def remove_leftover_archives(fs: OsFileSystem, journal_path: str) -> None:
-    """Temporary archive files of a compaction that crashed are removed."""
-    removed = False
-    for name in os.listdir(journal_path):
-        if name.endswith(".wal.zst.tmp"):
-            with io_step("remove a temporary archive left by an earlier compaction",
-                         os.path.join(journal_path, name)):
-                fs.unlink(os.path.join(journal_path, name))
-            removed = True
-    if removed:
-        with io_step("fsync the directory", journal_path):
-            fs.fsync_dir(journal_path)

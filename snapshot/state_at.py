@@ -11,22 +11,15 @@ import collections
 import gc
 import itertools
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from journal import JournalCorrupt, OwnershipError, Reader, State, checkpoint_markers, fold_records
+from journal.layout import SNAPSHOTS_DIR, cut_dir_name, parse_cut_dir_name  # noqa: F401
 
 from . import manifest as mf
-from .cut import TMP_PREFIX, Cut, read_cut
+from .cut import Cut, read_cut
 from .errors import JournalMismatch, RestoreError
-
-SNAPSHOTS_DIR = "snapshots"
-_CUT_NAME = re.compile(r"^cut-(\d{8})-(\d{20})$")
-
-
-def cut_dir_name(timeline: int, lsn: int) -> str:
-    return f"cut-{timeline:08d}-{lsn:020d}"
 
 
 def cut_dirs(journal_path: str) -> list[tuple[int, int, str]]:
@@ -37,9 +30,9 @@ def cut_dirs(journal_path: str) -> list[tuple[int, int, str]]:
         return []
     out = []
     for name in os.listdir(root):
-        m = _CUT_NAME.match(name)
-        if m and not name.startswith(TMP_PREFIX):
-            out.append((int(m.group(2)), int(m.group(1)), os.path.join(root, name)))
+        parsed = parse_cut_dir_name(name)  # never a temporary (`.tmp-*`) directory
+        if parsed is not None:
+            out.append((parsed[1], parsed[0], os.path.join(root, name)))
     out.sort(reverse=True)
     return out
 

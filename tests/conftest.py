@@ -14,6 +14,12 @@ import tempfile
 import pytest
 
 
+def pytest_configure(config):
+    # The tests reopen journals without resume= on purpose (to check what is on disk), which
+    # warns past a checkpoint (JournalWarning); tests of that warning record it themselves.
+    config.addinivalue_line("filterwarnings", "ignore::journal.JournalWarning")
+
+
 @pytest.fixture
 def fast_tmp(tmp_path):
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None

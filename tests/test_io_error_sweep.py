@@ -10,9 +10,9 @@ open-with-repair (a journal with a torn frame tail, and one whose newest
 segment has a torn header; open, then close).
 
 After every run either the operation succeeded, or it raised a documented
-error (`JournalFailed`, a `JournalIOError` naming the file and operation (compaction:
-always; no half-written temporary cut or archive left after a one-shot fault), an `OSError`
-from the seam carrying the injected EIO, a `RestoreError`), and then, on the directory as the failure left it:
+error (`JournalFailed`, a `JournalIOError` naming the file and operation (open, repair,
+compaction; no half-written temporary cut or archive left after a one-shot fault), an
+`OSError` from the seam carrying the injected EIO, a `RestoreError`), and then, on the directory as the failure left it:
 `crash_oracle.check_journal` (strict reader, every acknowledged commit there
 with its exact events, restore equal to the model, every cut reads), then the
 operation again without faults succeeds, then the full check with a reopen

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from faultfs import FaultFS
-from journal import CheckpointCommitted, GroupRef, Journal, JournalFailed, Owner, Reader
+from journal import CheckpointCommitted, GroupRef, Journal, JournalFailed, JournalIOError, Owner, Reader
 from journal_model import (Model, append_and_verify, assert_journal_matches, assert_state_matches,
                            drive, fold_records, segment_files, step)
 
@@ -332,9 +332,13 @@ def test_fault_while_open_repairs_a_torn_tail(fast_tmp, kind):
         fh.write(b"\x07" * 33)
     fs = FaultFS(root=path)
     fs.inject(kind, nth=1, error=errno.EIO)
-    with pytest.raises(OSError):
+    with pytest.raises(JournalIOError) as info:
         Journal.open(path, fs=fs)
+    assert info.value.errno == errno.EIO and info.value.path and info.value.operation
     assert fs.count(kind, failed=True) == 1
+    torn = os.path.join(path, "torn")
+    copies = [open(os.path.join(torn, n), "rb").read() for n in os.listdir(torn)] if os.path.isdir(torn) else []
+    assert copies in ([], [b"\x07" * 33])  # no partial copy is left
     with Journal.open(path) as j:  # the lock was released, the repair happens now
         assert_journal_matches(j, m)
     append_and_verify(path, m)
