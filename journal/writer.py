@@ -166,6 +166,7 @@ class Journal:
         with _io_step("create the journal directory", self.path):
             fs.makedirs(self.path)
         self._lock_fd = locks.acquire_writer_lock(self.path, fs)
+        self._open_warning: str | None = None
         try:
             with _io_step("open and repair the journal", self.path):
                 self._remove_leftovers()
@@ -179,6 +180,8 @@ class Journal:
                     pass
             os.close(self._lock_fd)
             raise
+        if self._open_warning is not None:
+            warnings.warn(JournalWarning(self._open_warning), stacklevel=2)  # at the caller's open
         if sync == "batch":
             self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
             self._syncer.start()
@@ -224,7 +227,7 @@ class Journal:
                 apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
                 if any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events):
                     last_ownership_lsn = rec.commit.lsn
-            self._warn_if_past_checkpoint(state, last_ownership_lsn)
+            self._open_warning = self._forgotten_resume(state, last_ownership_lsn)
             end_lsn, end_blobs = state.lsn, rec.blobs if state.lsn else {}
             # ids are never reused, not even those allocated on a dead tail
             top_gid = reader.max_group_id() if len(reader.timelines) > 1 else state.next_group_id - 1
@@ -285,22 +288,21 @@ class Journal:
         if segment.file is not None and segment.file.path != segment.path:
             self._publish(segment)
 
-    def _warn_if_past_checkpoint(self, state: State, last_ownership_lsn: int) -> None:
-        """Warn when an open without `resume=` continues ownership history that a restore would
-        drop: a commit after the latest committed checkpoint's `checkpoint_begun` (LSN B, 0 if
-        none) holding an event other than a checkpoint marker. Commits after B that hold only
+    def _forgotten_resume(self, state: State, last_ownership_lsn: int) -> str | None:
+        """The warning for an open without `resume=` that continues ownership history a restore
+        would drop: a commit after the latest committed checkpoint's `checkpoint_begun` (LSN B, 0
+        if none) holding an event other than a checkpoint marker. Commits after B that hold only
         checkpoint markers (the `checkpoint_committed` of a clean shutdown) do not count."""
         latest = state.latest_committed_checkpoint()
         begun = latest[1] if latest is not None else 0
         if last_ownership_lsn <= begun:
-            return
+            return None
         where = (f"the latest committed checkpoint (step {latest[0]}, checkpoint_begun at LSN "
                  f"{begun})" if latest is not None else "LSN 0 (no checkpoint was ever committed)")
-        warnings.warn(JournalWarning(
-            f"journal {self.path}: opened without resume=, but its history continues past {where} "
-            f"with ownership events up to LSN {state.lsn} (the end); they are continued as they "
-            "are. After a crash, restore first: state = replay.restore(path); "
-            "Journal.open(path, resume=state)"), stacklevel=4)
+        return (f"journal {self.path}: opened without resume=, but its history continues past {where} "
+                f"with ownership events up to LSN {state.lsn} (the end); they are continued as they "
+                "are. After a crash, restore first: state = replay.restore(path); "
+                "Journal.open(path, resume=state)")
 
     def _repair_torn(self, reader: Reader) -> None:
         """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes).
