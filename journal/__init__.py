@@ -30,12 +30,13 @@ from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commi
 from .fold import (Group, LoaderState, Rollouts, SampledRow, State, apply, checkpoint_markers, fold,
                    fold_records)
 from .loader_state import LoaderStateError
+from .resume import ResumePlan
 from .reader import MODES, Problem, Reader, Record, Segment, Timeline, list_segments, read_segment_bytes
 from .vfs import DEFAULT_FS, File, FileSystem, OsFileSystem
 from .writer import AsyncJournal, Journal, Transaction, TORN_DIR, LOCK_NAME
 
 __all__ = [
-    "Journal", "Transaction", "AsyncJournal", "GroupRef", "RolloutRef", "RolloutSealed",
+    "Journal", "Transaction", "AsyncJournal", "ResumePlan", "GroupRef", "RolloutRef", "RolloutSealed",
     "RolloutFailed", "Owner", "LIVE_OWNERS", "Group", "Rollouts", "State", "LoaderState",
     "SampledRow", "apply", "checkpoint_markers", "fold", "fold_records", "Reader", "Record",
     "Problem", "Segment", "Timeline", "MODES",

@@ -36,6 +36,7 @@ from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commi
 from .events import commit_decoder as _commit_decoder
 from .fold import Group, State, Undo, apply, taken_next_id
 from .reader import Reader
+from .resume import ResumePlan
 from .vfs import DEFAULT_FS, OsFileSystem
 
 SYNC_MODES = ("always", "batch", "none")
@@ -122,7 +123,7 @@ class Journal:
 
     @classmethod
     def open(cls, path: str, *, sync: str = "always", sync_interval: float = 0.05,
-             segment_bytes: int = DEFAULT_SEGMENT_BYTES, resume: Any = None,
+             segment_bytes: int = DEFAULT_SEGMENT_BYTES, resume: ResumePlan | State | None = None,
              fs: OsFileSystem | None = None) -> "Journal":
         """Open (creating if missing) the journal at `path` for writing.
 
@@ -131,8 +132,10 @@ class Journal:
         of the last segment is copied to `torn/` (once) and cut off; what crashes left that is
         provably garbage is removed (`journal.leftovers`). An OS error of any of these steps
         is a `JournalIOError` naming the path and the operation, with no partial file left.
-        `resume` is a `replay.RecoveredState` (or a `journal.State`): the
-        history continues at its LSN on a new branch; see `replay.restore`.
+        `resume` is a `journal.ResumePlan` (the `replay.RecoveredState` that `replay.restore`
+        returns is one) or a bare `journal.State`: the history continues at its LSN (a new
+        branch when that is below the end), after the plan's base cut and with its first
+        commit (see `journal/resume.py`).
 
         Without `resume`, the history on disk is continued as it is. When it continues past
         the latest committed checkpoint, that is, a commit after that checkpoint's
@@ -202,91 +205,104 @@ class Journal:
         finally:
             os.close(fd)
 
-    def _recover(self, resume: Any) -> None:
+    def _recover(self, resume: ResumePlan | State | None) -> None:
+        plan = ResumePlan.of(resume) if resume is not None else None
         try:
-            self._recover_history(resume)
+            self._recover_history(plan)
         except JournalCorrupt as exc:
-            raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path, resume)}",
+            raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path, plan)}",
                                  segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
 
-    def _recover_history(self, resume: Any) -> None:
+    def _recover_history(self, plan: ResumePlan | None) -> None:
         reader = Reader(self.path, "strict")
         self._repair_torn(reader)
         lineage = reader.lineage() if reader.timelines else []
         first_lsn = lineage[0].segments[0].first_lsn if lineage else 1
-        self.run_id = reader.run_id or getattr(resume, "run_id", None) or secrets.token_bytes(16)
+        self.run_id = reader.run_id or (plan.run_id if plan else None) or secrets.token_bytes(16)
         self.timeline = lineage[-1].timeline if lineage else 1
-        if resume is None:
-            if first_lsn > 1:
-                raise JournalError(
-                    f"journal {self.path}: the segments before LSN {first_lsn} were retired; open it "
-                    "with resume=replay.restore(path) so the state comes from a cut")
-            state = State()
-            last_ownership_lsn = 0  # the last commit holding an event other than a checkpoint marker
-            for rec in reader.records():
-                apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
-                if any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events):
-                    last_ownership_lsn = rec.commit.lsn
-            self._open_warning = self._forgotten_resume(state, last_ownership_lsn)
-            end_lsn, end_blobs = state.lsn, rec.blobs if state.lsn else {}
+        if plan is None:
+            state, end_lsn, end_blobs = self._fold_on_disk(reader, first_lsn)
             # ids are never reused, not even those allocated on a dead tail
             top_gid = reader.max_group_id() if len(reader.timelines) > 1 else state.next_group_id - 1
         else:
-            state = getattr(resume, "fold_state", resume)
-            if not isinstance(state, State):
-                raise TypeError("resume= takes a replay.RecoveredState or a journal.State")
-            end_lsn, end_blobs, anchor = state.lsn if not lineage else first_lsn - 1, {}, None
-            for rec in reader.records():
-                end_lsn, end_blobs = rec.commit.lsn, rec.blobs
-                if end_lsn == state.lsn:
-                    anchor = rec.chain
-            if state.lsn == first_lsn - 1 and lineage:
-                anchor = lineage[0].segments[0].header.chain_seed
-            if lineage and (anchor != state.chain or state.lsn > end_lsn):
-                raise JournalError(
-                    f"resume point (LSN {state.lsn}, chain {state.chain:#010x}) is not on the active "
-                    f"history of journal {self.path} (LSNs {first_lsn}..{end_lsn}): the state comes "
-                    "from another run or branch")
-            state = state.copy()
+            end_lsn, end_blobs = self._check_resume_point(reader, lineage, first_lsn, plan.fold_state)
+            state = plan.fold_state.copy()
             top_gid = reader.max_group_id()
-        segment = None
-        if resume is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0):
-            # a new branch: the rest of the active history becomes a dead tail. Its parent is
-            # the timeline of the lineage that holds commit state.lsn, which is not the newest
-            # one when the resume point is before the newest branch point (restore(step=S) of
-            # an older checkpoint): a child of the newest timeline would make readers follow
-            # the old timeline past the resume point.
+        branching = plan is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0)
+        segment = self._open_segment(reader, lineage, state, end_lsn, end_blobs, branching)
+        state.next_group_id = max(state.next_group_id, top_gid + 1)
+        self._state = state
+        self._segment = self._disk_segment = segment
+        self._durable_lsn = state.lsn
+        if plan is not None:
+            if plan.write_base_cut is not None and state.lsn > 0 and (not lineage or state.lsn == first_lsn - 1):
+                plan.write_base_cut(self.path, self.fs)  # the history on disk starts after it
+            if plan.first_commit:
+                self._commit(list(plan.first_commit))
+        if segment.file is not None and segment.file.path != segment.path:
+            self._publish(segment)
+
+    def _fold_on_disk(self, reader: Reader, first_lsn: int) -> tuple[State, int, dict]:
+        """The state at the end of the history on disk (an open without `resume=`), noting
+        whether it continues past the latest committed checkpoint (`_forgotten_resume`)."""
+        if first_lsn > 1:
+            raise JournalError(
+                f"journal {self.path}: the segments before LSN {first_lsn} were retired; open it "
+                "with resume=replay.restore(path) so the state comes from a cut")
+        state, blobs = State(), {}
+        last_ownership_lsn = 0  # the last commit holding an event other than a checkpoint marker
+        for rec in reader.records():
+            apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
+            blobs = rec.blobs
+            if any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events):
+                last_ownership_lsn = rec.commit.lsn
+        self._open_warning = self._forgotten_resume(state, last_ownership_lsn)
+        return state, state.lsn, blobs
+
+    def _check_resume_point(self, reader: Reader, lineage: list, first_lsn: int,
+                            state: State) -> tuple[int, dict]:
+        """(end LSN, blob table of its segment) of the history on disk; JournalError unless
+        the resume point's anchor lies on it."""
+        end_lsn, end_blobs, anchor = state.lsn if not lineage else first_lsn - 1, {}, None
+        for rec in reader.records():
+            end_lsn, end_blobs = rec.commit.lsn, rec.blobs
+            if end_lsn == state.lsn:
+                anchor = rec.chain
+        if state.lsn == first_lsn - 1 and lineage:
+            anchor = lineage[0].segments[0].header.chain_seed
+        if lineage and (anchor != state.chain or state.lsn > end_lsn):
+            raise JournalError(
+                f"resume point (LSN {state.lsn}, chain {state.chain:#010x}) is not on the active "
+                f"history of journal {self.path} (LSNs {first_lsn}..{end_lsn}): the state comes "
+                "from another run or branch")
+        return end_lsn, end_blobs
+
+    def _open_segment(self, reader: Reader, lineage: list, state: State, end_lsn: int,
+                      end_blobs: dict, branching: bool) -> _SegmentPlan:
+        """The segment commits go to next: a new branch's first segment (unpublished until its
+        first commit is durable, see `_publish`), the last segment of the history, or the
+        first segment of a new journal."""
+        if branching:
+            # the rest of the active history becomes a dead tail. The branch's parent is the
+            # timeline of the lineage that holds commit state.lsn, which is not the newest one
+            # when the resume point is before the newest branch point (restore(step=S) of an
+            # older checkpoint): a child of the newest timeline would make readers follow the
+            # old timeline past the resume point.
             parent = next((tl.timeline for tl in reversed(lineage) if tl.branch_lsn < state.lsn),
                           lineage[0].timeline) if lineage else 0
             self.timeline = (max(reader.timelines) if lineage else state.timeline) + 1
-            # the branch is published (renamed to its segment name) only once its first commit
-            # is durable in it, see `_publish`
-            segment = self._create_segment(fmt.SegmentHeader(
+            return self._create_segment(fmt.SegmentHeader(
                 self.run_id, self.timeline, parent, state.lsn + 1, state.chain), publish=False,
                 opening=True)
-        elif lineage:
+        if lineage:
             last = lineage[-1].segments[-1]
             f = self.fs.open_append(last.path)
             # `end_blobs` is the table of the segment holding the last commit; when the last
             # segment has no commit yet (crash right after a rotation) that is an earlier
             # segment, and claiming its blobs would leave the next `taken` without them
             stored = set(end_blobs) if end_lsn >= last.first_lsn else set()
-            segment = _SegmentPlan(last.header, last.path, f.offset, stored, f)
-        else:
-            segment = self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0), opening=True)
-        state.next_group_id = max(state.next_group_id, top_gid + 1)
-        self._state = state
-        self._segment = self._disk_segment = segment
-        self._durable_lsn = state.lsn
-        if resume is not None and not isinstance(resume, State):
-            # the history on disk starts right after the resume point (a fresh directory, or
-            # the head was retired): the state it starts from must be on disk too, as a cut
-            seed = getattr(resume, "seed_journal", None)
-            if seed is not None and state.lsn > 0 and (not lineage or state.lsn == first_lsn - 1):
-                seed(self.path, self.fs)
-            self._reconcile(resume)
-        if segment.file is not None and segment.file.path != segment.path:
-            self._publish(segment)
+            return _SegmentPlan(last.header, last.path, f.offset, stored, f)
+        return self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0), opening=True)
 
     def _forgotten_resume(self, state: State, last_ownership_lsn: int) -> str | None:
         """The warning for an open without `resume=` that continues ownership history a restore
@@ -400,14 +416,6 @@ class Journal:
             self.fs.rename(seg.file.path, seg.path)
             seg.file.path = seg.path
             self.fs.fsync_dir(self.path)
-
-    def _reconcile(self, resume: Any) -> None:
-        """First commit of a resumed history: the events restore decided on (`first_commit`:
-        re-marked checkpoints, salvaged groups and rollouts, raised attempts, demoted groups
-        under their new ids), so the journal says exactly what the trainer was handed."""
-        events = list(getattr(resume, "first_commit", ()))
-        if events:
-            self._commit(events)
 
     # -- state (read-only) -------------------------------------------------------------
 
@@ -750,10 +758,10 @@ class Journal:
         return f"<Journal {self.path} timeline={self.timeline} lsn={self._state.lsn} sync={self.sync}>"
 
 
-def _continue_elsewhere(path: str, resume: Any) -> str:
-    """How to go on when the history on disk is damaged: the newest cut (the one `resume` was
+def _continue_elsewhere(path: str, plan: ResumePlan | None) -> str:
+    """How to go on when the history on disk is damaged: the newest cut (the one `plan` was
     restored from, else the newest under `<path>/snapshots`) resumed into a fresh directory."""
-    cut = getattr(resume, "base_cut", None)
+    cut = plan.base_cut if plan is not None else None
     if cut is None:
         snapshots = os.path.join(path, layout.SNAPSHOTS_DIR)
         names = os.listdir(snapshots) if os.path.isdir(snapshots) else []

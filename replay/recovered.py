@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-import journal
-from journal import Group, Owner, OsFileSystem, State
+from journal import Group, OsFileSystem, Owner, ResumePlan, State
 from snapshot import MANIFEST_NAME, SNAPSHOTS_DIR, RestoreError, Skipped, cut_dirs, write_cut
 from journal.layout import cut_dir_name, replaced_name
 from snapshot.manifest import decode as _decode_manifest
@@ -60,8 +59,9 @@ class RecoveredGroup:
 
 
 @dataclass
-class RecoveredState:
-    """What a trainer resumes from. Feed `loader_state` to `dataloader.load_state_dict`,
+class RecoveredState(ResumePlan):
+    """What a trainer resumes from (a `journal.ResumePlan`: `Journal.open(path, resume=state)`
+    writes it). Feed `loader_state` to `dataloader.load_state_dict`,
     redispatch `admitted` (all their rollouts, or for groups admitted with `rollouts=N` only
     `pending`), send `reserved` through admission again, train `replay` directly, keep `spare`
     in the reserve. Then `Journal.open(path, resume=state)` continues the history at `lsn`:
@@ -78,7 +78,6 @@ class RecoveredState:
     step: int | None
     counts: dict[str, int]            # the journal's per-owner counts at `lsn` (before salvage/demotion)
     source: str                       # "journal" or "cut"
-    base_cut: str | None              # the cut the state was built on, if any
     skipped: list[Skipped] = field(default_factory=list)    # stale or incomplete cuts passed over
     demoted: list[RecoveredGroup] = field(default_factory=list)   # rows lost: a fresh id, regenerate
     salvaged: list[RecoveredGroup] = field(default_factory=list)  # admitted -> replay: finished later
@@ -86,29 +85,23 @@ class RecoveredState:
     lost_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (old group, index): row gone
     changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
     changed_sample: list = field(default_factory=list)  # sampled rows whose fingerprint differs, accepted
-    run_id: bytes | None = None
-    fold_state: State | None = None   # the journal's state at `lsn` (what resume continues from)
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
     # becomes the dead tail): their weights are durable, so a resume marks them committed again
     recommit: list[int] = field(default_factory=list)
-    # the events of the resume's first commit (see the class docstring); empty: nothing to record
-    first_commit: list = field(default_factory=list)
 
     @property
     def groups(self) -> list[RecoveredGroup]:
         return self.reserved + self.admitted + self.replay + self.spare
 
-    def seed_journal(self, journal_path: str, fs: OsFileSystem | None = None) -> str | None:
-        """Make sure `<journal>/snapshots` holds a cut at `lsn` of this state.
 
-        `Journal.open(path, resume=state)` calls it when the history on disk
-        starts right after `lsn` (a fresh directory resumed from a cut, or one
-        whose head was retired): without such a cut the journal could never be
-        restored or compacted again. Returns the cut written, None if one with
-        the same anchor was already there."""
-        state = self.fold_state
-        if state is None or state.lsn == 0 or self.run_id is None:
-            return None
+def base_cut_writer(state: State, run_id: bytes | None) -> Callable[[str, OsFileSystem], str | None] | None:
+    """The plan's `write_base_cut` for `state`: make sure `<journal>/snapshots` holds a cut at
+    its LSN (none for an empty state). A cut with the same anchor already there is kept; a
+    damaged or foreign one under that name is renamed aside first. Returns the cut written."""
+    if state.lsn == 0 or run_id is None:
+        return None
+
+    def write(journal_path: str, fs: OsFileSystem) -> str | None:
         for lsn, _timeline, cut_path in cut_dirs(journal_path):
             if lsn != state.lsn:
                 continue
@@ -117,12 +110,12 @@ class RecoveredState:
                     m = _decode_manifest(f.read(), cut_path)
             except (OSError, RestoreError):
                 continue
-            if m.run_id == self.run_id.hex() and m.chain == state.chain:
+            if m.run_id == run_id.hex() and m.chain == state.chain:
                 return None
-        fs = fs or journal.DEFAULT_FS
         target = os.path.join(journal_path, SNAPSHOTS_DIR, cut_dir_name(state.timeline, state.lsn))
-        if os.path.exists(target):  # a damaged or foreign cut under that name: keep it, aside
+        if os.path.exists(target):
             fs.rename(target, os.path.join(os.path.dirname(target),
                                            replaced_name(os.path.basename(target), int(time.time()))))
             fs.fsync_dir(os.path.dirname(target))
-        return write_cut(target, state, run_id=self.run_id, timeline=state.timeline, fs=fs)
+        return write_cut(target, state, run_id=run_id, timeline=state.timeline, fs=fs)
+    return write

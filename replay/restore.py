@@ -20,7 +20,7 @@ from journal.layout import DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
-from .recovered import RecoveredState
+from .recovered import RecoveredState, base_cut_writer
 from .recovery import read_dead_tail, recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
 
@@ -136,7 +136,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         source=source, base_cut=base, skipped=skipped, demoted=groups.demoted,
         salvaged=groups.salvaged, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, run_id=run_id, fold_state=state, recommit=recommit,
-        first_commit=groups.first_commit)
+        first_commit=groups.first_commit, write_base_cut=base_cut_writer(state, run_id))
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, state.dataset_size, state.row_sample,

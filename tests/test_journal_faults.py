@@ -18,7 +18,8 @@ import time
 import pytest
 
 from faultfs import FaultFS
-from journal import CheckpointCommitted, GroupRef, Journal, JournalFailed, JournalIOError, Owner, Reader
+from journal import (CheckpointCommitted, GroupRef, Journal, JournalFailed, JournalIOError, Owner, Reader,
+                     ResumePlan)
 from journal_model import (Model, append_and_verify, assert_journal_matches, assert_state_matches,
                            drive, fold_records, segment_files, step)
 
@@ -405,8 +406,7 @@ def test_a_failed_open_leaves_no_file_open(fast_tmp):
         j.commit_checkpoint(step=1)
     at_checkpoint = Reader(path).fold(stop_lsn=3)
 
-    class Resume:  # what replay.restore hands over, reduced to what the journal reads
-        fold_state, first_commit = at_checkpoint, [CheckpointCommitted(1)]
+    plan = ResumePlan(fold_state=at_checkpoint, first_commit=[CheckpointCommitted(1)])
 
     def open_fds() -> set[str]:
         return {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
@@ -416,7 +416,7 @@ def test_a_failed_open_leaves_no_file_open(fast_tmp):
     fs = FaultFS(root=path)
     fs.inject("write", nth=2, error=errno.ENOSPC, persistent=True)
     with pytest.raises((OSError, JournalFailed)):
-        Journal.open(path, resume=Resume(), fs=fs)
+        Journal.open(path, resume=plan, fs=fs)
     leaked = {p for p in open_fds() - before if p.startswith(path)}
     assert not leaked, leaked
     with Journal.open(path) as j:  # the lock was released too

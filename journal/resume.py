@@ -1,0 +1,42 @@
+"""The contract between a restore and the writer that continues the history from it.
+
+`replay.restore` builds a `ResumePlan` (its `RecoveredState` is one); `Journal.open(path,
+resume=plan)` writes it and knows nothing else about restores:
+
+1. the history continues at `fold_state` (its LSN, chain and timeline are the anchor that
+   must lie on the journal's active history; below the end, a new branch starts there);
+2. when the directory holds no history up to that point (a fresh directory, or a head that
+   retention removed), `write_base_cut(journal_path, fs)` first puts a cut of the state into
+   `<journal>/snapshots/`, so the journal can be restored and compacted again;
+3. the resume's first commit is `first_commit` (re-marked checkpoints, salvaged groups and
+   rollouts, raised attempts, demoted groups under their new ids), so the journal says
+   exactly what the trainer was handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .fold import State
+from .vfs import OsFileSystem
+
+
+@dataclass(kw_only=True)
+class ResumePlan:
+    fold_state: State = field(default_factory=State)  # where the history continues
+    run_id: bytes | None = None                # the run the state belongs to
+    first_commit: list = field(default_factory=list)
+    write_base_cut: Callable[[str, OsFileSystem], object] | None = None
+    base_cut: str | None = None                # the cut the state was read from, for messages
+
+    @classmethod
+    def of(cls, resume: "ResumePlan | State") -> "ResumePlan":
+        """The plan for `Journal.open(resume=...)`: a plan as it is, or a bare fold state
+        (continue at it, with nothing else to write)."""
+        if isinstance(resume, ResumePlan):
+            return resume
+        if isinstance(resume, State):
+            return cls(fold_state=resume)
+        raise TypeError(f"resume= takes a replay.RecoveredState (a journal.ResumePlan) or a "
+                        f"journal.State, not {type(resume).__name__}")
