@@ -114,7 +114,7 @@ def explain(events: list) -> Exception | None:
             problem = rule(getattr(ev, attr))
             if problem is not None:
                 return invalid(f"{call}() argument {arg}", getattr(ev, attr), problem)
-        for ref in getattr(ev, "rollouts", None) or () if type(ev) in (RolloutSealed, RolloutFailed) else ():
+        for ref in ev.rollouts if type(ev) in (RolloutSealed, RolloutFailed) else ():
             for attr, rule in ROLLOUT_REF_RULES:
                 problem = rule(getattr(ref, attr))
                 if problem is not None:

@@ -4,11 +4,12 @@ that would continue a crashed run's history."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
 
-from journal import GroupRef, Journal, JournalWarning, TransactionClosed
+from journal import GroupRef, Journal, JournalWarning, RolloutRef, TransactionClosed
 from journal_model import tree_bytes
 from replay import restore
 
@@ -147,3 +148,17 @@ def test_no_checkpoint_at_all_counts_from_lsn_0(fast_tmp):
         j.taken([GroupRef(idx=0)])
     (w,) = _open_warnings(path)
     assert "LSN 0" in str(w.message) and "LSN 1" in str(w.message)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda j, g: j.admitted([g], target_step=1, rollouts=0), "admitted() argument rollouts must be an integer from 1 to 65535, got 0"),
+    (lambda j, g: j.rollout_sealed([RolloutRef(g, -1, 0)]), "RolloutRef.index must be an integer from 0 to 65534, got -1"),
+    (lambda j, g: j.rollout_failed([RolloutRef(g, 0, -2)], reason="x"), "RolloutRef.attempt must be an integer >= 0, got -2"),
+    (lambda j, g: j.rollout_sealed([RolloutRef(g, 0, 0, locator=7)]), "RolloutRef.locator must be a str, got 7"),
+])
+def test_bad_rollout_arguments_are_named_in_words(fast_tmp, call, message):
+    with Journal.open(str(fast_tmp / "j"), sync="none") as j:
+        (g,) = j.taken([GroupRef(idx=0)])
+        with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+            call(j, g)
+        assert j.lsn == 1
