@@ -2,7 +2,7 @@
 
 The default point is the latest *committed* checkpoint: the model weights of
 step S saw only groups trained at or before `checkpoint_begun(S)`, so that is
-the LSN whose ownership state matches them (DESIGN section 3). The state
+the LSN whose ownership state matches them (docs/recovery.md, "Restoring"). The state
 there is the newest usable cut at or before it plus the journal tail replayed
 with the journal's own fold; what comes after it on disk is a dead tail,
 read only for salvage.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import journal
@@ -21,7 +22,7 @@ from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
 from .recovered import RecoveredState, base_cut_writer
-from .recovery import read_dead_tail, recover
+from .recovery import DeadTail, read_dead_tail, recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
 
 
@@ -71,22 +72,58 @@ def _empty_state() -> RecoveredState:
                           base_cut=None, fold_state=state)
 
 
-def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None = None,
-            dataset: Any = None, collate_fn: Callable | None = None, on_row_changed: str = "error",
-            data_plane: DataPlane | None = None, salvage: bool = False) -> RecoveredState:
-    """Rebuild the state to resume from. `path` is a journal directory or a cut directory;
-    `at` is "latest-checkpoint" (default), "end" (forensics) or an LSN; `step=S` picks the
-    committed checkpoint of step S. Raises a `RestoreError` subclass naming what failed."""
-    if not (at in ("latest-checkpoint", "end") or isinstance(at, int) and not isinstance(at, bool)):
-        raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
-    if on_row_changed not in ROW_CHANGED_POLICIES:
-        raise ValueError(f"on_row_changed must be one of {ROW_CHANGED_POLICIES}, not {on_row_changed!r}")
-    path = os.path.abspath(path)
+@dataclass
+class _Restored:
+    """The state at the restore point and where it came from."""
+
+    state: State
+    step: int | None
+    source: str                       # "journal" or "cut"
+    base: str | None                  # the cut it was built on
+    run_id: bytes | None
+    committed_later: dict[int, int]   # step -> begun LSN of checkpoints committed on the history
+    skipped: list = field(default_factory=list)
+    reader: Reader | None = None      # the journal it belongs to, if any (dead tail, ids)
+    tail: DeadTail | None = None      # what the dead tail did, when salvage reads it
+
+
+def _from_cut(path: str, at, step: int | None) -> _Restored:
+    """A cut directory named on its own: checks 1-7, and 8 when it lies in a journal's snapshots/."""
+    cut = read_cut(path)
+    cut.state.timeline = cut.manifest.timeline  # the anchor's timeline (a resume branches off it)
+    reader = None
+    owner_journal = os.path.dirname(os.path.dirname(path))
+    if os.path.basename(os.path.dirname(path)) == SNAPSHOTS_DIR and list_segments(owner_journal):
+        reader = _wrap_journal_errors(Reader, owner_journal, "strict")
+        _wrap_journal_errors(check_anchor, reader, cut)
+    if step is not None and cut.manifest.checkpoint_step != step:
+        raise RestoreError(f"{path}: the cut is of step {cut.manifest.checkpoint_step}, not {step}")
+    if isinstance(at, int) and not isinstance(at, bool) and at != cut.lsn:
+        raise RestoreError(f"{path}: the cut is at LSN {cut.lsn}; a cut alone cannot restore LSN {at}")
+    point_step = cut.manifest.checkpoint_step
+    # a cut alone knows nothing after it: only its own checkpoint is known to be durable
+    return _Restored(cut.state, point_step, "cut", path, bytes.fromhex(cut.manifest.run_id),
+                     {point_step: cut.lsn} if point_step is not None else {}, reader=reader)
+
+
+def _from_journal(path: str, at, step: int | None, salvage: bool,
+                  data_plane: DataPlane | None) -> _Restored:
+    reader = _wrap_journal_errors(Reader, path, "strict")
+    point = _wrap_journal_errors(state_at, path, at, step=step, reader=reader)
+    tail = None
+    if salvage and data_plane is not None and point.lsn < point.end_lsn:
+        tail = _wrap_journal_errors(read_dead_tail, reader, point.state)
+    return _Restored(point.state, point.step, "journal",
+                     point.base.path if point.base is not None else None, reader.run_id,
+                     point.committed, point.skipped, reader, tail)
+
+
+def _kind_of(path: str, at, step: int | None) -> DirKind | None:
+    """What `path` is; None for a path that does not exist yet (a first start). Refuses what
+    cannot be restored."""
     if not os.path.exists(path):
-        # a first start: nothing was ever written, so the state is the empty one, exactly as
-        # for an empty journal directory (restore never creates the directory)
         if step is None and at in ("latest-checkpoint", "end", 0):
-            return _empty_state()
+            return None
         wanted = f"step {step}" if step is not None else f"LSN {at}"
         raise RestoreError(f"{path}: no such journal or cut directory, so there is no {wanted} "
                            f"to restore (a first start restores with the default at=)")
@@ -97,46 +134,41 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         raise RestoreError(f"{path}: neither a journal nor a cut directory (it holds "
                            f"{describe_entries(entries)}, none of them a segment, LOCK, torn/, "
                            f"snapshots/ or a cut file): check the path")
-    reader = None  # the journal the state comes from, if any (for the dead tail and the ids)
-    tail = None
-    if kind is DirKind.CUT:
-        cut = read_cut(path)                                                     # 1-7
-        cut.state.timeline = cut.manifest.timeline  # the anchor's timeline (a resume branches off it)
-        owner_journal = os.path.dirname(os.path.dirname(path))
-        if os.path.basename(os.path.dirname(path)) == SNAPSHOTS_DIR and list_segments(owner_journal):
-            reader = _wrap_journal_errors(Reader, owner_journal, "strict")
-            _wrap_journal_errors(check_anchor, reader, cut)                      # 8
-        if step is not None and cut.manifest.checkpoint_step != step:
-            raise RestoreError(f"{path}: the cut is of step {cut.manifest.checkpoint_step}, not {step}")
-        if isinstance(at, int) and not isinstance(at, bool) and at != cut.lsn:
-            raise RestoreError(f"{path}: the cut is at LSN {cut.lsn}; a cut alone cannot restore LSN {at}")
-        state, point_step, skipped, source, base = cut.state, cut.manifest.checkpoint_step, [], "cut", path
-        run_id = bytes.fromhex(cut.manifest.run_id)
-        # a cut alone knows nothing after it: only its own checkpoint is known to be durable
-        committed_later = {point_step: cut.lsn} if point_step is not None else {}
-    else:
-        reader = _wrap_journal_errors(Reader, path, "strict")
-        point = _wrap_journal_errors(state_at, path, at, step=step, reader=reader)
-        state, point_step, skipped, source = point.state, point.step, point.skipped, "journal"
-        base = point.base.path if point.base is not None else None
-        run_id = reader.run_id
-        committed_later = point.committed
-        if salvage and data_plane is not None and point.lsn < point.end_lsn:
-            tail = _wrap_journal_errors(read_dead_tail, reader, state)
-    recommit = sorted((s for s, lsn in state.pending_checkpoints.items() if committed_later.get(s) == lsn),
+    return kind
+
+
+def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None = None,
+            dataset: Any = None, collate_fn: Callable | None = None, on_row_changed: str = "error",
+            data_plane: DataPlane | None = None, salvage: bool = False) -> RecoveredState:
+    """Rebuild the state to resume from. `path` is a journal directory or a cut directory;
+    `at` is "latest-checkpoint" (default), "end" (forensics) or an LSN; `step=S` picks the
+    committed checkpoint of step S. Raises a `RestoreError` subclass naming what failed. A
+    path that does not exist yet restores to the empty state, as an empty journal does
+    (restore never creates it)."""
+    if not (at in ("latest-checkpoint", "end") or isinstance(at, int) and not isinstance(at, bool)):
+        raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
+    if on_row_changed not in ROW_CHANGED_POLICIES:
+        raise ValueError(f"on_row_changed must be one of {ROW_CHANGED_POLICIES}, not {on_row_changed!r}")
+    path = os.path.abspath(path)
+    kind = _kind_of(path, at, step)
+    if kind is None:
+        return _empty_state()
+    r = _from_cut(path, at, step) if kind is DirKind.CUT else \
+        _from_journal(path, at, step, salvage, data_plane)
+    state = r.state
+    recommit = sorted((s for s, lsn in state.pending_checkpoints.items() if r.committed_later.get(s) == lsn),
                       key=state.pending_checkpoints.get)
-    marks = recommit + ([point_step] if point_step in state.pending_checkpoints
-                        and point_step not in recommit else [])
-    groups = recover(state, point_step, tail=tail, data_plane=data_plane, recommit=marks,
-                     next_free_id=_id_allocator(state, reader))
+    marks = recommit + ([r.step] if r.step in state.pending_checkpoints and r.step not in recommit else [])
+    groups = recover(state, r.step, tail=r.tail, data_plane=data_plane, recommit=marks,
+                     next_free_id=_id_allocator(state, r.reader))
     result = RecoveredState(
         loader_state=_decode_loader(state, path),
         reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,
-        lsn=state.lsn, step=point_step, counts={o.name: state.counts[o] for o in Owner},
-        source=source, base_cut=base, skipped=skipped, demoted=groups.demoted,
+        lsn=state.lsn, step=r.step, counts={o.name: state.counts[o] for o in Owner},
+        source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
         salvaged=groups.salvaged, salvaged_rollouts=groups.salvaged_rollouts,
-        lost_rollouts=groups.lost_rollouts, run_id=run_id, fold_state=state, recommit=recommit,
-        first_commit=groups.first_commit, write_base_cut=base_cut_writer(state, run_id))
+        lost_rollouts=groups.lost_rollouts, run_id=r.run_id, fold_state=state, recommit=recommit,
+        first_commit=groups.first_commit, write_base_cut=base_cut_writer(state, r.run_id))
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, state.dataset_size, state.row_sample,
