@@ -147,11 +147,30 @@ class Journal:
             raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
         if segment_bytes < 4096:
             raise ValueError(f"segment_bytes must be at least 4096, not {segment_bytes}")
-        fs = fs or DEFAULT_FS
         self = object.__new__(cls)
-        self.path = os.path.abspath(path)
+        self._init_fields(os.path.abspath(path), fs or DEFAULT_FS, sync, sync_interval, segment_bytes)
         with _io_step("read the journal directory", self.path):
             _check_journal_dir(self.path)
+        with _io_step("create the journal directory", self.path):
+            self.fs.makedirs(self.path)
+        self._lock_fd = locks.acquire_writer_lock(self.path, self.fs)
+        try:
+            with _io_step("open and repair the journal", self.path):
+                self._remove_leftovers()
+                self._recover(resume)
+        except BaseException:
+            self._release_after_failed_open()
+            raise
+        if self._open_warning is not None:
+            warnings.warn(JournalWarning(self._open_warning), stacklevel=2)  # at the caller's open
+        if sync == "batch":
+            self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
+            self._syncer.start()
+        return self
+
+    def _init_fields(self, path: str, fs: OsFileSystem, sync: str, sync_interval: float,
+                     segment_bytes: int) -> None:
+        self.path = path
         self.fs = fs
         self.sync = sync
         self.sync_interval = sync_interval
@@ -166,29 +185,18 @@ class Journal:
         self._syncer: threading.Thread | None = None
         self._stop_syncer = threading.Event()  # set by close(): the batch syncer exits at once
         self._sealed: list = []  # sync="none": sealed segments not fsynced yet (flush() does it)
-        with _io_step("create the journal directory", self.path):
-            fs.makedirs(self.path)
-        self._lock_fd = locks.acquire_writer_lock(self.path, fs)
         self._open_warning: str | None = None
-        try:
-            with _io_step("open and repair the journal", self.path):
-                self._remove_leftovers()
-                self._recover(resume)
-        except BaseException:
-            seg = getattr(self, "_disk_segment", None)  # opened before a later step failed
-            if seg is not None and seg.file is not None and seg.file.fd >= 0:
-                try:
-                    seg.file.close()
-                except OSError:
-                    pass
-            os.close(self._lock_fd)
-            raise
-        if self._open_warning is not None:
-            warnings.warn(JournalWarning(self._open_warning), stacklevel=2)  # at the caller's open
-        if sync == "batch":
-            self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
-            self._syncer.start()
-        return self
+        self._disk_segment: _SegmentPlan | None = None
+
+    def _release_after_failed_open(self) -> None:
+        """Close what a failed open had opened: the segment it reached, then the lock."""
+        seg = self._disk_segment
+        if seg is not None and seg.file is not None and seg.file.fd >= 0:
+            try:
+                seg.file.close()
+            except OSError:
+                pass
+        os.close(self._lock_fd)
 
     def _remove_leftovers(self) -> None:
         """Remove what crashes left that is provably garbage (see `leftovers`): torn/ duplicates
