@@ -33,7 +33,8 @@ from .loader_state import LoaderStateError
 from .resume import ResumePlan
 from .reader import MODES, Problem, Reader, Record, Segment, Timeline, list_segments, read_segment_bytes
 from .vfs import DEFAULT_FS, File, FileSystem, OsFileSystem
-from .writer import AsyncJournal, Journal, Transaction, TORN_DIR, LOCK_NAME
+from .async_journal import AsyncJournal
+from .writer import Journal, Transaction, TORN_DIR, LOCK_NAME
 
 __all__ = [
     "Journal", "Transaction", "AsyncJournal", "ResumePlan", "GroupRef", "RolloutRef", "RolloutSealed",
