@@ -221,6 +221,7 @@ def fold_tail(path: str, base: State | None = None) -> State:
 
 _CHILD = r"""
 import json, resource, sys, time
+import torch  # a trainer has torch loaded before it restores: neither its import nor its RSS is restore's
 from replay import restore
 
 def status(field):
