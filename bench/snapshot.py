@@ -308,7 +308,10 @@ def run(args) -> Report:
                 r.add(f"hist_live{k}", 1 / elapsed)
                 r.add(f"hist_disk{k}", 1 / time_cut_disk(disk[k]))
             log("  " + "  ".join(f"{n:,}: cut {1e3 / r.samples[f'cut{n}'][-1]:.1f} ms, peer "
-                                 f"{1e3 / r.samples[f'peer{n}'][-1]:.1f} ms" for n in SIZES))
+                                 f"{1e3 / r.samples[f'peer{n}'][-1]:.1f} ms" for n in SIZES)
+                + f"  {ROLLOUT_GROUPS:,} x {ROLLOUTS} rollouts: cut "
+                  f"{1e3 / r.samples['cut_rollouts'][-1]:.1f} ms, peer "
+                  f"{1e3 / r.samples['peer_rollouts'][-1]:.1f} ms")
         for n in SIZES:
             target = Target(min_ratio=PEER_TARGET) if n == SIZES[-1] else None
             f = report.add(r.figure(
