@@ -119,26 +119,22 @@ def rollout_tail(j: Journal, events: int) -> tuple[int, int]:
         gids = j.taken([GroupRef(idx=n + i, task_name=TASK, epoch=0) for i in range(k)],
                        loader_state=loader_state(n + k, 0))
         j.admitted(gids, target_step=step, policy_version=pv, rollouts=m)
-        landing = [(g, i) for g in gids for i in range(m)]
+        landing = [(g, i, 0) for g in gids for i in range(m)]  # (group, index, attempt)
         rng.shuffle(landing)
-        retries, left = [], dict.fromkeys(gids, m)
-        for g, i in landing:
-            if rng.randrange(FAIL_EVERY) == 0:
+        left = dict.fromkeys(gids, m)
+        for g, i, attempt in landing:  # a failed rollout is appended, to land again with attempt 1
+            if attempt == 0 and rng.randrange(FAIL_EVERY) == 0:
                 j.rollout_failed([RolloutRef(g, i, 0)], reason="worker lost")
-                retries.append((g, i))
+                landing.append((g, i, 1))
                 continue
-            j.rollout_sealed([RolloutRef(g, i, 0, f"replay/{step:06d}/{g:08d}/{i}")], policy_version=pv)
-            left[g] -= 1
-            if not left[g]:
-                j.finished([g], policy_version=pv)
-        for g, i in retries:
-            j.rollout_sealed([RolloutRef(g, i, 1, f"replay/{step:06d}/{g:08d}/{i}.1")], policy_version=pv)
+            j.rollout_sealed([RolloutRef(g, i, attempt, f"replay/{step:06d}/{g:08d}/{i}.{attempt}")],
+                             policy_version=pv)
             left[g] -= 1
             if not left[g]:
                 j.finished([g], policy_version=pv)
         j.trained(gids, step=step)
-        rollout_events += len(landing) + len(retries)
-        n += 4 * k + len(landing) + len(retries)
+        rollout_events += len(landing)
+        n += 4 * k + len(landing)
         if step % CHECKPOINT_EVERY == 0:
             j.begin_checkpoint(step=step)
             j.commit_checkpoint(step=step)
