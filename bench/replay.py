@@ -2,7 +2,9 @@
 
 Vocabulary: an **event** is one group's transition. An event record naming k
 groups counts k (a 64-ref `taken` is 64 events), checkpoint markers count 0;
-so "events/s" here is what `bench append` calls group-transitions/s.
+so "events/s" here is what `bench append` calls group-transitions/s. In the
+rollout-heavy tail a `rollout_sealed` / `rollout_failed` counts the rollouts it
+names (one seal of one rollout is one event).
 
 The tail is trainer-shaped, as `examples/trainer.py` writes it: per step of
 64 groups, one `taken` of 64 refs carrying a loader state (StatefulDataLoader's
@@ -21,11 +23,16 @@ Figures (interleaved rounds, medians):
    events/s and >= 0.5x the limit.
 2. the same fold for one-group events in one-event commits (every call its
    own commit: per-commit costs dominate), informational.
-3. restore of a cut of 100,000 live groups (20,000 with --quick) plus the
+3. the same fold for a rollout-heavy tail of as many events (`rollout_tail`):
+   groups admitted with rollouts=8 and each rollout sealed in its own commit
+   as workers finish, 1 in 32 failing once and re-sealed, a group's `finished`
+   after its last seal; vs the decode-only loop over its frames. Target
+   >= 1,000,000 events/s and >= 0.5x the limit.
+4. restore of a cut of 100,000 live groups (20,000 with --quick) plus the
    tail: `restore(path)` wall time in a fresh process, beside the sum of its
    floors measured in this run (loading the cut with `read_cut` + decoding the
    tail). Target: <= 5 s (<= 1.5 s quick).
-4. that restore's peak RSS, beside the same child's RSS right before it
+5. that restore's peak RSS, beside the same child's RSS right before it
    called `restore` (interpreter, torch, the library); the peak is reset
    (/proc/self/clear_refs) just before the call, so it is the restore's own.
    Target: the restore adds <= 512 MiB (<= 256 MiB quick).
@@ -36,13 +43,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import time
 
 import torch
 
-from journal import GroupRef, Journal, Reader, State, list_segments
+from journal import (GroupRef, Journal, Reader, RolloutFailed, RolloutRef, RolloutSealed, State,
+                     list_segments)
 from journal import format as fmt
 from journal.events import commit_decoder
 from snapshot import compact, read_cut
@@ -52,6 +61,9 @@ from .common import Figure, Report, Rounds, Target, log, scratch_dir
 TASK = "math"
 GROUPS_PER_STEP = 64
 CHECKPOINT_EVERY = 10
+ROLLOUTS_PER_GROUP = 8
+FAIL_EVERY = 32  # one rollout in 32 fails once and is sealed with its next attempt
+ROLLOUT_EVENTS = (RolloutSealed, RolloutFailed)
 _GENERATOR = torch.zeros(1300, dtype=torch.int32)  # ~5 KB, like torch.Generator().get_state()
 
 
@@ -92,6 +104,43 @@ def trainer_tail(j: Journal, events: int, first_idx: int = 0, first_step: int = 
     return n, step
 
 
+def rollout_tail(j: Journal, events: int) -> tuple[int, int]:
+    """Append a rollout-heavy trainer-shaped tail of at least `events` events; (events written,
+    rollout events among them). Per step of 64 groups: one `taken` of 64 (loader state), one
+    `admitted` of 64 with rollouts=8, then the 512 rollouts land one per commit in a shuffled
+    order (workers finish out of order); one in FAIL_EVERY fails first (`rollout_failed`) and is
+    sealed later with attempt 1; a group's `finished` follows its last seal; one `trained` of 64."""
+    rng = random.Random(12)
+    n = rollout_events = step = 0
+    k, m = GROUPS_PER_STEP, ROLLOUTS_PER_GROUP
+    while n < events:
+        step += 1
+        pv = step - 1
+        gids = j.taken([GroupRef(idx=n + i, task_name=TASK, epoch=0) for i in range(k)],
+                       loader_state=loader_state(n + k, 0))
+        j.admitted(gids, target_step=step, policy_version=pv, rollouts=m)
+        landing = [(g, i, 0) for g in gids for i in range(m)]  # (group, index, attempt)
+        rng.shuffle(landing)
+        left = dict.fromkeys(gids, m)
+        for g, i, attempt in landing:  # a failed rollout is appended, to land again with attempt 1
+            if attempt == 0 and rng.randrange(FAIL_EVERY) == 0:
+                j.rollout_failed([RolloutRef(g, i, 0)], reason="worker lost")
+                landing.append((g, i, 1))
+                continue
+            j.rollout_sealed([RolloutRef(g, i, attempt, f"replay/{step:06d}/{g:08d}/{i}.{attempt}")],
+                             policy_version=pv)
+            left[g] -= 1
+            if not left[g]:
+                j.finished([g], policy_version=pv)
+        j.trained(gids, step=step)
+        rollout_events += len(landing)
+        n += 4 * k + len(landing)
+        if step % CHECKPOINT_EVERY == 0:
+            j.begin_checkpoint(step=step)
+            j.commit_checkpoint(step=step)
+    return n, rollout_events
+
+
 def one_event_tail(j: Journal, events: int) -> int:
     """One-group events, each its own commit (taken, admitted, finished, trained per group)."""
     n = 0
@@ -121,13 +170,18 @@ def live_head(j: Journal, live: int) -> None:
         j.diverted(gids[a + r:a + r + s])
 
 
-def count_events(path: str) -> int:
-    n = 0
+def count_events(path: str) -> tuple[int, int]:
+    """(events, rollout events among them): an event record counts the groups it names, a
+    rollout_sealed / rollout_failed the rollouts it names."""
+    n = rollouts = 0
     for rec in Reader(path).records():
         for ev in rec.commit.events:
             groups = getattr(ev, "groups", None)
-            n += len(groups) if groups is not None else 0
-    return n
+            if groups is not None:
+                n += len(groups)
+            elif type(ev) in ROLLOUT_EVENTS:
+                rollouts += len(ev.rollouts)
+    return n + rollouts, rollouts
 
 
 # -- measurements ----------------------------------------------------------------------------------
@@ -163,6 +217,7 @@ def fold_tail(path: str, base: State | None = None) -> State:
 
 _CHILD = r"""
 import json, resource, sys, time
+import torch  # a trainer has torch loaded before it restores: neither its import nor its RSS is restore's
 from replay import restore
 
 def status(field):
@@ -226,18 +281,24 @@ def run(args) -> Report:
     with scratch_dir(parent, "bench-replay-") as d:
         tail_path = os.path.join(d, "tail")
         one_path = os.path.join(d, "one")
+        roll_path = os.path.join(d, "rollouts")
         big_path = os.path.join(d, "big")
         log(f"bench replay: building a {events:,}-event trainer-shaped tail ...")
         t0 = time.perf_counter()
         with Journal.open(tail_path, sync="none") as j:
             written, _ = trainer_tail(j, events)
-        tail_events = count_events(tail_path)
+        tail_events, _ = count_events(tail_path)
         tail_commits = decode_only(tail_path)
         log(f"  {tail_events:,} events in {tail_commits:,} commits, "
             f"{sum(s.size for s in list_segments(tail_path)) / 2**20:.1f} MiB, {time.perf_counter() - t0:.1f} s")
         one_n = min(events, 200_000)
         with Journal.open(one_path, sync="none") as j:
             one_events = one_event_tail(j, one_n)
+        log(f"building a {events:,}-event rollout-heavy tail ({ROLLOUTS_PER_GROUP} rollouts per group) ...")
+        with Journal.open(roll_path, sync="none") as j:
+            rollout_tail(j, events)
+        roll_events, roll_rollouts = count_events(roll_path)
+        roll_commits = decode_only(roll_path)
 
         log(f"building a cut of {live:,} live groups plus the same tail ...")
         t0 = time.perf_counter()
@@ -260,6 +321,8 @@ def run(args) -> Report:
             r.add("fold", tail_events / timed(fold_tail, tail_path))
             r.add("one_limit", one_events / timed(decode_only, one_path))
             r.add("one_fold", one_events / timed(fold_tail, one_path))
+            r.add("roll_limit", roll_events / timed(decode_only, roll_path))
+            r.add("roll_fold", roll_events / timed(fold_tail, roll_path))
             r.add("read_cut", timed(read_cut, cut))
             r.add("big_tail_decode", timed(decode_only, big_path))
             child = run_child(big_path)
@@ -269,10 +332,13 @@ def run(args) -> Report:
             r.add("restore_rss_before", child["rss_before_kib"] / 1024)
             r.add("floor", r.samples["read_cut"][-1] + r.samples["big_tail_decode"][-1])
             log(f"  fold {r.samples['fold'][-1]:,.0f}/s (limit {r.samples['limit'][-1]:,.0f}/s)  "
+                f"rollout tail {r.samples['roll_fold'][-1]:,.0f}/s (limit {r.samples['roll_limit'][-1]:,.0f}/s)  "
                 f"restore {child['seconds']:.2f} s, peak RSS {child['peak_rss_kib'] / 1024:.0f} MiB")
 
     state = children[-1]
     report.meta.update(tail_events=tail_events, tail_commits=tail_commits, one_event_events=one_events,
+                       rollout_tail_events=roll_events, rollout_tail_rollout_events=roll_rollouts,
+                       rollout_tail_commits=roll_commits,
                        live_groups=live, restored_live=state["live"], restored_lsn=state["lsn"],
                        restored_step=state["step"], rounds=rounds, cut=os.path.basename(cut))
     report.add(r.figure(
@@ -286,6 +352,16 @@ def run(args) -> Report:
         "events/s", value="one_fold", reference="one_limit",
         reference_label="decode-only loop, same frames",
         note="worst case: per-commit costs (frame checks, undo record, Record) on every event"))
+    f = report.add(r.figure(
+        "rollout_tail_replay", f"tail replay (Reader.fold), {roll_events:,}-event rollout-heavy tail, "
+        f"{ROLLOUTS_PER_GROUP} rollouts per group, one seal per commit",
+        "events/s", value="roll_fold", reference="roll_limit",
+        reference_label="decode-only loop, same frames",
+        target=Target(min_value=1_000_000, min_ratio=0.5)))
+    f.note = (f"an event is one group a group event names or one rollout a rollout_sealed / "
+              f"rollout_failed names; {roll_rollouts:,} of the {roll_events:,} are rollout events "
+              f"({roll_rollouts / roll_events * f.value:,.0f} rollout events/s); {roll_commits:,} commits, "
+              f"{roll_events / roll_commits:.2f} events per commit")
     rss_before = r.median("restore_rss_before")
     report.add(r.figure(
         "restore_seconds", f"restore(): cut of {live:,} live groups + {tail_events:,}-event tail",

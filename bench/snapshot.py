@@ -16,6 +16,12 @@ reference measured in the same run, in interleaved rounds (medians):
    into a file plus the sha256 of those bytes (no fsync: the peer is given
    the benefit). Target at 100k groups: >= 5x the peer.
 2. cut size at N (all files of the cut) vs the peer's file; bytes per group.
+   The same two for 100,000 live groups admitted with rollouts=8 (half
+   ADMITTED with 0-7 rollouts sealed, half REPLAY with all 8 sealed, one
+   rollout in 32 at attempt 1), against the peer's NeMo-RL v3-style ledger:
+   per group a dict of its fields and a list of 8 sibling dicts (index,
+   attempt, state, receipt, policy version), `torch.save` + sha256. Targets:
+   >= 5x the peer, and a smaller cut than the peer's file.
 3. history independence: the same live set after 1x and after 10x as much
    history (groups taken, admitted, finished, trained before the live set was
    taken). (a) the cut from the live journal at "end" (`journal=j`) and (b)
@@ -43,12 +49,14 @@ import tracemalloc
 
 import torch
 
-from journal import GroupRef, Journal, Owner
+from journal import GroupRef, Journal, Owner, RolloutRef
 from snapshot import compact, read_cut
 
 from .common import Figure, Report, Rounds, Target, log, scratch_dir
 
 SIZES = (1_000, 10_000, 100_000)
+ROLLOUT_GROUPS = 100_000
+ROLLOUTS = 8
 BATCH = 1_000
 PEER_TARGET = 5.0
 HISTORY_TARGET = 1 / 1.2
@@ -107,12 +115,38 @@ def live_set(j: Journal, groups: int, first_idx: int) -> int:
     return idx
 
 
-def build(path: str, live: int, history: int, segment_bytes: int = 64 << 20) -> Journal:
+def rollout_live_set(j: Journal, groups: int, first_idx: int) -> int:
+    """Take `groups` groups, admit them with rollouts=ROLLOUTS and leave them live: half ADMITTED
+    with 0..7 of their rollouts sealed, half REPLAY (all sealed, then finished). The last
+    rollout of every 4th group failed once first, so it is at attempt 1."""
+    idx = first_idx
+    for start in range(0, groups, BATCH):
+        n = min(BATCH, groups - start)
+        gids = j.taken(_refs(idx, n), loader_state=_loader_state(idx + n))
+        idx += n
+        j.admitted(gids, target_step=7, policy_version=6, rollouts=ROLLOUTS)
+        last = ROLLOUTS - 1
+        failed = set(gids[::4])
+        j.rollout_failed([RolloutRef(g, last, 0) for g in failed], reason="worker lost")
+        half = n // 2
+        sealed = [RolloutRef(g, i, int(g in failed and i == last), f"tq/{g}/{i}")
+                  for p, g in enumerate(gids) for i in range(p % ROLLOUTS if p < half else ROLLOUTS)]
+        j.rollout_sealed(sealed, policy_version=6)
+        j.finished(gids[half:], policy_version=6)
+    return idx
+
+
+def build(path: str, live: int, history: int, segment_bytes: int = 64 << 20,
+          rollouts: bool = False) -> Journal:
     """An open journal (sync="none" while building) with `history` groups trained, then `live`
-    groups live, then a committed checkpoint."""
+    groups live (`rollout_live_set` with `rollouts`, else `live_set`), then a committed
+    checkpoint."""
     j = Journal.open(path, sync="none", segment_bytes=segment_bytes)
     idx = churn(j, history, 0)
-    live_set(j, live, idx)
+    if rollouts:
+        rollout_live_set(j, live, idx)
+    else:
+        live_set(j, live, idx)
     j.begin_checkpoint(step=1)
     j.commit_checkpoint(step=1)
     j.flush()
@@ -139,6 +173,22 @@ def peer_groups(j: Journal) -> list[dict]:
     for g in j.groups():
         d = g.as_dict()
         d["owner"] = int(d["owner"])
+        out.append(d)
+    return out
+
+
+def peer_rollout_groups(j: Journal) -> list[dict]:
+    """The peer's ledger of groups with rollouts, NeMo-RL v3-style: per group a dict of its
+    fields and a list of its sibling dicts (index, attempt, state, receipt, policy version)."""
+    out = []
+    for g in j.groups():
+        d = g.as_dict()
+        d["owner"] = int(d["owner"])
+        r = d.pop("rollouts")
+        d["siblings"] = [{"index": i, "attempt": r.attempts[i],
+                          "state": "sealed" if r.is_sealed(i) else "dispatched",
+                          "receipt": r.locators[i], "policy_version": r.versions[i]}
+                         for i in range(r.n)]
         out.append(d)
     return out
 
@@ -212,6 +262,10 @@ def run(args) -> Report:
             log(f"building a journal with {n:,} live groups (and {n:,} trained)")
             journals[n] = build(os.path.join(root, f"live-{n}"), n, n)
             peers[n] = peer_groups(journals[n])
+        log(f"building a journal with {ROLLOUT_GROUPS:,} live groups x {ROLLOUTS} rollouts "
+            f"(and {ROLLOUT_GROUPS:,} trained)")
+        rj = build(os.path.join(root, "rollouts"), ROLLOUT_GROUPS, ROLLOUT_GROUPS, rollouts=True)
+        rpeer = peer_rollout_groups(rj)
         log(f"building the history-independence pair: {hist_live:,} live groups after "
             f"{hist_live:,} and after {10 * hist_live:,} groups of history")
         hist = {k: build(os.path.join(root, f"hist-{k}x"), hist_live, k * hist_live) for k in (1, 10)}
@@ -239,13 +293,25 @@ def run(args) -> Report:
                 t = time.perf_counter()
                 j.state_copy()
                 copy_ms.setdefault(n, []).append((time.perf_counter() - t) * 1e3)
+            elapsed, cut = time_cut_live(rj)
+            r.add("cut_rollouts", 1 / elapsed)
+            sizes["rollouts"] = cut_size(cut)
+            if i == 0:
+                got = read_cut(cut).state.groups()
+                assert len(got) == ROLLOUT_GROUPS and all(g.rollouts.n == ROLLOUTS for g in got)
+            shutil.rmtree(cut)
+            elapsed, peer_sizes["rollouts"] = time_peer(rpeer, root)
+            r.add("peer_rollouts", 1 / elapsed)
             for k in (1, 10):
                 elapsed, cut = time_cut_live(hist[k])
                 shutil.rmtree(cut)
                 r.add(f"hist_live{k}", 1 / elapsed)
                 r.add(f"hist_disk{k}", 1 / time_cut_disk(disk[k]))
             log("  " + "  ".join(f"{n:,}: cut {1e3 / r.samples[f'cut{n}'][-1]:.1f} ms, peer "
-                                 f"{1e3 / r.samples[f'peer{n}'][-1]:.1f} ms" for n in SIZES))
+                                 f"{1e3 / r.samples[f'peer{n}'][-1]:.1f} ms" for n in SIZES)
+                + f"  {ROLLOUT_GROUPS:,} x {ROLLOUTS} rollouts: cut "
+                  f"{1e3 / r.samples['cut_rollouts'][-1]:.1f} ms, peer "
+                  f"{1e3 / r.samples['peer_rollouts'][-1]:.1f} ms")
         for n in SIZES:
             target = Target(min_ratio=PEER_TARGET) if n == SIZES[-1] else None
             f = report.add(r.figure(
@@ -258,6 +324,19 @@ def run(args) -> Report:
             report.add(Figure(f"size_{n}", f"cut size, {n:,} live groups", sizes[n], "bytes",
                               reference=peer_sizes[n], reference_label="peer file",
                               note=f"{sizes[n] / n:.0f} B/group vs peer {peer_sizes[n] / n:.0f} B/group"))
+        f = report.add(r.figure(
+            "cut_rollouts", f"cut of {ROLLOUT_GROUPS:,} live groups x {ROLLOUTS} rollouts "
+            "(live journal, fsynced)", "cuts/s", value="cut_rollouts", reference="peer_rollouts",
+            reference_label="peer: torch.save(NeMo-RL v3-style group dicts with sibling lists) + sha256",
+            target=Target(min_ratio=PEER_TARGET)))
+        f.note = (f"cut {1e3 / f.value:.1f} ms vs peer {1e3 / f.reference:.1f} ms "
+                  f"({f.ratio:.1f}x faster)")
+        report.add(Figure(
+            "size_rollouts", f"cut size, {ROLLOUT_GROUPS:,} live groups x {ROLLOUTS} rollouts",
+            sizes["rollouts"], "bytes", reference=peer_sizes["rollouts"],
+            reference_label="peer file", target=Target(max_value=peer_sizes["rollouts"]),
+            note=f"{sizes['rollouts'] / ROLLOUT_GROUPS:.0f} B/group vs peer "
+                 f"{peer_sizes['rollouts'] / ROLLOUT_GROUPS:.0f} B/group; target: smaller than the peer"))
         for k_name, label in (("hist_live", "cut from the live journal at 'end'"),
                               ("hist_disk", "cut from disk at 'latest-checkpoint', recent cut")):
             f = report.add(r.figure(
@@ -284,7 +363,7 @@ def run(args) -> Report:
         report.add(Figure("append_wait", f"appends wait while a cut copies {SIZES[-1]:,} live groups",
                           copy, "ms", note="Journal.state_copy under the journal's lock; the "
                                            "encoding and file I/O run after it"))
-        for j in list(journals.values()) + list(hist.values()):
+        for j in list(journals.values()) + list(hist.values()) + [rj]:
             j.close()
     report.note(f"from-disk history case: {DISK_SEGMENT_BYTES >> 20} MiB segments; a history "
                 "shorter than one segment is re-read from the segment start by every from-disk "

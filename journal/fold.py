@@ -608,51 +608,62 @@ def _check_finished_rollouts(gid: int, rollouts: Rollouts, locators, lsn: int) -
 def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
     """`rollout_sealed` / `rollout_failed`: each named rollout must be of an ADMITTED group that
     tracks rollouts, in range, not sealed, and dispatched in exactly its current attempt. A
-    seal of an older attempt is the late result of work that was given up: `StaleAttempt`."""
+    seal of an older attempt is the late result of work that was given up: `StaleAttempt`.
+
+    One test per rollout on the replay path; `_refused` re-runs the rules in order, only for a
+    rollout that breaks one, to say which."""
     sealing = type(event) is RolloutSealed
-    name = _event_name(event)
     pv = event.policy_version if sealing else None
-    seen = set()
-    for ref in event.rollouts:
-        gid, index, attempt = ref.group_id, ref.index, ref.attempt
-        g = state.live.get(gid)
+    refs = event.rollouts
+    seen = set() if len(refs) > 1 else None  # (group, index) pairs named so far
+    live = state.live
+    for ref in refs:
+        gid, index = ref.group_id, ref.index
+        g = live.get(gid)
         if g is None or g.owner not in _FROM_ROLLOUT:
             raise _illegal(state, event, gid, lsn)
         r = g.rollouts
-        where = f"LSN {lsn}: {name} of group {gid} rollout {index}"
-        if r is None:
-            raise OwnershipError(f"{where}: the group was admitted without rollouts=, so its "
-                                 "rollouts are not tracked", group_id=gid, lsn=lsn)
-        if index >= r.n:
-            raise OwnershipError(f"{where}: index out of range, the group has {r.n} rollouts "
-                                 f"(0..{r.n - 1})", group_id=gid, lsn=lsn)
-        if (gid, index) in seen:
-            raise OwnershipError(f"{where}: the event names this rollout twice", group_id=gid, lsn=lsn)
-        seen.add((gid, index))
-        if r.is_sealed(index):
-            raise OwnershipError(f"{where}: already sealed (attempt {r.attempts[index]}); a rollout "
-                                 "is sealed once", group_id=gid, lsn=lsn)
-        current = r.attempts[index]
-        if attempt != current:
-            raise StaleAttempt(
-                f"{where} names attempt {attempt}, but its current attempt is {current}: "
-                + ("a late result of an attempt that was given up (fenced; drop its row)"
-                   if attempt < current else "that attempt was never dispatched"),
-                group_id=gid, lsn=lsn, index=index, attempt=attempt, current=current)
+        if (r is None or index >= len(r.attempts) or r.sealed >> index & 1
+                or r.attempts[index] != ref.attempt or (seen is not None and (gid, index) in seen)):
+            raise _refused(event, ref, r, seen, lsn)
+        if seen is not None:
+            seen.add((gid, index))
         if sealing:
-            bit = 1 << index
-            new = Rollouts(r.attempts, r.sealed | bit, _replaced(r.locators, index, ref.locator),
-                           _replaced(r.versions, index, pv))
+            locators, versions = list(r.locators), list(r.versions)
+            locators[index], versions[index] = ref.locator, pv
+            new = Rollouts(r.attempts, r.sealed | 1 << index, tuple(locators), tuple(versions))
         else:
-            new = Rollouts(_replaced(r.attempts, index, current + 1), r.sealed, r.locators, r.versions)
+            attempts = list(r.attempts)
+            attempts[index] += 1
+            new = Rollouts(tuple(attempts), r.sealed, r.locators, r.versions)
         undo.records.append(g)
-        changed = g.copy()
+        changed = g.__copy__()
         changed.rollouts = new
-        state.live[gid] = changed
+        live[gid] = changed
 
 
-def _replaced(values: tuple, index: int, value) -> tuple:
-    return values[:index] + (value,) + values[index + 1:]
+def _refused(event, ref, r: Rollouts | None, seen: set | None, lsn: int) -> OwnershipError:
+    """The error for a rollout of an ADMITTED group that `_apply_rollouts` refuses: the first
+    rule it breaks, in the rules' order."""
+    gid, index, attempt = ref.group_id, ref.index, ref.attempt
+    where = f"LSN {lsn}: {_event_name(event)} of group {gid} rollout {index}"
+    if r is None:
+        return OwnershipError(f"{where}: the group was admitted without rollouts=, so its "
+                              "rollouts are not tracked", group_id=gid, lsn=lsn)
+    if index >= r.n:
+        return OwnershipError(f"{where}: index out of range, the group has {r.n} rollouts "
+                              f"(0..{r.n - 1})", group_id=gid, lsn=lsn)
+    if seen is not None and (gid, index) in seen:
+        return OwnershipError(f"{where}: the event names this rollout twice", group_id=gid, lsn=lsn)
+    if r.is_sealed(index):
+        return OwnershipError(f"{where}: already sealed (attempt {r.attempts[index]}); a rollout "
+                              "is sealed once", group_id=gid, lsn=lsn)
+    current = r.attempts[index]
+    return StaleAttempt(
+        f"{where} names attempt {attempt}, but its current attempt is {current}: "
+        + ("a late result of an attempt that was given up (fenced; drop its row)"
+           if attempt < current else "that attempt was never dispatched"),
+        group_id=gid, lsn=lsn, index=index, attempt=attempt, current=current)
 
 
 def fold(commits: Iterable[Commit], state: State | None = None) -> State:
