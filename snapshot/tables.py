@@ -140,28 +140,50 @@ def encode_table(groups: Sequence[Group], owner: Owner | None = None) -> dict:
 # order and then by index, with columns group_id, index, attempt, sealed, locator and
 # policy_version. Schema 1 tables have neither (every group is all-or-nothing).
 
-_ROLLOUT_INT_COLUMNS = ("group_id", "index", "attempt", "policy_version")
+# column -> (array typecode, dtype): an index fits int16 (N <= 65535), an attempt int32 (it
+# grows by one per failure), a policy version needs the int64 "none" sentinel
+_ROLLOUT_INT_COLUMNS = {"group_id": ("q", torch.int64), "index": ("h", torch.int16),
+                        "attempt": ("i", torch.int32), "policy_version": ("q", torch.int64)}
 _ROLLOUT_KEYS = frozenset(_ROLLOUT_INT_COLUMNS) | {"sealed", "locator"}
+_BIT_OF_CHAR = bytes.maketrans(b"01", b"\x00\x01")   # "0101" -> b"\0\1\0\1"
+_CHAR_OF_BIT = bytes.maketrans(b"\x00\x01", b"01")
+
+
+def _typed_tensor(values: list, column: str) -> torch.Tensor:
+    code, dtype = _ROLLOUT_INT_COLUMNS[column]
+    if not values:
+        return torch.empty(0, dtype=dtype)
+    if dtype is torch.int64:
+        return _int_tensor(values)
+    try:
+        return torch.frombuffer(array(code, values), dtype=dtype)
+    except OverflowError:
+        raise ValueError(f"a rollout {column} does not fit the cut's {dtype} column") from None
 
 
 def _encode_rollouts(groups: Sequence[Group]) -> dict:
-    tracked = [g for g in groups if g.rollouts is not None]
     counts = [NONE if g.rollouts is None else g.rollouts.n for g in groups]
-    gid, index, attempt, sealed, locator, version = [], [], [], bytearray(), [], []
-    for g in tracked:
-        r = g.rollouts
-        n = r.n
-        gid += [g.group_id] * n
-        index += range(n)
-        attempt += r.attempts
-        sealed += bytes(r.sealed >> i & 1 for i in range(n))
-        locator += r.locators
-        version += r.versions
-    table = {"group_id": _int_tensor(gid), "index": _int_tensor(index), "attempt": _int_tensor(attempt),
-             "policy_version": _int_tensor(version),
-             "sealed": torch.frombuffer(sealed, dtype=torch.bool) if sealed else torch.empty(0, dtype=torch.bool),
-             "locator": _bytes_column(locator, True)}
+    tracked = [g for g in groups if g.rollouts is not None]
+    rs = list(map(_ROLLOUTS_OF, tracked))
+    ns = [r.n for r in rs]
+    chain = itertools.chain.from_iterable
+    table = {"group_id": _typed_tensor(list(chain(map(itertools.repeat, map(_GETTERS["group_id"], tracked), ns))),
+                                       "group_id"),
+             "index": _typed_tensor(list(chain(map(range, ns))), "index"),
+             "attempt": _typed_tensor(list(chain(map(_ATTEMPTS_OF, rs))), "attempt"),
+             "policy_version": _typed_tensor(list(chain(map(_VERSIONS_OF, rs))), "policy_version")}
+    # sealed bit i of each group is its index i: its binary digits, lowest first
+    bits = "".join([format(r.sealed, f"0{n}b")[::-1] for r, n in zip(rs, ns)]).encode()
+    table["sealed"] = torch.frombuffer(bytearray(bits.translate(_BIT_OF_CHAR)), dtype=torch.bool) \
+        if bits else torch.empty(0, dtype=torch.bool)
+    table["locator"] = _bytes_column(list(chain(map(_LOCATORS_OF, rs))), True)
     return {"rollouts": _int_tensor(counts), "rollout_table": table}
+
+
+_ROLLOUTS_OF = operator.attrgetter("rollouts")
+_ATTEMPTS_OF = operator.attrgetter("attempts")
+_VERSIONS_OF = operator.attrgetter("versions")
+_LOCATORS_OF = operator.attrgetter("locators")
 
 
 def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) -> list:
@@ -174,15 +196,15 @@ def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) 
     counts = counts_t.tolist()
     m = sum(c for c in counts if c != NONE)
     cols = {}
-    for name in _ROLLOUT_INT_COLUMNS:
+    for name, (_, dtype) in _ROLLOUT_INT_COLUMNS.items():
         t = rt[name]
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.shape != (m,):
-            raise CorruptRecord(f"{where}: rollout column {name!r} is not an int64 tensor of {m} values")
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.shape != (m,):
+            raise CorruptRecord(f"{where}: rollout column {name!r} is not a {dtype} tensor of {m} values")
         cols[name] = t.tolist()
     sealed_t = rt["sealed"]
     if not isinstance(sealed_t, torch.Tensor) or sealed_t.dtype != torch.bool or sealed_t.shape != (m,):
         raise CorruptRecord(f"{where}: rollout column 'sealed' is not a bool tensor of {m} values")
-    sealed = sealed_t.tolist()
+    sealed = _tensor_bytes(sealed_t.view(torch.uint8)).translate(_CHAR_OF_BIT)  # b"0110..."
     locators = _decode_str(_read_bytes_column(rt["locator"], m, f"{where} rollout column 'locator'"),
                            where, "rollout locator")
     versions = [None if v == NONE else v for v in cols["policy_version"]]
@@ -199,7 +221,7 @@ def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) 
                 or min(cols["attempt"][pos:end]) < 0:
             raise CorruptRecord(f"{where}: the rollout rows of group {gid} are not its indices "
                                 f"0..{c - 1} with attempts >= 0")
-        bits = sum(1 << k for k, s in enumerate(sealed[pos:end]) if s)
+        bits = int(sealed[pos:end][::-1], 2)
         r = Rollouts(tuple(cols["attempt"][pos:end]), bits, tuple(locators[pos:end]),
                      tuple(versions[pos:end]))
         if any(r.locators[k] is not None or r.versions[k] is not None for k in r.unsealed()):

@@ -77,8 +77,9 @@ def _rewrite(cut: str, change) -> None:
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda t: t.update(index=torch.tensor([0, 2, 1])), "indices"),
-    (lambda t: t.update(attempt=torch.tensor([0, -1, 0])), "attempts"),
+    (lambda t: t.update(index=torch.tensor([0, 2, 1], dtype=torch.int16)), "indices"),
+    (lambda t: t.update(attempt=torch.tensor([0, -1, 0], dtype=torch.int32)), "attempts"),
+    (lambda t: t.update(index=torch.tensor([0, 1, 2])), "int16 tensor of 3"),
     (lambda t: t.update(sealed=torch.tensor([True, False, False])), "unsealed rollout with a locator"),
     (lambda t: t.update(group_id=torch.tensor([0, 0])), "int64 tensor of 3"),
 ])
