@@ -348,11 +348,12 @@ def w_sync_none(run: Run) -> None:
     _unsynced(run, "none")
 
 
-def rollout_groups(run: Run, j, rounds: range, *, checkpoint_at: int | None = None) -> None:
+def rollout_groups(run: Run, j, rounds: range, *, checkpoint_at: int | None = None) -> list[int]:
     """Groups admitted with rollouts=3, per round: a seal, two failures in one commit, a
     transaction sealing the first group's last rollouts (one a retry) and finishing it, a
-    train; the second group keeps a sealed, a failed-and-unsealed and a fresh rollout. A
-    committed checkpoint after round `checkpoint_at`."""
+    train; the second group keeps a sealed, a failed-and-unsealed and a fresh (index 0)
+    rollout. A committed checkpoint after round `checkpoint_at`. Returns the second groups."""
+    kept = []
     for i in rounds:
         a, b = run.taken(j, [2 * i, 2 * i + 1], loader(i))
         run.call(j, "admitted", [a, b], target_step=i, policy_version=i, rollouts=3)
@@ -366,6 +367,8 @@ def rollout_groups(run: Run, j, rounds: range, *, checkpoint_at: int | None = No
             run.call(j, "begin_checkpoint", step=i)
             run.call(j, "commit_checkpoint", step=i)
         run.call(j, "trained", [a], step=i)
+        kept.append(b)
+    return kept
 
 
 def resume_first_commit(run: Run, rs) -> list:
@@ -389,13 +392,13 @@ def w_rollouts(run: Run) -> None:
     fenced), the pending rollouts sealed with their new attempt, and a compaction of the new
     branch (a cut holding the raised attempts)."""
     j = run.open()
-    rollout_groups(run, j, range(4), checkpoint_at=2)
+    kept = rollout_groups(run, j, range(4), checkpoint_at=2)
     compact(run.root, journal=j, keep_cuts=1, retention="archive", fs=run.fs)
     rollout_groups(run, j, range(4, 6))
-    run.call(j, "begin_checkpoint", step=6)
-    run.call(j, "rollout_sealed", [RolloutRef(1, 0, 0, "dp/1/0")], policy_version=6)  # the dead tail
+    run.call(j, "begin_checkpoint", step=6)  # what follows is the dead tail of the restore at 6
+    run.call(j, "rollout_sealed", [RolloutRef(kept[0], 0, 0, f"dp/{kept[0]}/0")], policy_version=6)
     run.call(j, "commit_checkpoint", step=6)
-    run.call(j, "rollout_failed", [RolloutRef(3, 0, 0)], reason="timeout")
+    run.call(j, "rollout_failed", [RolloutRef(kept[1], 0, 0)], reason="timeout")
     j.close()
     rs = restore(run.root)
     first = resume_first_commit(run, rs)

@@ -84,15 +84,16 @@ class Model:
         if gid not in self.rollouts:
             return None
         attempts, sealed = self.rollouts[gid]
-        fence = self.owners[gid] == A
-        return [(i, a, True, *sealed[i]) if i in sealed else (i, a + fence, False, None, None)
+        raised = 1 if self.owners[gid] == A else 0
+        return [(i, a, True, *sealed[i]) if i in sealed else (i, a + raised, False, None, None)
                 for i, a in enumerate(attempts)]
 
     def _rollout(self, kind: str, ref: list, seen: set) -> list:
         """The rollout record `ref` ([gid, index, attempt, ...]) names, if `kind` may change it."""
         g, index, attempt = ref[0], ref[1], ref[2]
         if self.owners.get(g) != A or g not in self.rollouts:
-            raise Illegal(f"{kind} of group {g} ({self.owners.get(g)}, rollouts tracked: {g in self.rollouts})")
+            raise Illegal(f"{kind} of group {g}: owner {self.owners.get(g)}, "
+                          f"rollouts tracked: {g in self.rollouts}")
         attempts, sealed = self.rollouts[g]
         if not 0 <= index < len(attempts) or (g, index) in seen or index in sealed:
             raise Illegal(f"{kind} of rollout {index} of group {g}: out of range, twice or sealed")
