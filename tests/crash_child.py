@@ -3,14 +3,19 @@
     python crash_child.py run DIR SEED SEGMENT_BYTES
         open the journal at DIR (sync="always") and append random legal transitions
         forever: takes with a loader state holding a tensor, diverts, admissions (some with
-        replaces=), finishes with locators, trains, discards, transactions and checkpoint
-        markers, chosen from the journal's own state (so a run continues whatever history
-        the previous, killed, run left). Writes one line per acknowledged commit to stdout:
+        replaces=, some with rollouts=N), rollout seals (with and without locators) and
+        failures, finishes with locators (or, for groups with rollouts, once all are sealed),
+        trains, discards, transactions (one seals a group's last rollouts, fails another's
+        and finishes the first) and checkpoint markers, chosen from the journal's own state
+        (so a run continues whatever history the previous, killed, run left). A seal of an
+        attempt that was failed must raise StaleAttempt (and is not a commit). Writes one
+        line per acknowledged commit to stdout:
             OPEN <lsn>                     after Journal.open returned
             ACK <lsn> <json events>        after the call returned (the commit is durable)
         Events use the vocabulary of tests/journal_model.py: ["taken", [gids], n] where n
-        is the loader-state counter, ["admitted", [gids], replaces], ["finished", [gids],
-        locators], ["begin", step], ...
+        is the loader-state counter, ["admitted", [gids], replaces(, n)], ["finished", [gids],
+        locators], ["sealed", [[gid, index, attempt, locator], ...], policy_version],
+        ["failed", [[gid, index, attempt], ...]], ["begin", step], ...
 
     python crash_child.py serve
         a zygote: imports the journal (and torch) once, prints READY, then reads commands on
@@ -32,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from journal import GroupRef, Journal, Owner  # noqa: E402
+from journal import GroupRef, Journal, Owner, RolloutRef, StaleAttempt  # noqa: E402
 
 
 def say(line: str) -> None:
@@ -45,6 +50,10 @@ def loader_state(n: int) -> dict:
     return {"_sampler_iter_state": {"generator": gen, "yielded": n}, "n": n, "pos": (epoch, n)}
 
 
+def refs_json(refs: list[RolloutRef], sealing: bool) -> list[list]:
+    return [[r.group_id, r.index, r.attempt] + ([r.locator] if sealing else []) for r in refs]
+
+
 def run(path: str, seed: int, segment_bytes: int) -> None:
     rng = random.Random(seed)
     j = Journal.open(path, sync="always", segment_bytes=segment_bytes)
@@ -54,13 +63,22 @@ def run(path: str, seed: int, segment_bytes: int) -> None:
                                                           Owner.REPLAY, Owner.SPARE)}
         st = j.state_copy()
         live = sorted(g for v in by.values() for g in v)
+        tracked = [st.live[g] for g in by[Owner.ADMITTED] if st.live[g].rollouts is not None]
+        unsealed = [RolloutRef(g.group_id, i, g.rollouts.attempts[i]) for g in tracked
+                    for i in g.rollouts.unsealed()]
+        finishable = [g for g in by[Owner.ADMITTED]
+                      if st.live[g].rollouts is None or st.live[g].rollouts.all_sealed()]
         kinds = ["taken"] * 3
         if by[Owner.RESERVED]:
             kinds += ["diverted", "admitted"]
         if by[Owner.SPARE]:
             kinds += ["admitted"]
         if by[Owner.ADMITTED]:
-            kinds += ["finished", "finished", "tx"]
+            kinds += ["tx"]
+        if finishable:
+            kinds += ["finished", "finished"]
+        if unsealed:
+            kinds += ["sealed", "sealed", "sealed", "failed", "rollout_tx", "stale"]
         if by[Owner.REPLAY]:
             kinds += ["trained", "trained"]
         if live:
@@ -100,10 +118,49 @@ def run(path: str, seed: int, segment_bytes: int) -> None:
         elif kind == "admitted":
             gs = some(by[Owner.RESERVED] + by[Owner.SPARE])
             rep = rng.choice(live) if rng.random() < 0.3 else None
-            lsn, evs = j.admitted(gs, target_step=st.lsn, replaces=rep), [["admitted", gs, rep]]
+            n = rng.randint(1, 4) if rng.random() < 0.5 else None
+            lsn = j.admitted(gs, target_step=st.lsn, replaces=rep, rollouts=n)
+            evs = [["admitted", gs, rep] + ([n] if n is not None else [])]
+        elif kind in ("sealed", "failed"):
+            refs = rng.sample(unsealed, rng.randint(1, min(3, len(unsealed))))
+            if kind == "sealed":
+                refs = [RolloutRef(r.group_id, r.index, r.attempt,
+                                   f"dp/{r.group_id}/{r.index}/{r.attempt}" if rng.random() < 0.8 else None)
+                        for r in refs]
+                pv = rng.choice((None, 1, 2))
+                lsn, evs = j.rollout_sealed(refs, policy_version=pv), [["sealed", refs_json(refs, True), pv]]
+            else:
+                lsn, evs = j.rollout_failed(refs, reason="timeout"), [["failed", refs_json(refs, False)]]
+        elif kind == "rollout_tx":  # seal one group's last rollouts, fail another's, finish the first
+            g = st.live[rng.choice(sorted({r.group_id for r in unsealed}))]
+            last = [RolloutRef(g.group_id, r.index, r.attempt, f"dp/{g.group_id}/{r.index}/{r.attempt}")
+                    for r in unsealed if r.group_id == g.group_id]
+            others = [r for r in unsealed if r.group_id != g.group_id]
+            with j.transaction() as tx:
+                tx.rollout_sealed(last, policy_version=2)
+                evs = [["sealed", refs_json(last, True), 2]]
+                if others:
+                    bad = [rng.choice(others)]
+                    tx.rollout_failed(bad, reason="worker_lost")
+                    evs.append(["failed", refs_json(bad, False)])
+                tx.finished([g.group_id], policy_version=2)
+                evs.append(["finished", [g.group_id], None])
+            lsn = tx.lsn
+        elif kind == "stale":  # a late result of a failed attempt is fenced, nothing is written
+            failed = [r for r in unsealed if r.attempt > 0]
+            if not failed:
+                continue
+            r = rng.choice(failed)
+            try:
+                j.rollout_sealed([RolloutRef(r.group_id, r.index, r.attempt - 1, "dp/late")])
+            except StaleAttempt:
+                continue
+            raise AssertionError(f"a seal of attempt {r.attempt - 1} of group {r.group_id} rollout "
+                                 f"{r.index} (current {r.attempt}) was accepted")
         elif kind == "finished":
-            gs = some(by[Owner.ADMITTED])
-            locs = [f"buf/{g}" for g in gs] if rng.random() < 0.5 else None
+            gs = some(finishable)
+            locs = [f"buf/{g}" for g in gs] if rng.random() < 0.5 and not any(
+                st.live[g].rollouts is not None for g in gs) else None
             lsn, evs = j.finished(gs, policy_version=1, locators=locs), [["finished", gs, locs]]
         elif kind == "trained":
             gs = some(by[Owner.REPLAY])

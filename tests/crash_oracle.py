@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 import torch
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted, Finished,
-                     GroupRef, Journal, JournalCorrupt, Reader, Taken, TakenGroup, Trained)
+                     GroupRef, Journal, JournalCorrupt, Reader, RolloutFailed, RolloutRef, RolloutSealed,
+                     StaleAttempt, Taken, TakenGroup, Trained)
 from journal.loader_state import unpack
 from journal_model import Model, deep_equal, events_of
 from replay import restore
+from replay.recovery import ABANDONED
 from snapshot import SNAPSHOTS_DIR, compact, read_cut
 
 try:  # faultfs is another engineer's; only its FaultFS is needed here
@@ -158,7 +160,12 @@ def _event(kind: str, args: tuple, kw: dict):
     if kind == "diverted":
         return Diverted(list(args[0]))
     if kind == "admitted":
-        return Admitted(list(args[0]), kw["target_step"], kw.get("policy_version"), kw.get("replaces"))
+        return Admitted(list(args[0]), kw["target_step"], kw.get("policy_version"), kw.get("replaces"),
+                        kw.get("rollouts"))
+    if kind == "rollout_sealed":
+        return RolloutSealed(list(args[0]), kw.get("policy_version"))
+    if kind == "rollout_failed":
+        return RolloutFailed(list(args[0]), kw["reason"])
     if kind == "finished":
         loc = kw.get("locators")
         return Finished(list(args[0]), kw.get("policy_version"), list(loc) if loc is not None else None)
@@ -341,6 +348,78 @@ def w_sync_none(run: Run) -> None:
     _unsynced(run, "none")
 
 
+def rollout_groups(run: Run, j, rounds: range, *, checkpoint_at: int | None = None) -> list[int]:
+    """Groups admitted with rollouts=3, per round: a seal, two failures in one commit, a
+    transaction sealing the first group's last rollouts (one a retry) and finishing it, a
+    train; the second group keeps a sealed, a failed-and-unsealed and a fresh (index 0)
+    rollout. A committed checkpoint after round `checkpoint_at`. Returns the second groups."""
+    kept = []
+    for i in rounds:
+        a, b = run.taken(j, [2 * i, 2 * i + 1], loader(i))
+        run.call(j, "admitted", [a, b], target_step=i, policy_version=i, rollouts=3)
+        run.call(j, "rollout_sealed", [RolloutRef(a, 0, 0, f"dp/{a}/0"), RolloutRef(b, 1, 0)],
+                 policy_version=i)
+        run.call(j, "rollout_failed", [RolloutRef(a, 1, 0), RolloutRef(b, 2, 0)], reason="timeout")
+        run.transaction(j, [("rollout_sealed", ([RolloutRef(a, 2, 0, f"dp/{a}/2"),
+                                                 RolloutRef(a, 1, 1, f"dp/{a}/1")],), {"policy_version": i}),
+                            ("finished", ([a],), {"policy_version": i})])
+        if i == checkpoint_at:
+            run.call(j, "begin_checkpoint", step=i)
+            run.call(j, "commit_checkpoint", step=i)
+        run.call(j, "trained", [a], step=i)
+        kept.append(b)
+    return kept
+
+
+def resume_first_commit(run: Run, rs) -> list:
+    """The first commit a resume from `rs` must write, from the model of the history on disk:
+    the restored checkpoint marked committed again and every unsealed rollout of a group
+    ADMITTED at it failed (its attempt raised). No data plane: nothing salvaged or demoted."""
+    reader = Reader(run.root)
+    end = max(rec.commit.lsn for rec in reader.records())
+    _, at, step = model_at(run, history_keys(reader, end))
+    if (rs.lsn, rs.step) != (at.lsn, step):
+        raise Violation(f"restore at LSN {rs.lsn} step {rs.step}, the model at {at.lsn} step {step}")
+    fence = [RolloutRef(g, i, a) for g, i, a in at.unsealed()]
+    return [CheckpointCommitted(step)] + ([RolloutFailed(fence, ABANDONED)] if fence else [])
+
+
+def w_rollouts(run: Run) -> None:
+    """Rollouts sealed and failed (alone and in transactions) across segment rotations, a
+    compaction while the journal is open (the cut holds a rollout table of partly sealed
+    groups), seals after the restored checkpoint's begin (a dead tail), a resume (its first
+    commit raises the attempts of the unsealed rollouts; a late seal of the old attempt is
+    fenced), the pending rollouts sealed with their new attempt, and a compaction of the new
+    branch (a cut holding the raised attempts)."""
+    j = run.open()
+    kept = rollout_groups(run, j, range(4), checkpoint_at=2)
+    compact(run.root, journal=j, keep_cuts=1, retention="archive", fs=run.fs)
+    rollout_groups(run, j, range(4, 6))
+    run.call(j, "begin_checkpoint", step=6)  # what follows is the dead tail of the restore at 6
+    run.call(j, "rollout_sealed", [RolloutRef(kept[0], 0, 0, f"dp/{kept[0]}/0")], policy_version=6)
+    run.call(j, "commit_checkpoint", step=6)
+    run.call(j, "rollout_failed", [RolloutRef(kept[1], 0, 0)], reason="timeout")
+    j.close()
+    rs = restore(run.root)
+    first = resume_first_commit(run, rs)
+    j = run.open(resume=rs)
+    run.resumed(j, rs.lsn, first)
+    pending = [(g.group_id, r.index, r.attempt) for g in rs.admitted for r in g.pending]
+    gid, index, attempt = pending[0]
+    try:
+        j.rollout_sealed([RolloutRef(gid, index, attempt - 1, "dp/late")])
+    except StaleAttempt:
+        pass
+    else:
+        raise Violation(f"a late seal of attempt {attempt - 1} of group {gid} rollout {index} was accepted")
+    run.call(j, "rollout_sealed", [RolloutRef(g, i, a, f"dp/{g}/{i}/{a}") for g, i, a in pending[:3]],
+             policy_version=7)
+    run.call(j, "begin_checkpoint", step=7)
+    run.call(j, "commit_checkpoint", step=7)
+    j.close()
+    compact(run.root, keep_cuts=1, retention="archive", fs=run.fs)
+
+
 WORKLOADS = {
     "rotation": w_rotation,
     "transaction": w_transaction,
@@ -351,6 +430,7 @@ WORKLOADS = {
     "resume-retired": w_resume_retired,
     "batch": w_batch,
     "sync-none": w_sync_none,
+    "rollouts": w_rollouts,
 }
 
 
@@ -431,6 +511,17 @@ def check_restore(path: str, model: Model, step: int | None) -> None:
         raise Violation("restore returned a loader state where the model has none")
     if rs.fold_state is not None and rs.fold_state.next_group_id < model.next_gid:
         raise Violation(f"next group id {rs.fold_state.next_group_id} < model's {model.next_gid}")
+    for g in rs.groups:
+        have = None if g.rollouts is None else [
+            (r.index, r.attempt, r.sealed, r.locator, r.policy_version) for r in g.rollouts]
+        if have != model.recovered_rollouts(g.group_id):
+            raise Violation(f"restored rollouts of group {g.group_id} {have} != model "
+                            f"{model.recovered_rollouts(g.group_id)}")
+    fenced = [(r.group_id, r.index, r.attempt) for e in rs.first_commit if type(e) is RolloutFailed
+              for r in e.rollouts]
+    if fenced != model.unsealed():
+        raise Violation(f"the resume would fence rollouts {fenced}, the model's unsealed ones are "
+                        f"{model.unsealed()}")
 
 
 def _check_unsynced_damage(path: str, run: Run, point: int) -> dict:

@@ -4,11 +4,17 @@ Deliberately not built on `journal.fold`: a dict gid -> owner, the next group
 id, the LSN and the checkpoint markers, with the transition table written out
 again. Tests compare the library (writer state, `Reader` folds) against it.
 
+Rollouts (groups admitted with rollouts=N) are a dict gid -> [attempts, {index: (locator,
+policy_version)} of the sealed ones], kept while the group is live.
+
 Events are plain tuples:
     ("taken", [gid, ...], loader_state_or_None)
     ("diverted" | "trained" | "discarded", [gid, ...])
-    ("admitted", [gid, ...], replaces_or_None)
+    ("admitted", [gid, ...], replaces_or_None)      or, with rollouts=N,
+    ("admitted", [gid, ...], replaces_or_None, N)
     ("finished", [gid, ...], locators_or_None)
+    ("sealed", [[gid, index, attempt, locator], ...], policy_version_or_None)
+    ("failed", [[gid, index, attempt], ...])
     ("begin" | "commit", step)
 """
 
@@ -20,7 +26,7 @@ import os
 import torch
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     GroupRef, Owner, Taken, Trained)
+                     GroupRef, Owner, RolloutFailed, RolloutSealed, Taken, Trained)
 
 R, A, P, S, T, D = Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE, Owner.TRAINED, Owner.DROPPED
 LIVE = {R, A, P, S}
@@ -46,6 +52,7 @@ class Model:
         self.committed: dict[int, int] = {}  # step -> checkpoint_begun LSN
         self.loader = None                   # the last loader_state a taken carried (as given)
         self.has_loader = False
+        self.rollouts: dict[int, list] = {}  # live gid -> [attempts, {index: (locator, version)}]
 
     def copy(self) -> "Model":
         m = Model()
@@ -53,6 +60,7 @@ class Model:
         m.next_gid, m.lsn = self.next_gid, self.lsn
         m.pending, m.committed = dict(self.pending), dict(self.committed)
         m.loader, m.has_loader = self.loader, self.has_loader
+        m.rollouts = {g: [list(a), dict(s)] for g, (a, s) in self.rollouts.items()}
         return m
 
     def counts(self) -> dict[Owner, int]:
@@ -63,6 +71,36 @@ class Model:
 
     def live(self) -> dict[int, Owner]:
         return {g: o for g, o in self.owners.items() if o in LIVE}
+
+    def unsealed(self) -> list[tuple[int, int, int]]:
+        """(gid, index, attempt) of every unsealed rollout of an ADMITTED group, by gid and index:
+        the rollouts a resume at this state fences (their attempt goes up by one)."""
+        return [(g, i, a) for g in sorted(self.rollouts) if self.owners[g] == A
+                for i, a in enumerate(self.rollouts[g][0]) if i not in self.rollouts[g][1]]
+
+    def recovered_rollouts(self, gid: int) -> list[tuple] | None:
+        """What restore hands back for `gid`'s rollouts: (index, attempt, sealed, locator,
+        policy_version), an unsealed rollout of an ADMITTED group with its attempt fenced."""
+        if gid not in self.rollouts:
+            return None
+        attempts, sealed = self.rollouts[gid]
+        raised = 1 if self.owners[gid] == A else 0
+        return [(i, a, True, *sealed[i]) if i in sealed else (i, a + raised, False, None, None)
+                for i, a in enumerate(attempts)]
+
+    def _rollout(self, kind: str, ref: list, seen: set) -> list:
+        """The rollout record `ref` ([gid, index, attempt, ...]) names, if `kind` may change it."""
+        g, index, attempt = ref[0], ref[1], ref[2]
+        if self.owners.get(g) != A or g not in self.rollouts:
+            raise Illegal(f"{kind} of group {g}: owner {self.owners.get(g)}, "
+                          f"rollouts tracked: {g in self.rollouts}")
+        attempts, sealed = self.rollouts[g]
+        if not 0 <= index < len(attempts) or (g, index) in seen or index in sealed:
+            raise Illegal(f"{kind} of rollout {index} of group {g}: out of range, twice or sealed")
+        if attempt != attempts[index]:
+            raise Illegal(f"{kind} of rollout {index} of group {g}: attempt {attempt} != {attempts[index]}")
+        seen.add((g, index))
+        return self.rollouts[g]
 
     def event(self, ev: tuple, lsn: int) -> None:
         """Apply one event in place (callers work on a copy); raise Illegal if not allowed."""
@@ -87,7 +125,22 @@ class Model:
             for g in gids:
                 if self.owners.get(g) not in allowed:
                     raise Illegal(f"{kind} {g} from {self.owners.get(g)}")
+                if kind == "finished" and g in self.rollouts and (
+                        ev[2] is not None or len(self.rollouts[g][1]) != len(self.rollouts[g][0])):
+                    raise Illegal(f"finished {g}: locators given, or not all its rollouts sealed")
                 self.owners[g] = to
+                if kind == "admitted" and len(ev) > 3 and ev[3] is not None:
+                    self.rollouts[g] = [[0] * ev[3], {}]
+                elif to not in LIVE:
+                    self.rollouts.pop(g, None)
+        elif kind == "sealed":
+            seen: set = set()
+            for ref in ev[1]:
+                self._rollout(kind, ref, seen)[1][ref[1]] = (ref[3], ev[2])
+        elif kind == "failed":
+            seen = set()
+            for ref in ev[1]:
+                self._rollout(kind, ref, seen)[0][ref[1]] += 1
         elif kind == "begin":
             if ev[1] in self.committed:
                 raise Illegal("step already committed")
@@ -119,13 +172,19 @@ def events_of(commit) -> list[tuple]:
         elif t is Diverted:
             out.append(("diverted", list(ev.groups)))
         elif t is Admitted:
-            out.append(("admitted", list(ev.groups), ev.replaces))
+            n = () if ev.rollouts is None else (ev.rollouts,)
+            out.append(("admitted", list(ev.groups), ev.replaces, *n))
         elif t is Finished:
             out.append(("finished", list(ev.groups), ev.locators))
         elif t is Trained:
             out.append(("trained", list(ev.groups)))
         elif t is Discarded:
             out.append(("discarded", list(ev.groups)))
+        elif t is RolloutSealed:
+            out.append(("sealed", [[r.group_id, r.index, r.attempt, r.locator] for r in ev.rollouts],
+                        ev.policy_version))
+        elif t is RolloutFailed:
+            out.append(("failed", [[r.group_id, r.index, r.attempt] for r in ev.rollouts]))
         elif t is CheckpointBegun:
             out.append(("begin", ev.step))
         elif t is CheckpointCommitted:
@@ -171,6 +230,14 @@ def assert_state_matches(st, model: Model) -> None:
     assert st.owner_counts() == model.counts()
     assert st.pending_checkpoints == model.pending
     assert st.committed_checkpoints == model.committed
+    tracked = {g: grp.rollouts for g, grp in st.live.items() if grp.rollouts is not None}
+    assert set(tracked) == set(model.rollouts), "groups whose rollouts are tracked"
+    for g, r in tracked.items():
+        attempts, sealed = model.rollouts[g]
+        assert list(r.attempts) == attempts, f"group {g} attempts"
+        assert {i for i in range(r.n) if r.is_sealed(i)} == set(sealed), f"group {g} sealed"
+        assert [(r.locators[i], r.versions[i]) for i in range(r.n)] == \
+            [sealed.get(i, (None, None)) for i in range(r.n)], f"group {g} locators and versions"
 
 
 def _tensor_bytes(t) -> bytes:

@@ -5,7 +5,10 @@ truncate, close, rename, unlink, mkdir, rmtree, directory fsync) of one
 operation fails with EIO, either once (*one-shot*) or from then on
 (*persistent*), until the operation completes without reaching N. The
 operations: appends across segment rotations (a transaction, a checkpoint), compaction
-(retention "archive" and "delete", replacing an older cut), resume (`Journal.open(path, resume=restore(path))`, then close) and
+(retention "archive" and "delete", replacing an older cut), resume (`Journal.open(path, resume=restore(path))`, then close),
+a rollout workload (seals and failures, alone and in transactions, across a rotation, a
+compaction writing a cut with a rollout table, a resume whose first commit raises the
+attempts of the unsealed rollouts) and
 open-with-repair (a journal with a torn frame tail, and one whose newest
 segment has a torn header; open, then close).
 
@@ -27,9 +30,10 @@ import shutil
 
 import pytest
 
-from crash_oracle import Run, check_journal, finished_groups_with_checkpoint, loader
+from crash_oracle import (Run, check_journal, finished_groups_with_checkpoint, loader, resume_first_commit,
+                          rollout_groups)
 from faultfs import FaultFS
-from journal import CheckpointCommitted, JournalFailed, JournalIOError
+from journal import CheckpointCommitted, JournalFailed, JournalIOError, Reader
 from replay import RestoreError, restore
 from snapshot import compact
 
@@ -155,11 +159,42 @@ def op_appends(run: Run) -> None:
         j.close()
 
 
+def setup_rollouts(run: Run) -> None:
+    """Groups with partly sealed rollouts and a committed checkpoint, the segment nearly full."""
+    j = run.open()
+    rollout_groups(run, j, range(3), checkpoint_at=1)
+    j.close()
+
+
+def op_rollouts(run: Run) -> None:
+    """Rollout seals and failures across a rotation and a checkpoint (and a dead tail after
+    it), close, a compaction (a cut with a rollout table), a resume, close."""
+    j = run.open()
+    try:
+        base = 100 * (1 + len(run.acks))
+        rollout_groups(run, j, range(base, base + 3), checkpoint_at=base + 1)
+    finally:
+        j.close()
+    compact(run.root, keep_cuts=1, retention="archive", fs=run.fs)
+    rs = restore(run.root)
+    first = resume_first_commit(run, rs)
+    top = max(Reader(run.root).timelines)
+    for t in range(top + 1, top + 4):  # the timeline a resume creates holds `first` first
+        run.expected[(t, rs.lsn + 1)] = (first, [])
+        run.branches.append((float("inf"), t, rs.lsn, True))
+    j = run.open(resume=rs)
+    try:
+        run.resumed(j, rs.lsn, first)
+    finally:
+        j.close()
+
+
 SCENARIOS = {
     "appends-rotation": (setup_small, op_appends),
     "compact-archive": (setup_compaction, op_compact("archive")),
     "compact-delete": (setup_compaction, op_compact("delete")),
     "resume": (setup_resume, op_resume),
+    "rollouts": (setup_rollouts, op_rollouts),
     "open-repair-torn-frame": (setup_torn_tail, op_open),
     "open-repair-torn-header": (setup_torn_header, op_open),
 }

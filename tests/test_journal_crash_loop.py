@@ -1,10 +1,13 @@
 """Test 6: a real crash loop. A child process appends with sync="always" (tests/crash_child.py:
-mixed transitions, transactions, checkpoint markers, a loader state holding a tensor, small
-segments so it rotates) and prints every acknowledged LSN; the parent SIGKILLs it at random
-moments (20 times, or $OJ_CRASH_LOOP_KILLS), reopens the journal each time and checks: every
-acknowledged commit is present with the events the child was told were durable, LSNs run
-1..n without gaps, a strict Reader verifies, and the reopened state equals an independent
-fold (tests/journal_model.py) of what is on disk. The next child continues the same journal.
+mixed transitions, rollout seals and failures, transactions, checkpoint markers, a loader
+state holding a tensor, small segments so it rotates) and prints every acknowledged LSN; the
+parent SIGKILLs it at random moments (20 times, or $OJ_CRASH_LOOP_KILLS), reopens the journal
+each time and checks: every acknowledged commit is present with the events the child was told
+were durable (rollouts with their attempts and locators), LSNs run 1..n without gaps, a strict
+Reader verifies, the reopened state (rollouts included) equals an independent fold
+(tests/journal_model.py) of what is on disk, and `restore` equals that fold at the latest
+committed checkpoint (the rollouts it hands back, and the attempts a resume would fence).
+The next child continues the same journal.
 
 The children are forked from one zygote process that imported torch once (see crash_child.py);
 set OJ_CRASH_LOOP_FORK=0 to start a fresh interpreter for every run instead.
@@ -22,6 +25,7 @@ import sys
 import threading
 import time
 
+from crash_oracle import check_restore
 from journal import Journal, Reader
 from journal.loader_state import unpack
 from journal_model import assert_journal_matches, deep_equal, events_of, fold_records
@@ -174,3 +178,8 @@ def check(path: str, acked: dict[int, list], run: int) -> None:
             assert j.loader_state()["n"] == model.loader["n"]
         else:
             assert j.loader_state() is None
+    if model.committed:
+        step, begun = max(model.committed.items(), key=lambda kv: kv[1])
+        check_restore(path, fold_records(records[:begun]), step)
+    else:
+        check_restore(path, fold_records([]), None)
