@@ -32,12 +32,13 @@ import os
 import random
 import sys
 import traceback
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from journal import GroupRef, Journal, Owner, RolloutRef, StaleAttempt  # noqa: E402
+from journal import GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt  # noqa: E402
 
 
 def say(line: str) -> None:
@@ -56,7 +57,9 @@ def refs_json(refs: list[RolloutRef], sealing: bool) -> list[list]:
 
 def run(path: str, seed: int, segment_bytes: int) -> None:
     rng = random.Random(seed)
-    j = Journal.open(path, sync="always", segment_bytes=segment_bytes)
+    with warnings.catch_warnings():  # it continues the killed history as it is, on purpose
+        warnings.simplefilter("ignore", JournalWarning)
+        j = Journal.open(path, sync="always", segment_bytes=segment_bytes)
     say(f"OPEN {j.lsn}")
     while True:
         by = {o: [g.group_id for g in j.groups(o)] for o in (Owner.RESERVED, Owner.ADMITTED,
