@@ -11,8 +11,8 @@ from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalMism
                      MissingFile, OrphanFile, RestoreError, SchemaMismatch, TwoOwners, UnsafePath)
 from .manifest import FORMAT_NAME, MANIFEST_NAME, SCHEMA_VERSION, Manifest
 from .retention import RETENTION_MODES
-from .state_at import (SNAPSHOTS_DIR, Point, Skipped, anchor_problem, check_anchor, cut_dirs,
-                       state_at, usable_cuts)
+from .catalog import SNAPSHOTS_DIR, Skipped, anchor_problem, check_anchor, cut_dirs, usable_cuts
+from .state_at import Point, state_at
 
 __all__ = [
     "compact", "CompactResult", "BackgroundCompactor", "Cut", "DataPlane", "read_cut", "write_cut",

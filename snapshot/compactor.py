@@ -26,7 +26,8 @@ from .cut import DATA_PLANE_DIR, DataPlane, read_cut, write_cut
 from .errors import RestoreError
 from .io_errors import io_step
 from .retention import RETENTION_MODES, retire, retirable_segments
-from .state_at import Skipped, anchor_problem, state_at, usable_cuts
+from .catalog import Skipped, anchor_problem, usable_cuts
+from .state_at import state_at
 
 
 @dataclass
