@@ -17,7 +17,8 @@ from journal import Reader
 from journal.layout import SNAPSHOTS_DIR, parse_cut_dir_name
 
 from . import manifest as mf
-from .cut import Cut, read_cut
+from .checks import read_cut
+from .cut import Cut
 from .errors import JournalMismatch, RestoreError
 
 

@@ -22,7 +22,8 @@ from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp
 from journal.leftovers import remove_compaction_leftovers
 from journal.locks import compaction_lock
 
-from .cut import DATA_PLANE_DIR, DataPlane, read_cut, write_cut
+from .checks import read_cut
+from .cut import DATA_PLANE_DIR, DataPlane, write_cut
 from .errors import RestoreError
 from .io_errors import io_step
 from .retention import RETENTION_MODES, retire, retirable_segments
