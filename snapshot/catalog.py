@@ -66,14 +66,14 @@ class Skipped:
 def usable_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> Iterator[Cut]:
     """Cuts under the journal that pass every check and sit on the active history, newest first;
     every other one is appended to `skipped` with the reason."""
-    for view in _anchored_cuts(reader, journal_path, skipped):
+    for view in anchored_cuts(reader, journal_path, skipped):
         try:
             yield read_cut(view.path)
         except RestoreError as exc:
             skipped.append(Skipped(view.path, f"{type(exc).__name__}: {exc}"))
 
 
-class _ManifestView:
+class ManifestView:
     """A cut known by its manifest only (enough for `anchor_problem`); loaded when used."""
 
     def __init__(self, path: str, manifest) -> None:
@@ -84,7 +84,7 @@ class _ManifestView:
         return self.manifest.lsn
 
 
-def _anchored_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> list[_ManifestView]:
+def anchored_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> list[ManifestView]:
     """Cuts whose manifest reads and whose anchor is on the active history, newest first; the
     others are reported. Only manifests are read here: nothing is hashed or unpickled."""
     out = []
@@ -92,7 +92,7 @@ def _anchored_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) ->
         try:
             with open(os.path.join(path, mf.MANIFEST_NAME), "rb") as f:
                 raw = f.read()
-            view = _ManifestView(path, mf.decode(raw, path))
+            view = ManifestView(path, mf.decode(raw, path))
         except FileNotFoundError:
             skipped.append(Skipped(path, f"ManifestMissing: {path}: no {mf.MANIFEST_NAME} "
                                          "(an incomplete or foreign cut)"))
@@ -109,7 +109,7 @@ def _anchored_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) ->
     return out
 
 
-def _load(views: list[_ManifestView], below: int | None, skipped: list[Skipped]) -> Cut | None:
+def newest_readable(views: list[ManifestView], below: int | None, skipped: list[Skipped]) -> Cut | None:
     """The newest of `views` at or before `below` (any if None) that passes every check of
     `read_cut`; those that fail are reported and dropped from `views`."""
     for v in list(views):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from journal import JournalCorrupt, OwnershipError, Reader, State, checkpoint_markers, fold_records
 
-from .catalog import Skipped, _anchored_cuts, _load
+from .catalog import Skipped, anchored_cuts, newest_readable
 from .cut import Cut
 from .errors import RestoreError
 
@@ -122,8 +122,8 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
         raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
     reader = reader or Reader(journal_path, "strict")
     skipped: list[Skipped] = []
-    views = _anchored_cuts(reader, journal_path, skipped)
-    newest = _load(views, None, skipped)
+    views = anchored_cuts(reader, journal_path, skipped)
+    newest = newest_readable(views, None, skipped)
     state = _from(newest)
     mode = "step" if step is not None else "lsn" if explicit else "end" if at == "end" else "latest"
     back = _GoBack(state, mode, step, at if explicit else None)
@@ -160,7 +160,8 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
         base, state = None, State()
     elif state is None or newest is not None and newest.lsn > target or not back.back_to(target):
         # fold again, from a cut at or before the point
-        base = newest if newest is not None and newest.lsn <= target else _load(views, target, skipped)
+        base = (newest if newest is not None and newest.lsn <= target
+                else newest_readable(views, target, skipped))
         state = _from(base)
         reader.fold(stop_lsn=target, state=state)
     else:
