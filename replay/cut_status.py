@@ -1,11 +1,10 @@
 """Each cut of a journal and whether restore may use it: valid, stale, incomplete, or which
-check of the chain of checks it fails (the numbers of `CHECKS`, as in the README).
+check of the chain of checks it fails (its number and name in `snapshot.CHECKS`).
 
-A cut is read with `snapshot.read_cut` (checks 1-7: manifest, files, orphans,
-sha256, schema, counts, records) and anchored with `snapshot.anchor_problem`
-(check 8: run, timeline, LSN and chain on the active history). Temporary
-directories of an unfinished compaction are listed as incomplete; restore never
-reads them.
+A cut is read with `snapshot.read_cut` (every check of the chain but the anchor)
+and anchored with `snapshot.anchor_problem` (the anchor: run, timeline, LSN and
+chain on the active history). Temporary directories of an unfinished compaction
+are listed as incomplete; restore never reads them.
 """
 
 from __future__ import annotations
@@ -14,25 +13,13 @@ import os
 from datetime import datetime, timezone
 
 from journal import CheckpointBegun, CheckpointCommitted, Reader
-from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, ChecksumMismatch, CorruptRecord,
-                      CountMismatch, Cut, JournalMismatch, ManifestMissing, MissingFile, OrphanFile,
-                      RestoreError, SchemaMismatch, anchor_problem, cut_dirs, read_cut)
+from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, Cut, JournalMismatch, ManifestMissing,
+                      RestoreError, anchor_problem, check_of, cut_dirs, read_cut)
 import journal
 
 from .walk import history
 
-# the number of each check of the chain, most specific class first
-CHECKS = ((ManifestMissing, 1, "manifest"), (MissingFile, 2, "listed file missing"),
-          (OrphanFile, 3, "file not in manifest"), (ChecksumMismatch, 4, "sha256"),
-          (SchemaMismatch, 5, "schema version"), (CountMismatch, 6, "group counts"),
-          (CorruptRecord, 7, "records"), (JournalMismatch, 8, "anchor on the journal"))
-
-
-def check_of(exc: BaseException) -> tuple[int | None, str]:
-    for cls, number, what in CHECKS:
-        if isinstance(exc, cls):
-            return number, what
-    return None, "unknown"
+MANIFEST_CHECK, ANCHOR_CHECK = check_of(ManifestMissing), check_of(JournalMismatch)
 
 
 def _entry(path: str, lsn: int | None, timeline: int | None) -> dict:
@@ -47,14 +34,14 @@ def classify_cut(path: str, reader: Reader | None, entry: dict | None = None) ->
     if not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
         e["status"] = "incomplete"
         e["reason"] = f"no {MANIFEST_NAME}: an unfinished or foreign cut (restore skips it)"
-        e["check"], e["error"] = 1, "ManifestMissing"
+        e["check"], e["error"] = MANIFEST_CHECK.number, "ManifestMissing"
         return e, None
     try:
         cut = read_cut(path)
     except RestoreError as exc:
-        number, what = check_of(exc)
-        e["status"], e["check"], e["error"] = "invalid", number, type(exc).__name__
-        e["reason"] = f"check {number} ({what}) fails: {exc}"
+        check = check_of(exc)
+        e["status"], e["check"], e["error"] = "invalid", check.number, type(exc).__name__
+        e["reason"] = f"check {check.number} ({check.what}) fails: {exc}"
         return e, None
     m = cut.manifest
     e.update(lsn=m.lsn, timeline=m.timeline, step=m.checkpoint_step, counts=dict(m.counts),
@@ -67,7 +54,7 @@ def classify_cut(path: str, reader: Reader | None, entry: dict | None = None) ->
         except journal.JournalCorrupt as exc:
             problem = f"the anchor cannot be checked: the journal is damaged there ({exc})"
     if problem is not None:
-        e["status"], e["check"], e["error"] = "stale", 8, "JournalMismatch"
+        e["status"], e["check"], e["error"] = "stale", ANCHOR_CHECK.number, "JournalMismatch"
         e["reason"] = problem
         return e, cut
     e["status"] = "valid"

@@ -1,8 +1,13 @@
-"""Every error `restore` raises, all subclasses of `RestoreError` (DESIGN 6.1).
+"""Every error `restore` raises, all subclasses of `RestoreError`: the documented home of them all.
 
-Checks 1-8 are the cut's (defined in `snapshot`, re-exported here); check 9
-wraps the journal's own errors so one `except RestoreError` catches all;
-check 10 is rehydration's.
+First the chain of checks of a cut (`snapshot.CHECKS`, numbered there: manifest, listed
+files, unlisted files, sha256, schema, counts, records, anchor). Those classes are defined
+in `snapshot.errors`, because `snapshot` raises them for compaction and retention too and
+never imports `replay`; they are re-exported here unchanged, so `replay.RestoreError` and
+`snapshot.RestoreError` are one class. Then the errors only restore raises: the journal
+tail's own errors re-raised as subclasses of both `RestoreError` and the journal's class
+(one `except RestoreError` catches all), a file that cannot be read at all, and
+rehydration's. README "Restore" lists them in order.
 """
 
 import journal
@@ -12,11 +17,11 @@ from snapshot.errors import (ChecksumMismatch, CorruptRecord, CountMismatch, Jou
 
 
 class JournalCorrupt(RestoreError, journal.JournalCorrupt):
-    """9. The journal tail is damaged or breaks the chain (names segment, offset, LSN)."""
+    """The journal tail is damaged or breaks the chain (names segment, offset, LSN)."""
 
 
 class OwnershipError(RestoreError, journal.OwnershipError):
-    """9. The journal tail breaks the ownership rules (names the group and LSN)."""
+    """The journal tail breaks the ownership rules (names the group and LSN)."""
 
 
 class Unreadable(RestoreError):
@@ -24,15 +29,15 @@ class Unreadable(RestoreError):
 
 
 class RowMissing(RestoreError):
-    """10. `dataset[idx]` does not exist (the dataset shrank)."""
+    """Rehydration: `dataset[idx]` does not exist (the dataset shrank)."""
 
 
 class RowMismatch(RestoreError):
-    """10. The row at `idx` says it is another idx or task (the dataset was reordered)."""
+    """Rehydration: the row at `idx` says it is another idx or task (the dataset was reordered)."""
 
 
 class RowChanged(RestoreError):
-    """10. The row's content fingerprint differs from the one recorded when it was taken."""
+    """Rehydration: the row's content fingerprint differs from the one recorded when it was taken."""
 
 
 class RowChangedWarning(UserWarning):

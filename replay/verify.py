@@ -9,14 +9,14 @@ per timeline; returns a `VerifyReport`.
 4. The ownership rules (the journal's own `apply`) over the active history and
    every dead tail: each timeline's own commits are folded once, starting from
    a copy of the state at its branch point taken while its parent was folded.
-5. Every cut: checks 1-8 of the chain (`cut_status`), and a valid cut's live
+5. Every cut: every check of the chain (`snapshot.CHECKS`, via `cut_status`), and a valid cut's live
    groups, counts and checkpoints equal the fold at its LSN.
 6. The restore point (latest committed checkpoint) is on an undamaged part of
    the active history.
 
 A torn tail (never acknowledged), a stale cut and a leftover temporary
 directory are warnings; everything else is a problem (exit 1). Rehydration
-(check 10) needs the dataset and is restore's.
+needs the dataset and is restore's.
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ import os
 
 import journal
 from journal import Owner, Reader, State
-from snapshot import read_cut
+from snapshot import CHECKS, read_cut
 
 from .cut_status import check_one_cut, is_cut, is_journal, list_cuts
 from .reports import Check, Finding, NotAJournal, VerifyReport
 from .walk import Progress, active_lineage, no_progress, span_bytes, tracked, unique_problems
+
+CUT_CHECKS = f"checks 1-{len(CHECKS)}"  # the whole chain of a cut, as the labels name it
 
 
 class _Report(VerifyReport):
@@ -266,12 +268,12 @@ class _JournalVerification:
         for e in self.cuts:
             target = e["name"]
             if e["status"] == "valid":
-                rep.check("cut: checks 1-8 and content", target, True, f"LSN {e['lsn']}")
+                rep.check(f"cut: {CUT_CHECKS} and content", target, True, f"LSN {e['lsn']}")
             elif e["status"] in ("stale", "incomplete"):
                 rep.check(f"cut ({e['status']})", target, None, e["reason"])
                 rep.problem("cut", f"{target}: {e['status']}: {e['reason']}", warn=True)
             else:
-                rep.check("cut: checks 1-8 and content", target, False, e["reason"])
+                rep.check(f"cut: {CUT_CHECKS} and content", target, False, e["reason"])
                 if not any(p.kind == "cut" and p.message.startswith(target) for p in rep.problems):
                     rep.problem("cut", f"{target}: {e['reason']}", None, None, e["lsn"])
 
@@ -302,7 +304,8 @@ def _verify_cut(path: str) -> VerifyReport:
     rep = _Report(path)
     e = check_one_cut(path)
     ok = e["status"] == "valid"
-    rep.check("cut: checks 1-8" if e["check"] != 8 or ok else "cut: anchor", e["name"], ok,
+    anchor_only = e["check"] == CHECKS[-1].number and not ok
+    rep.check("cut: anchor" if anchor_only else f"cut: {CUT_CHECKS}", e["name"], ok,
               e["reason"] or f"LSN {e['lsn']}")
     if not ok:
         rep.problem("cut", f"{e['name']}: {e['status']}: {e['reason']}", None, None, e["lsn"])

@@ -22,11 +22,13 @@ from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp
 from journal.leftovers import remove_compaction_leftovers
 from journal.locks import compaction_lock
 
-from .cut import DATA_PLANE_DIR, DataPlane, read_cut, write_cut
+from .checks import read_cut
+from .cut import DATA_PLANE_DIR, DataPlane, write_cut
 from .errors import RestoreError
 from .io_errors import io_step
 from .retention import RETENTION_MODES, retire, retirable_segments
-from .state_at import Skipped, anchor_problem, state_at, usable_cuts
+from .catalog import Skipped, anchor_problem, usable_cuts
+from .state_at import state_at
 
 
 @dataclass

@@ -1,7 +1,11 @@
-"""The chain of checks a cut goes through, one exception class per check (DESIGN 6.1).
+"""The errors of the chain of checks a cut goes through: one class per check, in the order
+and with the numbers of `checks.CHECKS` (a subclass belongs to its base's check).
 
-`replay` re-exports these; `RestoreError` is `replay.RestoreError`. Every
-message names the cut directory and the file, LSN or group involved.
+They are defined here, beneath `replay`, because `snapshot` raises them: `read_cut` serves
+compaction and retention as well as restore, and `snapshot` never imports `replay`.
+`replay.errors` is their documented home: it re-exports these same classes
+(`replay.RestoreError is snapshot.RestoreError`) beside the errors only restore raises.
+Every message names the cut directory and the file, LSN or group involved.
 """
 
 
@@ -10,7 +14,7 @@ class RestoreError(Exception):
 
 
 class ManifestMissing(RestoreError):
-    """1. MANIFEST.json is missing or does not parse."""
+    """MANIFEST.json is missing or does not parse."""
 
 
 class UnsafePath(ManifestMissing):
@@ -18,32 +22,32 @@ class UnsafePath(ManifestMissing):
 
 
 class MissingFile(RestoreError):
-    """2. A file the manifest lists is not in the cut."""
+    """A file the manifest lists (or a file every cut holds) is not in the cut."""
 
 
 class OrphanFile(RestoreError):
-    """3. A file in the cut is not listed by the manifest."""
+    """A file in the cut is not listed by the manifest."""
 
 
 class ChecksumMismatch(RestoreError):
-    """4. A file's size or sha256 differs from the manifest (checked before anything is loaded)."""
+    """A file's size or sha256 differs from the manifest (checked before anything is loaded)."""
 
 
 class SchemaMismatch(RestoreError):
-    """5. The cut was written with a schema version this code does not read."""
+    """The cut was written with a schema version this code does not read."""
 
 
 class CountMismatch(RestoreError):
-    """6. The group tables hold other counts than the manifest says."""
+    """The group tables hold other counts than the manifest says."""
 
 
 class CorruptRecord(RestoreError):
-    """7. A record has a bad field (type, range, phase)."""
+    """A record has a bad field (type, range, phase)."""
 
 
 class TwoOwners(CorruptRecord):
-    """7. A group appears in two owners' tables."""
+    """A group appears in two owners' tables."""
 
 
 class JournalMismatch(RestoreError):
-    """8. The cut's anchor (run id, timeline, LSN, chain) is not on the journal's active history."""
+    """The cut's anchor (run id, timeline, LSN, chain) is not on the journal's active history."""

@@ -10,57 +10,13 @@ from __future__ import annotations
 import collections
 import gc
 import itertools
-import os
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from journal import JournalCorrupt, OwnershipError, Reader, State, checkpoint_markers, fold_records
-from journal.layout import SNAPSHOTS_DIR, cut_dir_name, parse_cut_dir_name  # noqa: F401
 
-from . import manifest as mf
-from .cut import Cut, read_cut
-from .errors import JournalMismatch, RestoreError
-
-
-def cut_dirs(journal_path: str) -> list[tuple[int, int, str]]:
-    """(lsn, timeline, path) of every cut directory under `<journal>/snapshots`, newest LSN first.
-    Temporary directories of an unfinished compaction are never listed."""
-    root = os.path.join(journal_path, SNAPSHOTS_DIR)
-    if not os.path.isdir(root):
-        return []
-    out = []
-    for name in os.listdir(root):
-        parsed = parse_cut_dir_name(name)  # never a temporary (`.tmp-*`) directory
-        if parsed is not None:
-            out.append((parsed[1], parsed[0], os.path.join(root, name)))
-    out.sort(reverse=True)
-    return out
-
-
-def anchor_problem(reader: Reader, cut: Cut) -> str | None:
-    """Why `cut` is not a point of `reader`'s active history (None when it is)."""
-    m = cut.manifest
-    if reader.run_id is not None and m.run_id != reader.run_id.hex():
-        return f"cut belongs to run {m.run_id}, the journal is run {reader.run_id.hex()}"
-    if m.lsn == 0:
-        return None
-    lineage = reader.lineage()
-    for rec in reader.records(start_lsn=m.lsn, stop_lsn=m.lsn):
-        if rec.timeline != m.timeline or rec.chain != m.chain:
-            return (f"cut anchor (timeline {m.timeline}, LSN {m.lsn}, chain {m.chain:#010x}) is not on the "
-                    f"active history (timeline {rec.timeline}, chain {rec.chain:#010x} at that LSN): "
-                    "a stale cut of a dead branch")
-        return None
-    first = next((s for tl in lineage for s in tl.segments), None)
-    if first is not None and first.first_lsn == m.lsn + 1 and first.header.chain_seed == m.chain:
-        return None  # the segments before the cut were retired; the next one continues its chain
-    return f"the journal has no commit at LSN {m.lsn} to check the cut's anchor against"
-
-
-@dataclass
-class Skipped:
-    path: str
-    reason: str
+from .catalog import Skipped, anchored_cuts, newest_readable
+from .cut import Cut
+from .errors import RestoreError
 
 
 @dataclass
@@ -76,73 +32,6 @@ class Point:
     # every checkpoint committed on the active history, up to its end: step -> checkpoint_begun LSN
     # (a step pending at `lsn` whose commit marker is later has durable weights all the same)
     committed: dict[int, int] = field(default_factory=dict)
-
-
-def usable_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> Iterator[Cut]:
-    """Cuts under the journal that pass every check and sit on the active history, newest first;
-    every other one is appended to `skipped` with the reason."""
-    for view in _anchored_cuts(reader, journal_path, skipped):
-        try:
-            yield read_cut(view.path)
-        except RestoreError as exc:
-            skipped.append(Skipped(view.path, f"{type(exc).__name__}: {exc}"))
-
-
-class _ManifestView:
-    """A cut known by its manifest only (enough for `anchor_problem`); loaded when used."""
-
-    def __init__(self, path: str, manifest) -> None:
-        self.path, self.manifest = path, manifest
-
-    @property
-    def lsn(self) -> int:
-        return self.manifest.lsn
-
-
-def _anchored_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> list[_ManifestView]:
-    """Cuts whose manifest reads and whose anchor is on the active history, newest first; the
-    others are reported. Only manifests are read here: nothing is hashed or unpickled."""
-    out = []
-    for _lsn, _timeline, path in cut_dirs(journal_path):
-        try:
-            with open(os.path.join(path, mf.MANIFEST_NAME), "rb") as f:
-                raw = f.read()
-            view = _ManifestView(path, mf.decode(raw, path))
-        except FileNotFoundError:
-            skipped.append(Skipped(path, f"ManifestMissing: {path}: no {mf.MANIFEST_NAME} "
-                                         "(an incomplete or foreign cut)"))
-            continue
-        except (OSError, RestoreError) as exc:
-            name = type(exc).__name__ if isinstance(exc, RestoreError) else "ManifestMissing"
-            skipped.append(Skipped(path, f"{name}: {exc}"))
-            continue
-        problem = anchor_problem(reader, view)
-        if problem is not None:
-            skipped.append(Skipped(path, f"JournalMismatch: {problem}"))
-            continue
-        out.append(view)
-    return out
-
-
-def _load(views: list[_ManifestView], below: int | None, skipped: list[Skipped]) -> Cut | None:
-    """The newest of `views` at or before `below` (any if None) that passes every check of
-    `read_cut`; those that fail are reported and dropped from `views`."""
-    for v in list(views):
-        if below is not None and v.lsn > below:
-            continue
-        try:
-            cut = read_cut(v.path)
-        except RestoreError as exc:
-            skipped.append(Skipped(v.path, f"{type(exc).__name__}: {exc}"))
-            views.remove(v)
-            continue
-        m, seen = cut.manifest, v.manifest
-        if (m.run_id, m.timeline, m.lsn, m.chain) != (seen.run_id, seen.timeline, seen.lsn, seen.chain):
-            skipped.append(Skipped(v.path, "JournalMismatch: the cut's manifest changed while it was read"))
-            views.remove(v)
-            continue
-        return cut
-    return None
 
 
 _MAX_UNDO_COMMITS = 100_000  # beyond this, going back means folding again from a cut
@@ -233,8 +122,8 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
         raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
     reader = reader or Reader(journal_path, "strict")
     skipped: list[Skipped] = []
-    views = _anchored_cuts(reader, journal_path, skipped)
-    newest = _load(views, None, skipped)
+    views = anchored_cuts(reader, journal_path, skipped)
+    newest = newest_readable(views, None, skipped)
     state = _from(newest)
     mode = "step" if step is not None else "lsn" if explicit else "end" if at == "end" else "latest"
     back = _GoBack(state, mode, step, at if explicit else None)
@@ -271,7 +160,8 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
         base, state = None, State()
     elif state is None or newest is not None and newest.lsn > target or not back.back_to(target):
         # fold again, from a cut at or before the point
-        base = newest if newest is not None and newest.lsn <= target else _load(views, target, skipped)
+        base = (newest if newest is not None and newest.lsn <= target
+                else newest_readable(views, target, skipped))
         state = _from(base)
         reader.fold(stop_lsn=target, state=state)
     else:
@@ -294,9 +184,3 @@ def _from(cut: Cut | None) -> State:
     # at exactly this LSN (no tail folded on top) must name the right one
     state.timeline = cut.manifest.timeline
     return state
-
-
-def check_anchor(reader: Reader, cut: Cut) -> None:
-    problem = anchor_problem(reader, cut)
-    if problem is not None:
-        raise JournalMismatch(f"{cut.path}: {problem}")

@@ -35,7 +35,7 @@ import pytest
 from faultfs import FaultFS, snapshot_tree
 from journal import Journal, JournalIOError, Reader, list_segments
 from snapshot import SNAPSHOTS_DIR, compact, cut_dirs, read_cut, state_at, usable_cuts
-from snapshot.state_at import anchor_problem
+from snapshot.catalog import anchor_problem
 
 from snapshot_support import assert_same_state, committed_lsn, reference_states
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from journal import Journal
 from snapshot import compact, read_cut
-from snapshot.state_at import cut_dirs
+from snapshot.catalog import cut_dirs
 
 from snapshot_support import (NOSYNC, HypothesisPicker, assert_same_state, committed_lsn, drive,
                               reference_states)

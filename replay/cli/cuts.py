@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from snapshot import SNAPSHOTS_DIR
+from snapshot import CHECKS, SNAPSHOTS_DIR
 
 from ..cut_status import check_one_cut, list_cuts, tally
 from . import options, render
@@ -13,9 +13,10 @@ from .source import open_source
 
 HELP = "each cut: valid, stale, incomplete, or which check fails"
 DESCRIPTION = (
-    "List every cut under <journal>/snapshots (newest first) through the chain of checks: "
-    "1 manifest, 2 listed files present, 3 no unlisted files, 4 sha256, 5 schema, 6 counts, "
-    "7 records, 8 anchor on the active history (a stale cut belongs to a dead branch). "
+    "List every cut under <journal>/snapshots (newest first) through the chain of checks, "
+    "each named by what fails it: "
+    + ", ".join(f"{c.number} {c.what}" for c in CHECKS)
+    + " (a stale cut fails only the last: it belongs to a dead branch). "
     "Marks the cut restore would start from.")
 EPILOG = ("examples:\n  journal-inspect cuts runs/exp1/journal\n"
           "  journal-inspect cuts ckpt/step_8/ownership --json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..verify import verify
+from ..verify import CUT_CHECKS, verify
 from . import options, render
 from .progress import Progress
 from .source import PROBLEMS, open_source
@@ -13,7 +13,7 @@ HELP = "the whole chain of checks over journal and cuts (exit 1 on problems)"
 DESCRIPTION = (
     "Check everything restore relies on: every segment header, frame checksum, chain link "
     "and LSN on every timeline; each branch continues its parent's chain; the ownership rules "
-    "over the active history and every dead tail; every cut through checks 1-8 and against the "
+    f"over the active history and every dead tail; every cut through {CUT_CHECKS} and against the "
     "journal's own fold at its LSN; and that the restore point is reachable. Problems name "
     "segment, offset and LSN. Torn tails (never acknowledged) and stale cuts are warnings. "
     "Whatever --mode says, verify reads every frame as salvage does, so it reports all the "

@@ -1,0 +1,136 @@
+"""The cut catalogue of a journal: its cut directories, their manifests and anchors.
+
+`cut_dirs` lists `<journal>/snapshots/cut-*` (never a temporary directory);
+`anchor_problem` says whether a cut's anchor (run id, timeline, LSN, chain) is
+a point of the journal's active history; `usable_cuts` yields the cuts that
+pass the chain of checks of `read_cut` and are anchored, reporting the others
+as `Skipped`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+from journal import Reader
+from journal.layout import SNAPSHOTS_DIR, parse_cut_dir_name
+
+from . import manifest as mf
+from .checks import read_cut
+from .cut import Cut
+from .errors import JournalMismatch, RestoreError
+
+
+def cut_dirs(journal_path: str) -> list[tuple[int, int, str]]:
+    """(lsn, timeline, path) of every cut directory under `<journal>/snapshots`, newest LSN first.
+    Temporary directories of an unfinished compaction are never listed."""
+    root = os.path.join(journal_path, SNAPSHOTS_DIR)
+    if not os.path.isdir(root):
+        return []
+    out = []
+    for name in os.listdir(root):
+        parsed = parse_cut_dir_name(name)  # never a temporary (`.tmp-*`) directory
+        if parsed is not None:
+            out.append((parsed[1], parsed[0], os.path.join(root, name)))
+    out.sort(reverse=True)
+    return out
+
+
+def anchor_problem(reader: Reader, cut: Cut) -> str | None:
+    """Why `cut` is not a point of `reader`'s active history (None when it is)."""
+    m = cut.manifest
+    if reader.run_id is not None and m.run_id != reader.run_id.hex():
+        return f"cut belongs to run {m.run_id}, the journal is run {reader.run_id.hex()}"
+    if m.lsn == 0:
+        return None
+    lineage = reader.lineage()
+    for rec in reader.records(start_lsn=m.lsn, stop_lsn=m.lsn):
+        if rec.timeline != m.timeline or rec.chain != m.chain:
+            return (f"cut anchor (timeline {m.timeline}, LSN {m.lsn}, chain {m.chain:#010x}) is not on the "
+                    f"active history (timeline {rec.timeline}, chain {rec.chain:#010x} at that LSN): "
+                    "a stale cut of a dead branch")
+        return None
+    first = next((s for tl in lineage for s in tl.segments), None)
+    if first is not None and first.first_lsn == m.lsn + 1 and first.header.chain_seed == m.chain:
+        return None  # the segments before the cut were retired; the next one continues its chain
+    return f"the journal has no commit at LSN {m.lsn} to check the cut's anchor against"
+
+
+@dataclass
+class Skipped:
+    path: str
+    reason: str
+
+
+def usable_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> Iterator[Cut]:
+    """Cuts under the journal that pass every check and sit on the active history, newest first;
+    every other one is appended to `skipped` with the reason."""
+    for view in anchored_cuts(reader, journal_path, skipped):
+        try:
+            yield read_cut(view.path)
+        except RestoreError as exc:
+            skipped.append(Skipped(view.path, f"{type(exc).__name__}: {exc}"))
+
+
+class ManifestView:
+    """A cut known by its manifest only (enough for `anchor_problem`); loaded when used."""
+
+    def __init__(self, path: str, manifest) -> None:
+        self.path, self.manifest = path, manifest
+
+    @property
+    def lsn(self) -> int:
+        return self.manifest.lsn
+
+
+def anchored_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> list[ManifestView]:
+    """Cuts whose manifest reads and whose anchor is on the active history, newest first; the
+    others are reported. Only manifests are read here: nothing is hashed or unpickled."""
+    out = []
+    for _lsn, _timeline, path in cut_dirs(journal_path):
+        try:
+            with open(os.path.join(path, mf.MANIFEST_NAME), "rb") as f:
+                raw = f.read()
+            view = ManifestView(path, mf.decode(raw, path))
+        except FileNotFoundError:
+            skipped.append(Skipped(path, f"ManifestMissing: {path}: no {mf.MANIFEST_NAME} "
+                                         "(an incomplete or foreign cut)"))
+            continue
+        except (OSError, RestoreError) as exc:
+            name = type(exc).__name__ if isinstance(exc, RestoreError) else "ManifestMissing"
+            skipped.append(Skipped(path, f"{name}: {exc}"))
+            continue
+        problem = anchor_problem(reader, view)
+        if problem is not None:
+            skipped.append(Skipped(path, f"JournalMismatch: {problem}"))
+            continue
+        out.append(view)
+    return out
+
+
+def newest_readable(views: list[ManifestView], below: int | None, skipped: list[Skipped]) -> Cut | None:
+    """The newest of `views` at or before `below` (any if None) that passes every check of
+    `read_cut`; those that fail are reported and dropped from `views`."""
+    for v in list(views):
+        if below is not None and v.lsn > below:
+            continue
+        try:
+            cut = read_cut(v.path)
+        except RestoreError as exc:
+            skipped.append(Skipped(v.path, f"{type(exc).__name__}: {exc}"))
+            views.remove(v)
+            continue
+        m, seen = cut.manifest, v.manifest
+        if (m.run_id, m.timeline, m.lsn, m.chain) != (seen.run_id, seen.timeline, seen.lsn, seen.chain):
+            skipped.append(Skipped(v.path, "JournalMismatch: the cut's manifest changed while it was read"))
+            views.remove(v)
+            continue
+        return cut
+    return None
+
+
+def check_anchor(reader: Reader, cut: Cut) -> None:
+    problem = anchor_problem(reader, cut)
+    if problem is not None:
+        raise JournalMismatch(f"{cut.path}: {problem}")
