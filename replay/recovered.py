@@ -12,6 +12,7 @@ from journal import Group, Owner, OsFileSystem, State
 from snapshot import MANIFEST_NAME, SNAPSHOTS_DIR, RestoreError, Skipped, cut_dirs, write_cut
 from journal.layout import cut_dir_name, replaced_name
 from snapshot.manifest import decode as _decode_manifest
+from snapshot.row_ledger import RowLedger
 
 
 @dataclass
@@ -93,6 +94,9 @@ class RecoveredState:
     recommit: list[int] = field(default_factory=list)
     # the events of the resume's first commit (see the class docstring); empty: nothing to record
     first_commit: list = field(default_factory=list)
+    # the audit's row ledger at `lsn`, when the cut the state stands on at exactly `lsn` has one
+    # (a resume that seeds a cut writes it there, so the resumed journal can still be audited)
+    ledger: RowLedger | None = None
 
     @property
     def groups(self) -> list[RecoveredGroup]:
@@ -125,4 +129,5 @@ class RecoveredState:
             fs.rename(target, os.path.join(os.path.dirname(target),
                                            replaced_name(os.path.basename(target), int(time.time()))))
             fs.fsync_dir(os.path.dirname(target))
-        return write_cut(target, state, run_id=self.run_id, timeline=state.timeline, fs=fs)
+        return write_cut(target, state, run_id=self.run_id, timeline=state.timeline, fs=fs,
+                         ledger=self.ledger)

@@ -18,6 +18,7 @@ import journal
 from journal import LoaderStateError, Owner, Reader, State, list_segments
 from journal.layout import DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
+from snapshot.row_ledger import RowLedger
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
 from .recovered import RecoveredState
@@ -61,6 +62,15 @@ def _id_allocator(state: State, reader: Reader | None) -> Callable[[], int]:
             counter = itertools.count(max(state.next_group_id, top + 1))
         return next(counter)
     return next_id
+
+
+def _ledger_of(cut) -> RowLedger | None:
+    """The row ledger of the cut the restore point stands on; None when it has none or it does
+    not load (an audit of a journal resumed from it then reports what it cannot cover)."""
+    try:
+        return RowLedger.of_cut(cut)
+    except RestoreError:
+        return None
 
 
 def _empty_state() -> RecoveredState:
@@ -111,6 +121,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         if isinstance(at, int) and not isinstance(at, bool) and at != cut.lsn:
             raise RestoreError(f"{path}: the cut is at LSN {cut.lsn}; a cut alone cannot restore LSN {at}")
         state, point_step, skipped, source, base = cut.state, cut.manifest.checkpoint_step, [], "cut", path
+        ledger = _ledger_of(cut)
         run_id = bytes.fromhex(cut.manifest.run_id)
         # a cut alone knows nothing after it: only its own checkpoint is known to be durable
         committed_later = {point_step: cut.lsn} if point_step is not None else {}
@@ -119,6 +130,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         point = _wrap_journal_errors(state_at, path, at, step=step, reader=reader)
         state, point_step, skipped, source = point.state, point.step, point.skipped, "journal"
         base = point.base.path if point.base is not None else None
+        ledger = _ledger_of(point.base) if point.base is not None and point.base.lsn == state.lsn else None
         run_id = reader.run_id
         committed_later = point.committed
         if salvage and data_plane is not None and point.lsn < point.end_lsn:
@@ -136,7 +148,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         source=source, base_cut=base, skipped=skipped, demoted=groups.demoted,
         salvaged=groups.salvaged, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, run_id=run_id, fold_state=state, recommit=recommit,
-        first_commit=groups.first_commit)
+        first_commit=groups.first_commit, ledger=ledger)
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, state.dataset_size, state.row_sample,

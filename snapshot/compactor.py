@@ -26,6 +26,7 @@ from .cut import DATA_PLANE_DIR, DataPlane, read_cut, write_cut
 from .errors import RestoreError
 from .io_errors import io_step
 from .retention import RETENTION_MODES, retire, retirable_segments
+from .row_ledger import RowLedger, ledger_at
 from .state_at import Skipped, anchor_problem, state_at, usable_cuts
 
 
@@ -115,25 +116,40 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
         state = journal.state_copy()  # the only moment appends wait
         step = next((s for s, lsn in state.committed_checkpoints.items() if lsn == state.lsn), None)
         run_id, skipped = journal.run_id, []
+        reader = Reader(path, "strict")
+        base = next((c for c in usable_cuts(reader, path, []) if c.lsn <= state.lsn), None)
     else:
         reader = Reader(path, "strict")
         point = state_at(path, at, reader=reader)
-        state, step, skipped = point.state, point.step, point.skipped
+        state, step, skipped, base = point.state, point.step, point.skipped, point.base
         run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
+    ledger = _ledger(reader, base, state)
     if into is not None:
         _remove_tmp_dirs(fs, os.path.dirname(target), cut_tmp_name(os.path.basename(target), ""))
-        write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs)
+        write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
+                  ledger=ledger)
     else:
         target = os.path.join(snapshots, cut_dir_name(timeline, state.lsn))
         if os.path.lexists(target) and not _reusable(path, target, data_plane):
             _discard_cut(fs, target)  # damaged, stale, or without the data plane asked for
         if not os.path.lexists(target):
-            write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs)
+            write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
+                      ledger=ledger)
     result = CompactResult(target, state.lsn, step, skipped=skipped)
     if retention is not None:
         _apply_retention(fs, path, keep_cuts, pins, retention, result, protect=target)
     return result
+
+
+def _ledger(reader: Reader, base, state) -> RowLedger | None:
+    """The row ledger of the cut being written; None (the cut is written without one, and an
+    audit standing on it reports the history before it as not covered) when the history
+    before the point is unknown or the base cut's ledger does not load."""
+    try:
+        return ledger_at(reader, base, state)
+    except RestoreError:
+        return None
 
 
 def _reusable(journal_path: str, cut_path: str, data_plane: DataPlane | None) -> bool:
