@@ -15,18 +15,18 @@ import concurrent.futures
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from journal import DEFAULT_FS, Journal, OsFileSystem, Reader, checkpoint_markers
 from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp_name
 from journal.leftovers import remove_compaction_leftovers
 from journal.locks import compaction_lock
 
-from .cut import DATA_PLANE_DIR, DataPlane, read_cut, write_cut
+from .cut import DATA_PLANE_DIR, Cut, DataPlane, read_cut, write_cut
 from .errors import RestoreError
 from .io_errors import io_step
 from .retention import RETENTION_MODES, retire, retirable_segments
-from .row_ledger import RowLedger, ledger_at
+from .row_ledger import ledger_at
 from .state_at import Skipped, anchor_problem, state_at, usable_cuts
 
 
@@ -116,15 +116,14 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
         state = journal.state_copy()  # the only moment appends wait
         step = next((s for s, lsn in state.committed_checkpoints.items() if lsn == state.lsn), None)
         run_id, skipped = journal.run_id, []
-        reader = Reader(path, "strict")
-        base = next((c for c in usable_cuts(reader, path, []) if c.lsn <= state.lsn), None)
+        reader, base = Reader(path, "strict"), None
     else:
         reader = Reader(path, "strict")
         point = state_at(path, at, reader=reader)
         state, step, skipped, base = point.state, point.step, point.skipped, point.base
         run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
-    ledger = _ledger(reader, base, state)
+    ledger = ledger_at(reader, _ledger_bases(reader, path, base, state.lsn), state)
     if into is not None:
         _remove_tmp_dirs(fs, os.path.dirname(target), cut_tmp_name(os.path.basename(target), ""))
         write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
@@ -142,14 +141,13 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
     return result
 
 
-def _ledger(reader: Reader, base, state) -> RowLedger | None:
-    """The row ledger of the cut being written; None (the cut is written without one, and an
-    audit standing on it reports the history before it as not covered) when the history
-    before the point is unknown or the base cut's ledger does not load."""
-    try:
-        return ledger_at(reader, base, state)
-    except RestoreError:
-        return None
+def _ledger_bases(reader: Reader, path: str, base: Cut | None, lsn: int) -> Iterator[Cut]:
+    """The cuts the new cut's row ledger may build on, newest first: the state's base cut, then
+    (read only when it has no ledger) the other usable cuts at or before `lsn`."""
+    if base is not None:
+        yield base
+    yield from (c for c in usable_cuts(reader, path, []) if c.lsn <= lsn
+                and (base is None or c.path != base.path))
 
 
 def _reusable(journal_path: str, cut_path: str, data_plane: DataPlane | None) -> bool:

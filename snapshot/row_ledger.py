@@ -25,16 +25,14 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import re
-from array import array
-from typing import Callable
+from typing import Callable, Iterable
 
 from journal import (Admitted, Commit, Discarded, Reader, RolloutFailed, RolloutSealed, State, Taken,
                      Trained)
 from journal.layout import LEDGER_FILE
 
 from .cut import Cut
-from .errors import ChecksumMismatch, CorruptRecord, MissingFile
+from .errors import ChecksumMismatch, CorruptRecord, MissingFile, RestoreError
 
 LEDGER_VERSION = 1
 ABANDONED_ON_RESTORE = "abandoned_on_restore"  # the reason of the fences a resume writes
@@ -286,16 +284,21 @@ class RowLedger:
         return cls.decode(obj, where, cut.state)
 
 
-def ledger_at(reader: Reader, base: Cut | None, state: State) -> RowLedger | None:
-    """The ledger at `state` (a point of `reader`'s active history, so its commits apply):
-    `base`'s ledger (or an empty one at LSN 0) with the commits after it up to `state.lsn`. None when the
-    history before the point is not known: `base` was written without a ledger, or there is no
-    base and the history on disk does not start at LSN 1."""
-    if base is not None and base.lsn <= state.lsn:
-        ledger = RowLedger.of_cut(base)
-        if ledger is None:
-            return None
-    else:
+def ledger_at(reader: Reader, cuts: Iterable[Cut], state: State) -> RowLedger | None:
+    """The ledger at `state`, a point of `reader`'s active history (so its commits apply): that
+    of the first of `cuts` (cuts of that history at or before the point, newest first) that
+    has a loadable ledger, or an empty one at LSN 0, with the commits after it up to
+    `state.lsn` added. None when neither is there: the cuts were written without a ledger and
+    the history on disk does not start at LSN 1."""
+    ledger = None
+    for cut in cuts:
+        try:
+            ledger = RowLedger.of_cut(cut)
+        except RestoreError:
+            continue
+        if ledger is not None:
+            break
+    if ledger is None:
         first = next(iter(reader.records(start_lsn=1, stop_lsn=state.lsn)), None)
         if first is not None and first.commit.lsn != 1 or first is None and state.lsn > 0:
             return None
@@ -305,42 +308,46 @@ def ledger_at(reader: Reader, base: Cut | None, state: State) -> RowLedger | Non
     return ledger if ledger.lsn == state.lsn else None
 
 
-_RUN = re.compile(rb"(.)\1*", re.S)
-
-
 def _encode_bytes(b: Bytes) -> dict:
+    """The dense counters as runs (`dense` the value of each run, `run_lengths` their lengths)
+    or, when runs would not be smaller (rows alternating), as the raw bytes (`run_lengths`
+    None); the sparse outliers as id/value columns."""
     import torch
 
     from .tables import _int_tensor
 
-    dense = bytes(b.dense).rstrip(b"\0")
-    values, lengths = array("B"), array("q")
-    for m in _RUN.finditer(dense):  # one Python step per run, not per row
-        values.append(dense[m.start()])
-        lengths.append(m.end() - m.start())
+    raw = bytearray(bytes(b.dense).rstrip(b"\0"))
+    dense = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    lengths = None
+    if dense.numel():
+        starts = torch.cat([torch.zeros(1, dtype=torch.int64),
+                            torch.nonzero(dense[1:] != dense[:-1]).flatten() + 1])
+        if starts.numel() * 9 < dense.numel():  # a run costs a value byte and an int64 length
+            lengths = torch.diff(starts, append=torch.tensor([dense.numel()]))
+            dense = dense[starts]
     ids = sorted(b.sparse)
-    return {"run_values": torch.tensor(values.tolist(), dtype=torch.uint8),
-            "run_lengths": _int_tensor(lengths.tolist()),
-            "sparse_ids": _int_tensor(ids),
+    return {"dense": dense.clone(), "run_lengths": lengths, "sparse_ids": _int_tensor(ids),
             "sparse_values": torch.tensor([b.sparse[i] for i in ids], dtype=torch.uint8)}
 
 
 def _decode_bytes(obj, into: Bytes, where: str) -> None:
     import torch
 
-    if not isinstance(obj, dict) or set(obj) != {"run_values", "run_lengths", "sparse_ids", "sparse_values"}:
+    from .tables import _tensor_bytes
+
+    if not isinstance(obj, dict) or set(obj) != {"dense", "run_lengths", "sparse_ids", "sparse_values"}:
         raise CorruptRecord(f"{where}: bad layout")
-    values, lengths, ids, svalues = (obj["run_values"], obj["run_lengths"], obj["sparse_ids"],
-                                     obj["sparse_values"])
-    if not (isinstance(values, torch.Tensor) and values.dtype == torch.uint8 and values.dim() == 1
-            and _is_int_column(lengths) and lengths.shape == values.shape and _is_int_column(ids)
-            and isinstance(svalues, torch.Tensor) and svalues.dtype == torch.uint8
-            and svalues.shape == ids.shape):
+    dense, lengths, ids, svalues = obj["dense"], obj["run_lengths"], obj["sparse_ids"], obj["sparse_values"]
+    if not (isinstance(dense, torch.Tensor) and dense.dtype == torch.uint8 and dense.dim() == 1
+            and (lengths is None or _is_int_column(lengths) and lengths.shape == dense.shape)
+            and _is_int_column(ids) and isinstance(svalues, torch.Tensor)
+            and svalues.dtype == torch.uint8 and svalues.shape == ids.shape):
         raise CorruptRecord(f"{where}: tensors have the wrong dtype or shape")
-    run_lengths = lengths.tolist()
-    if run_lengths and (min(run_lengths) <= 0 or sum(run_lengths) > 1 << 40):
-        raise CorruptRecord(f"{where}: a run is empty or the runs are implausibly long")
-    into.dense = bytearray(b"".join(bytes((v,)) * n for v, n in zip(values.tolist(), run_lengths)))
+    if lengths is not None and lengths.numel():
+        if int(lengths.min()) <= 0 or int(lengths.sum()) > 1 << 40:
+            raise CorruptRecord(f"{where}: a run is empty or the runs are implausibly long")
+        dense = torch.repeat_interleave(dense, lengths)
+    into.dense = bytearray(_tensor_bytes(dense))
     sids = ids.tolist()
     if sids and (sids[0] < len(into.dense) or any(a >= b for a, b in zip(sids, sids[1:]))):
         raise CorruptRecord(f"{where}: sparse ids overlap the dense table or are out of order")
