@@ -26,10 +26,21 @@ finished on the tail, how many of them the resume salvaged (finished again in
 the resumed branch's first commit) and how many had to be regenerated, groups
 trained on the tail (retrained after the resume) and groups taken there.
 
+For groups admitted with rollouts=N: the rollouts sealed, regenerated (sealed
+at an attempt > 0), failed and abandoned by restores, and the violations of
+"no rollout trained twice" and "a group with rollouts is trained with all N
+sealed" (each one a problem). A fenced late result writes nothing, so it is
+not counted (`FENCED_NOT_RECORDED`).
+
+The counters live in a `snapshot.row_ledger.RowLedger`, which a cut carries
+for the history before it: on a journal whose head was retired or that was
+resumed from a cut, the audit starts from the oldest cut it needs
+(`audit_base`) and lists in `not_covered` what no ledger counts.
+
 Memory: the fold (live groups) plus a few bytes per row in dense per-(epoch,
 task) tables indexed by idx; rows taken only on dead tails are kept in a dict
 (bounded by the dead tails). Listing problem rows takes a second pass over the
-active history, made only when there are problems.
+active history (what of it is on disk), made only when there are problems.
 
 An audit that could not read everything (frames skipped in salvage mode, a
 point_in_time history that ends at damage before the end of the files, commits

@@ -55,7 +55,7 @@ class AuditReport(msgspec.Struct):
 
     path: str
     mode: str
-    active: dict            # timeline, first_lsn, end_lsn
+    active: dict            # timeline, first_lsn, end_lsn, base_lsn and base_cut (the cut counted before first_lsn)
     epochs: list[dict]      # per loader epoch: rows taken, trained once / more, lost, dropped, ...
     totals: dict            # the epochs' counts summed
     groups: dict            # groups taken, trained, dropped on the active history
