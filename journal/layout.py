@@ -13,7 +13,8 @@ A journal directory holds:
     snapshots/.tmp-del-<cut>-<hex>           a cut being deleted
     snapshots/<cut>.replaced-<seconds>       a cut set aside by a resume that wrote a new one
 
-A cut directory holds MANIFEST.json and the files named below (`CUT_FILES`).
+A cut directory holds MANIFEST.json and the files named below (`CUT_FILES`; `LEDGER_FILE`
+is optional).
 A directory whose name starts with `.tmp-` is never read as a cut.
 """
 
@@ -40,8 +41,9 @@ DATALOADER_FILE = "train_dataloader.pt"
 RECOVERY_FILE = "rollout_recovery.pt"
 REPLAY_FILE = "replay_buffer_metadata.pt"
 RESERVE_FILE = "replacement_reserve.pt"
+LEDGER_FILE = "audit_rows.pt"  # the row ledger: what the audit needs of the history before the cut
 DATA_PLANE_DIR = "data_plane"
-CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE)
+CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE, LEDGER_FILE)
 
 _SEGMENT_NAME = re.compile(r"^(\d{8})-(\d{20})\.wal(\.zst)?$")
 _CUT_NAME = re.compile(r"^cut-(\d{8})-(\d{20})$")

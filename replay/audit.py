@@ -26,10 +26,21 @@ finished on the tail, how many of them the resume salvaged (finished again in
 the resumed branch's first commit) and how many had to be regenerated, groups
 trained on the tail (retrained after the resume) and groups taken there.
 
+For groups admitted with rollouts=N: the rollouts sealed, regenerated (sealed
+at an attempt > 0), failed and abandoned by restores, and the violations of
+"no rollout trained twice" and "a group with rollouts is trained with all N
+sealed" (each one a problem). A fenced late result writes nothing, so it is
+not counted (`FENCED_NOT_RECORDED`).
+
+The counters live in a `snapshot.row_ledger.RowLedger`, which a cut carries
+for the history before it: on a journal whose head was retired or that was
+resumed from a cut, the audit starts from the oldest cut it needs
+(`audit_base`) and lists in `not_covered` what no ledger counts.
+
 Memory: the fold (live groups) plus a few bytes per row in dense per-(epoch,
 task) tables indexed by idx; rows taken only on dead tails are kept in a dict
 (bounded by the dead tails). Listing problem rows takes a second pass over the
-active history, made only when there are problems.
+active history (what of it is on disk), made only when there are problems.
 
 An audit that could not read everything (frames skipped in salvage mode, a
 point_in_time history that ends at damage before the end of the files, commits
@@ -42,156 +53,133 @@ from __future__ import annotations
 import os
 
 from journal import Admitted, Discarded, Finished, Reader, Taken, Trained
+from snapshot import RestoreError, anchor_problem, cut_dirs, read_cut
+from snapshot.row_ledger import Bytes, RowLedger, Rows
 
 from .cut_status import is_journal
 from .reports import AuditReport, NotAJournal
 from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records, history,
                    history_bytes, no_progress, tracked, unique_problems)
 
-_DENSE_GAP = 1 << 20
-_OTHER_REASON = 255
+FENCED_NOT_RECORDED = ("fenced late results (seals of an attempt that was given up) are rejected "
+                       "without writing anything to the journal, so the audit cannot count them")
 
 
-class Bytes:
-    """Saturating byte counters indexed by a non-negative int; outliers in a dict."""
+class Base:
+    """Where the audit starts: LSN 0, or a cut of the active history whose row ledger stands for
+    the commits before it (when the journal's head was retired or it was resumed from a cut)."""
 
-    __slots__ = ("dense", "sparse")
+    def __init__(self, ledger: RowLedger | None, cut=None, not_covered: list[str] | None = None):
+        self.ledger, self.cut = ledger, cut
+        self.not_covered = not_covered or []
 
-    def __init__(self) -> None:
-        self.dense = bytearray()
-        self.sparse: dict[int, int] = {}
+    @property
+    def lsn(self) -> int:
+        return self.cut.lsn if self.cut is not None else 0
 
-    def _slot(self, i: int) -> bool:
-        n = len(self.dense)
-        if 0 <= i < n:
-            return True
-        if n <= i < n + _DENSE_GAP:
-            self.dense.extend(bytes(i - n + 1 + (n >> 1)))
-            return True
-        return False
-
-    def add(self, i: int) -> int:
-        """Increment; returns the value before."""
-        if self._slot(i):
-            v = self.dense[i]
-            if v < 255:
-                self.dense[i] = v + 1
-            return v
-        v = self.sparse.get(i, 0)
-        self.sparse[i] = min(v + 1, 255)
-        return v
-
-    def set(self, i: int, v: int) -> None:
-        if self._slot(i):
-            self.dense[i] = v
-        else:
-            self.sparse[i] = v
-
-    def get(self, i: int) -> int:
-        if 0 <= i < len(self.dense):
-            return self.dense[i]
-        return self.sparse.get(i, 0)
+    def fold(self, tolerant: bool) -> Fold:
+        if self.cut is None:
+            return Fold(tolerant=tolerant)
+        state = self.cut.state.copy()
+        state.timeline = self.cut.manifest.timeline  # the anchor's (the cut's state lacks it)
+        return Fold(state, tolerant=tolerant)
 
 
-class Rows:
-    """Per-row counters of one (epoch, task): takes and trains on the active history, last drop."""
-
-    __slots__ = ("taken", "trained", "dropped")
-
-    def __init__(self) -> None:
-        self.taken, self.trained, self.dropped = Bytes(), Bytes(), Bytes()
+def audit_base(reader: Reader, path: str) -> Base:
+    """LSN 0 when the active history on disk starts at LSN 1; else the oldest cut under
+    `<path>/snapshots` on the active history at or after the LSN before its first commit that
+    has a row ledger, else the oldest such cut without one (the rows taken before it are then
+    not covered), else nothing to stand on."""
+    first = next(iter(history(reader)), None)
+    if first is None or first.commit.lsn == 1:
+        return Base(RowLedger())
+    need = first.commit.lsn - 1
+    fallback, passed = None, []
+    for lsn, _timeline, cut_path in reversed(cut_dirs(path)):  # oldest first
+        if lsn < need:
+            continue
+        try:
+            cut = read_cut(cut_path)
+            problem = anchor_problem(reader, cut)
+            ledger = RowLedger.of_cut(cut) if problem is None else None
+        except RestoreError as exc:
+            passed.append(f"{cut_path}: {type(exc).__name__}: {exc}")
+            continue
+        if problem is not None:
+            continue
+        if ledger is not None:
+            return Base(ledger, cut)
+        fallback = fallback or cut
+    retired = f"LSN 1..{need} (retired: the active history on disk starts at LSN {need + 1})"
+    if fallback is not None:
+        return Base(RowLedger.starting_at(fallback.state), fallback,
+                    [f"{retired}: the cut {fallback.path} holds no row ledger (written before cuts "
+                     f"carried one), so the rows taken up to LSN {fallback.lsn} are not audited"]
+                    + passed)
+    return Base(None, None, [f"{retired}: no usable cut at or after LSN {need} under "
+                             f"{os.path.join(path, 'snapshots')}, so nothing is audited"] + passed)
 
 
 class Audit:
-    def __init__(self, reader: Reader):
+    def __init__(self, reader: Reader, base: Base):
         self.reader = reader
+        self.base = base
+        self.ledger = base.ledger if base.ledger is not None else RowLedger()
         self.sizes = {s.name: s.size for s in reader.segments}
-        self.tables: dict[tuple, Rows] = {}
-        self.reasons: list[str] = []
-        self.reason_code: dict[str, int] = {}
         self.branches = dead_branches(self.reader)
         self.divs = sorted({b.divergence for b in self.branches})
         self.new_after: dict[int, dict] = {d: {} for d in self.divs}   # div -> epoch -> new rows taken
         self.max_epoch_after: dict[int, int | None] = {d: None for d in self.divs}
-        self.first_commit_finished: dict[int, set[int]] = {}  # LSN -> groups finished in that commit
+        self.first_commit_finished: dict[int, set[int]] = {}  # first LSN of a branch -> groups finished there
         self.dead_only: dict[tuple, tuple] = {}  # (epoch, task, idx) -> (timeline, lsn, gid, pos, div)
-        self.groups = {"taken": 0, "trained": 0, "dropped": 0}
-        self.fold = Fold(tolerant=reader.mode == "salvage")
+        self.fold = base.fold(tolerant=reader.mode == "salvage")
         self.first_lsn = None
 
-    def _rows(self, epoch, task) -> Rows:
-        key = (epoch, task)
-        t = self.tables.get(key)
-        if t is None:
-            t = self.tables[key] = Rows()
-        return t
-
-    def _reason(self, reason: str) -> int:
-        code = self.reason_code.get(reason)
-        if code is None:
-            if len(self.reasons) >= _OTHER_REASON - 1:
-                return _OTHER_REASON
-            self.reasons.append(reason)
-            code = self.reason_code[reason] = len(self.reasons)
-        return code
+    @property
+    def tables(self) -> dict[tuple, Rows]:
+        return self.ledger.tables
 
     # -- pass 1: the active history ------------------------------------------------------------
 
     def scan_active(self, progress: Progress) -> None:
+        if self.base.ledger is None:
+            return  # nothing to stand on (see `audit_base`)
         first_lsns = {b.branch_lsn + 1 for b in self.branches if b.child is not None}
-        bar = progress("audit: active history", history_bytes(self.reader))
+        start = self.base.lsn + 1
+        for lsn in sorted(x for x in first_lsns if x < start):  # before the base: read where kept
+            for rec in history(self.reader, start_lsn=lsn, stop_lsn=lsn):
+                self._first_commit(rec)
+        bar = progress("audit: active history", history_bytes(self.reader, start))
         try:
-            self._fold_active(tracked(history(self.reader), bar, self.sizes), first_lsns)
+            self._fold_active(tracked(history(self.reader, start_lsn=start), bar, self.sizes), first_lsns)
         finally:
             bar.close()
 
+    def _first_commit(self, rec) -> None:
+        """Note the groups the first commit of a resumed branch finished (what it salvaged)."""
+        finished = self.first_commit_finished.setdefault(rec.commit.lsn, set())
+        for ev in rec.commit.events:
+            if type(ev) is Finished:
+                finished.update(ev.groups)
+
     def _fold_active(self, records, first_lsns: set[int]) -> None:
-        fold = self.fold
-        live = fold.state.live
-        divs = self.divs
+        fold, add = self.fold, self.ledger.add
+        first_take = self._first_take if self.divs else None
         for rec in records:
-            lsn = rec.commit.lsn
             if self.first_lsn is None:
-                self.first_lsn = lsn
-            pending = []  # (kind, args) applied once the commit folded
-            fresh: dict[int, tuple] = {}  # rows of the groups this commit takes (not live yet)
-            for ev in rec.commit.events:
-                t = type(ev)
-                if t is Taken:
-                    rows = [(g.epoch, g.task_name, g.idx) for g in ev.groups]
-                    fresh.update(zip((g.group_id for g in ev.groups), rows))
-                    pending.append((0, rows))
-                elif t is Trained:
-                    pending.append((1, _rows_named(ev.groups, live, fresh)))
-                elif t is Discarded:
-                    pending.append((2, (_rows_named(ev.groups, live, fresh), ev.reason)))
-                elif t is Finished and lsn in first_lsns:
-                    self.first_commit_finished.setdefault(lsn, set()).update(ev.groups)
-            if not fold.add(rec) or not pending:
-                continue
-            for kind, arg in pending:
-                if kind == 0:
-                    self.groups["taken"] += len(arg)
-                    for epoch, task, idx in arg:
-                        before = self._rows(epoch, task).taken.add(idx)
-                        if before == 0 and divs:
-                            for d in divs:
-                                if lsn > d:
-                                    na = self.new_after[d]
-                                    na[epoch] = na.get(epoch, 0) + 1
-                                    if epoch is not None and (self.max_epoch_after[d] is None
-                                                              or epoch > self.max_epoch_after[d]):
-                                        self.max_epoch_after[d] = epoch
-                elif kind == 1:
-                    self.groups["trained"] += len(arg)
-                    for epoch, task, idx in arg:
-                        self._rows(epoch, task).trained.add(idx)
-                else:
-                    rows, reason = arg
-                    self.groups["dropped"] += len(rows)
-                    code = self._reason(reason)
-                    for epoch, task, idx in rows:
-                        self._rows(epoch, task).dropped.set(idx, code)
+                self.first_lsn = rec.commit.lsn
+            if rec.commit.lsn in first_lsns:
+                self._first_commit(rec)
+            if fold.add(rec):
+                add(rec.commit, first_take)
+
+    def _first_take(self, lsn: int, epoch) -> None:
+        for d in self.divs:
+            if lsn > d:
+                na = self.new_after[d]
+                na[epoch] = na.get(epoch, 0) + 1
+                if epoch is not None and (self.max_epoch_after[d] is None or epoch > self.max_epoch_after[d]):
+                    self.max_epoch_after[d] = epoch
 
     # -- pass 2: dead tails ----------------------------------------------------------------------
 
@@ -235,8 +223,9 @@ class Audit:
                     st["trained"] += len(ev.groups)
                 elif t is Discarded:
                     st["discarded"] += len(ev.groups)
-        if b.child is not None:
-            salvaged = finished & self.first_commit_finished.get(b.branch_lsn + 1, set())
+        first = self.first_commit_finished.get(b.branch_lsn + 1)
+        if b.child is not None and first is not None:  # (None: that commit was retired)
+            salvaged = finished & first
             st["salvaged"] = len(salvaged)
             st["regenerated"] = len(finished) - len(salvaged)
         return st
@@ -249,6 +238,7 @@ class Audit:
             key = (g.epoch, g.task_name, g.idx)
             live_rows[key] = live_rows.get(key, 0) + 1
         epochs: dict = {}
+        unknown: dict[tuple[int, int], int] = {}  # (timeline, divergence) -> rows neither lost nor pending
 
         def ep(e) -> dict:
             d = epochs.get(e)
@@ -276,7 +266,7 @@ class Audit:
                 if live_rows.get((epoch, task, idx)):
                     d["in_flight"] += 1
                 elif dropped:
-                    reason = self.reasons[dropped - 1] if dropped != _OTHER_REASON else "(other reasons)"
+                    reason = self.ledger.reason_of(dropped)
                     d["dropped"][reason] = d["dropped"].get(reason, 0) + 1
                 else:
                     d["lost_count"] += 1
@@ -290,6 +280,9 @@ class Audit:
         for (epoch, task, idx), (tl, lsn, gid, p, div) in self.dead_only.items():
             d = ep(epoch)
             d["rows_taken"] += 1
+            if div < self.base.lsn:
+                unknown[(tl, div)] = unknown.get((tl, div), 0) + 1
+                continue
             n_new = self.new_after.get(div, {}).get(epoch, 0)
             later = self.max_epoch_after.get(div)
             overdue = n_new > p or (epoch is not None and later is not None and later > epoch)
@@ -304,6 +297,11 @@ class Audit:
             d["lost"].append({"epoch": epoch, "task_name": task, "idx": idx, "where": "dead tail",
                               "timeline": tl, "lsn": lsn, "group_id": gid, "why": why})
         order = sorted(epochs, key=lambda e: (e is None, e if e is not None else 0))
+        self.base.not_covered += [
+            f"{n} row(s) taken only on the dead tail of timeline {tl}, which left the active history "
+            f"at LSN {div}, before the audit's base cut at LSN {self.base.lsn}: whether the resumed "
+            "run took them again in time is not known (neither lost nor pending is counted)"
+            for (tl, div), n in sorted(unknown.items())]
         return {"epochs": [epochs[e] for e in order]}
 
     # -- pass 3 (only with problems): which groups made the problem rows ---------------------------
@@ -352,17 +350,6 @@ class Audit:
                                         g["dropped_reason"], g["dropped_lsn"] = ev.reason, lsn
 
 
-def _rows_named(gids, live: dict, fresh: dict) -> list[tuple]:
-    """(epoch, task, idx) of each group: a live one's, or one taken in the same commit."""
-    out = []
-    for gid in gids:
-        g = live.get(gid)
-        row = (g.epoch, g.task_name, g.idx) if g is not None else fresh.get(gid)
-        if row is not None:
-            out.append(row)
-    return out
-
-
 _NONZERO = bytes([0] + [1] * 255)              # byte -> 1 if the counter is set
 _EXACTLY_ONE = bytes(int(v == 1) for v in range(256))
 
@@ -407,7 +394,7 @@ def audit(path: str, mode: str = "strict", *, progress: Progress = no_progress,
             raise NotAJournal(f"{path}: not a journal directory (no segment files *.wal or "
                               "*.wal.zst, no snapshots/)")
         reader = Reader(path, mode)
-    a = Audit(reader)
+    a = Audit(reader, audit_base(reader, path))
     a.scan_active(progress)
     tails = a.scan_dead(progress)
     result = a.classify()
@@ -418,15 +405,19 @@ def audit(path: str, mode: str = "strict", *, progress: Progress = no_progress,
               ("rows_taken", "trained_once", "trained_more_count", "in_flight", "lost_count", "pending_retake")}
     totals["dropped"] = sum(sum(d["dropped"].values()) for d in result["epochs"])
     problems = unique_problems(reader)
+    ledger = a.ledger
     return AuditReport(
         path=os.path.abspath(path), mode=reader.mode,
         active={"timeline": lineage[-1].timeline if lineage else None, "first_lsn": a.first_lsn,
-                "end_lsn": a.fold.state.lsn},
-        epochs=result["epochs"], totals=totals, groups=a.groups, dead_tails=tails,
+                "end_lsn": a.fold.state.lsn, "base_lsn": a.base.lsn,
+                "base_cut": a.base.cut.path if a.base.cut is not None else None},
+        epochs=result["epochs"], totals=totals, groups=dict(ledger.groups), dead_tails=tails,
+        rollouts={**ledger.rollouts, "violations": list(ledger.violations),
+                  "not_counted": [FENCED_NOT_RECORDED]},
         reader_problems=[{"kind": p.kind, "segment": p.segment, "offset": p.offset, "lsn": p.lsn,
                           "message": p.message} for p in problems],
         skipped_commits=[s._asdict() for s in a.fold.skipped],
-        not_covered=_not_covered(reader.mode, problems, a.fold.skipped))
+        not_covered=a.base.not_covered + _not_covered(reader.mode, problems, a.fold.skipped))
 
 
 def _not_covered(mode: str, problems, skipped) -> list[str]:

@@ -11,6 +11,7 @@ from journal import Group, OsFileSystem, Owner, ResumePlan, State
 from snapshot import MANIFEST_NAME, SNAPSHOTS_DIR, RestoreError, Skipped, cut_dirs, write_cut
 from journal.layout import cut_dir_name, replaced_name
 from snapshot.manifest import decode as _decode_manifest
+from snapshot.row_ledger import RowLedger
 
 
 @dataclass
@@ -88,15 +89,20 @@ class RecoveredState(ResumePlan):
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
     # becomes the dead tail): their weights are durable, so a resume marks them committed again
     recommit: list[int] = field(default_factory=list)
+    # the audit's row ledger at `lsn`, when the cut the state stands on at exactly `lsn` has one
+    # (a resume that seeds a cut writes it there, so the resumed journal can still be audited)
+    ledger: RowLedger | None = None
 
     @property
     def groups(self) -> list[RecoveredGroup]:
         return self.reserved + self.admitted + self.replay + self.spare
 
 
-def base_cut_writer(state: State, run_id: bytes | None) -> Callable[[str, OsFileSystem], str | None] | None:
+def base_cut_writer(state: State, run_id: bytes | None,
+                    ledger: RowLedger | None) -> Callable[[str, OsFileSystem], str | None] | None:
     """The plan's `write_base_cut` for `state`: make sure `<journal>/snapshots` holds a cut at
-    its LSN (none for an empty state). A cut with the same anchor already there is kept; a
+    its LSN (none for an empty state), with the audit's row `ledger` when it is known. A cut
+    with the same anchor already there is kept; a
     damaged or foreign one under that name is renamed aside first. Returns the cut written."""
     if state.lsn == 0 or run_id is None:
         return None
@@ -117,5 +123,5 @@ def base_cut_writer(state: State, run_id: bytes | None) -> Callable[[str, OsFile
             fs.rename(target, os.path.join(os.path.dirname(target),
                                            replaced_name(os.path.basename(target), int(time.time()))))
             fs.fsync_dir(os.path.dirname(target))
-        return write_cut(target, state, run_id=run_id, timeline=state.timeline, fs=fs)
+        return write_cut(target, state, run_id=run_id, timeline=state.timeline, fs=fs, ledger=ledger)
     return write

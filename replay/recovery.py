@@ -26,11 +26,12 @@ from typing import Callable
 from journal import (Admitted, CheckpointCommitted, Discarded, Finished, Owner, Reader, RolloutFailed,
                      RolloutRef, RolloutSealed, State, Taken, TakenGroup)
 from snapshot import DataPlane
+from snapshot.row_ledger import ABANDONED_ON_RESTORE
 
 from .recovered import RecoveredGroup, RecoveredRollout
 
 ROWS_LOST = "rows_lost_on_restore"
-ABANDONED = "abandoned_on_restore"
+ABANDONED = ABANDONED_ON_RESTORE  # the reason of a resume's fences (the audit counts them)
 
 
 @dataclass

@@ -55,19 +55,21 @@ class AuditReport(msgspec.Struct):
 
     path: str
     mode: str
-    active: dict            # timeline, first_lsn, end_lsn
+    active: dict            # timeline, first_lsn, end_lsn, base_lsn and base_cut (the cut counted before first_lsn)
     epochs: list[dict]      # per loader epoch: rows taken, trained once / more, lost, dropped, ...
     totals: dict            # the epochs' counts summed
     groups: dict            # groups taken, trained, dropped on the active history
     dead_tails: list[dict]  # per restore: the work its dead tail held
+    rollouts: dict          # sealed, regenerated, failed, abandoned_on_restore, groups_trained, violations
     reader_problems: list[dict]   # damage met while reading (torn tails included)
     skipped_commits: list[dict]   # commits salvage could not apply
     not_covered: list[str]  # what the audit could not read: never clean while this is non-empty
 
     @property
     def problems(self) -> int:
-        """Rows trained more than once plus rows lost."""
-        return self.totals["trained_more_count"] + self.totals["lost_count"]
+        """Rows trained more than once, rows lost and rollout violations."""
+        return (self.totals["trained_more_count"] + self.totals["lost_count"]
+                + len(self.rollouts["violations"]))
 
     @property
     def complete(self) -> bool:

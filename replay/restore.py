@@ -19,6 +19,7 @@ import journal
 from journal import LoaderStateError, Owner, Reader, State, list_segments
 from journal.layout import DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
+from snapshot.row_ledger import RowLedger
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
 from .recovered import RecoveredState, base_cut_writer
@@ -64,6 +65,15 @@ def _id_allocator(state: State, reader: Reader | None) -> Callable[[], int]:
     return next_id
 
 
+def _ledger_of(cut) -> RowLedger | None:
+    """The row ledger of the cut the restore point stands on; None when it has none or it does
+    not load (an audit of a journal resumed from it then reports what it cannot cover)."""
+    try:
+        return RowLedger.of_cut(cut)
+    except RestoreError:
+        return None
+
+
 def _empty_state() -> RecoveredState:
     """The state of a journal that holds nothing yet."""
     state = State()
@@ -85,6 +95,7 @@ class _Restored:
     skipped: list = field(default_factory=list)
     reader: Reader | None = None      # the journal it belongs to, if any (dead tail, ids)
     tail: DeadTail | None = None      # what the dead tail did, when salvage reads it
+    ledger: RowLedger | None = None   # the audit's row ledger, when the base cut is at the point
 
 
 def _from_cut(path: str, at, step: int | None) -> _Restored:
@@ -103,7 +114,8 @@ def _from_cut(path: str, at, step: int | None) -> _Restored:
     point_step = cut.manifest.checkpoint_step
     # a cut alone knows nothing after it: only its own checkpoint is known to be durable
     return _Restored(cut.state, point_step, "cut", path, bytes.fromhex(cut.manifest.run_id),
-                     {point_step: cut.lsn} if point_step is not None else {}, reader=reader)
+                     {point_step: cut.lsn} if point_step is not None else {}, reader=reader,
+                     ledger=_ledger_of(cut))
 
 
 def _from_journal(path: str, at, step: int | None, salvage: bool,
@@ -113,9 +125,11 @@ def _from_journal(path: str, at, step: int | None, salvage: bool,
     tail = None
     if salvage and data_plane is not None and point.lsn < point.end_lsn:
         tail = _wrap_journal_errors(read_dead_tail, reader, point.state)
+    at_base = point.base is not None and point.base.lsn == point.state.lsn
     return _Restored(point.state, point.step, "journal",
                      point.base.path if point.base is not None else None, reader.run_id,
-                     point.committed, point.skipped, reader, tail)
+                     point.committed, point.skipped, reader, tail,
+                     _ledger_of(point.base) if at_base else None)
 
 
 def _kind_of(path: str, at, step: int | None) -> DirKind | None:
@@ -168,7 +182,8 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
         salvaged=groups.salvaged, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, run_id=r.run_id, fold_state=state, recommit=recommit,
-        first_commit=groups.first_commit, write_base_cut=base_cut_writer(state, r.run_id))
+        first_commit=groups.first_commit, ledger=r.ledger,
+        write_base_cut=base_cut_writer(state, r.run_id, r.ledger))
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, state.dataset_size, state.row_sample,

@@ -15,19 +15,20 @@ import concurrent.futures
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from journal import DEFAULT_FS, Journal, OsFileSystem, Reader, checkpoint_markers
 from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp_name
 from journal.leftovers import remove_compaction_leftovers
 from journal.locks import compaction_lock
 
+from .catalog import Skipped, anchor_problem, usable_cuts
 from .checks import read_cut
-from .cut import DATA_PLANE_DIR, DataPlane, write_cut
+from .cut import DATA_PLANE_DIR, Cut, DataPlane, write_cut
 from .errors import RestoreError
 from .io_errors import io_step
 from .retention import RETENTION_MODES, retire, retirable_segments
-from .catalog import Skipped, anchor_problem, usable_cuts
+from .row_ledger import ledger_at
 from .state_at import state_at
 
 
@@ -117,25 +118,38 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
         state = journal.state_copy()  # the only moment appends wait
         step = next((s for s, lsn in state.committed_checkpoints.items() if lsn == state.lsn), None)
         run_id, skipped = journal.run_id, []
+        reader, base = Reader(path, "strict"), None
     else:
         reader = Reader(path, "strict")
         point = state_at(path, at, reader=reader)
-        state, step, skipped = point.state, point.step, point.skipped
+        state, step, skipped, base = point.state, point.step, point.skipped, point.base
         run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
+    ledger = ledger_at(reader, _ledger_bases(reader, path, base, state.lsn), state)
     if into is not None:
         _remove_tmp_dirs(fs, os.path.dirname(target), cut_tmp_name(os.path.basename(target), ""))
-        write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs)
+        write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
+                  ledger=ledger)
     else:
         target = os.path.join(snapshots, cut_dir_name(timeline, state.lsn))
         if os.path.lexists(target) and not _reusable(path, target, data_plane):
             _discard_cut(fs, target)  # damaged, stale, or without the data plane asked for
         if not os.path.lexists(target):
-            write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs)
+            write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
+                      ledger=ledger)
     result = CompactResult(target, state.lsn, step, skipped=skipped)
     if retention is not None:
         _apply_retention(fs, path, keep_cuts, pins, retention, result, protect=target)
     return result
+
+
+def _ledger_bases(reader: Reader, path: str, base: Cut | None, lsn: int) -> Iterator[Cut]:
+    """The cuts the new cut's row ledger may build on, newest first: the state's base cut, then
+    (read only when it has no ledger) the other usable cuts at or before `lsn`."""
+    if base is not None:
+        yield base
+    yield from (c for c in usable_cuts(reader, path, []) if c.lsn <= lsn
+                and (base is None or c.path != base.path))
 
 
 def _reusable(journal_path: str, cut_path: str, data_plane: DataPlane | None) -> bool:

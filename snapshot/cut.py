@@ -39,6 +39,7 @@ from .io_errors import io_step, remove_quietly
 
 from journal.layout import (DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,  # noqa: F401
                             RESERVE_FILE, TMP_PREFIX, cut_tmp_name)
+from journal.layout import LEDGER_FILE
 
 TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped
 DATASET_KEY = "dataset"  # in rollout_recovery.pt: the dataset size and row sample (optional)
@@ -143,8 +144,10 @@ def file_sha256(path: str) -> tuple[int, str]:
 
 
 def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
-              data_plane: DataPlane | None = None, fs: OsFileSystem | None = None) -> str:
-    """Write `state` as a cut at `final_dir` (which must not exist) atomically; returns it."""
+              data_plane: DataPlane | None = None, fs: OsFileSystem | None = None,
+              ledger=None) -> str:
+    """Write `state` as a cut at `final_dir` (which must not exist) atomically; returns it.
+    `ledger`: the `row_ledger.RowLedger` at `state.lsn`, when it is known."""
     fs = fs or DEFAULT_FS
     final_dir = os.path.abspath(final_dir)
     if os.path.exists(final_dir):
@@ -155,7 +158,7 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
         fs.makedirs(parent)
         fs.mkdir(tmp)  # its entry needs no fsync of its own: the rename below is fsynced
         try:
-            _fill(fs, tmp, state, run_id=run_id, timeline=timeline, data_plane=data_plane)
+            _fill(fs, tmp, state, run_id=run_id, timeline=timeline, data_plane=data_plane, ledger=ledger)
             fs.rename(tmp, final_dir)
         except BaseException:
             remove_quietly(fs, tmp)
@@ -165,7 +168,7 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
 
 
 def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: int,
-          data_plane: DataPlane | None) -> None:
+          data_plane: DataPlane | None, ledger=None) -> None:
     """Write every file of the cut of `state` into the empty directory `tmp`, manifest last,
     each fsynced, then the directory."""
     from .tables import encode_table, encode_terminal
@@ -197,6 +200,8 @@ def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: 
     put(REPLAY_FILE, _save_bytes(encode_table(replay, owner=Owner.REPLAY)))
     if spare:
         put(RESERVE_FILE, _save_bytes(encode_table(spare, owner=Owner.SPARE)))
+    if ledger is not None:
+        put(LEDGER_FILE, _save_bytes(ledger.encode()))
     if data_plane is not None:
         files.update(_save_data_plane(fs, tmp, data_plane, replay))
     manifest = _manifest_of(state, run_id, timeline, loader is not None, files)

@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from journal import GroupRef, Journal, Owner, Reader, list_segments
+from journal.layout import LEDGER_FILE
 from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
                       SNAPSHOTS_DIR, ChecksumMismatch, DataPlane, compact, cut_dirs, read_cut,
                       state_at)
@@ -69,7 +70,7 @@ def test_files_load_weights_only_and_match_the_manifest(fast_tmp):
     manifest = json.loads(files.pop(MANIFEST_NAME))
     # exactly the files the manifest lists, with their size and sha256
     assert set(files) == set(manifest["files"]) == {DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,
-                                                     RESERVE_FILE}
+                                                     RESERVE_FILE, LEDGER_FILE}
     for name, data in files.items():
         assert manifest["files"][name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     assert manifest["format"] == "ownership-journal-cut" and manifest["schema_version"] == 2

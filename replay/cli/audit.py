@@ -47,7 +47,10 @@ def render_report(doc: dict, show_all: bool = False) -> list[str]:
     lines = [f"exactly-once audit of {doc['path']}",
              f"active history: timeline {a['timeline']}, LSN {a['first_lsn']}..{a['end_lsn']} "
              f"({doc['groups']['taken']} groups taken, {doc['groups']['trained']} trained, "
-             f"{doc['groups']['dropped']} dropped)", ""]
+             f"{doc['groups']['dropped']} dropped)"]
+    if a["base_cut"] is not None:
+        lines.append(f"LSN 1..{a['base_lsn']} counted from the row ledger of the cut {a['base_cut']}")
+    lines.append("")
     rows = []
     for d in doc["epochs"]:
         rows.append([d["epoch"], d["rows_taken"], d["trained_once"], d["trained_more_count"], d["lost_count"],
@@ -77,6 +80,7 @@ def render_report(doc: dict, show_all: bool = False) -> list[str]:
               f"{x['first_lsn']}..{x['last_lsn']}" if x["commits"] else "-", x["commits"], x["taken"],
               x["finished"], x["salvaged"], x["regenerated"], x["trained"], x["discarded"]]
              for x in doc["dead_tails"]], show_all, indent="  ")
+    lines += _rollout_lines(doc["rollouts"], show_all)
     torn = [p for p in doc["reader_problems"] if p["kind"] == "torn"]
     if torn:
         lines += ["", "torn tails (never acknowledged, nothing to audit in them):"]
@@ -90,11 +94,41 @@ def render_report(doc: dict, show_all: bool = False) -> list[str]:
     return lines
 
 
+def _violation_text(v: dict) -> str:
+    at = f"trained at step {v['trained_step']} (LSN {v['trained_lsn']})"
+    if "index" in v:
+        return f"{v['check']}: group {v['group_id']} rollout {v['index']} sealed {v['seals']} times, {at}"
+    return (f"{v['check']}: group {v['group_id']} ({v['rollouts']} rollouts) {at} with rollout(s) "
+            f"{', '.join(map(str, v['unsealed']))} unsealed")
+
+
+def _rollout_lines(r: dict, show_all: bool) -> list[str]:
+    """The rollout figures of groups admitted with rollouts=N (none when there are none)."""
+    if not (r["sealed"] or r["failed"] or r["groups_trained"] or r["violations"]):
+        return []
+    lines = ["", "rollouts (groups admitted with rollouts=N)"]
+    lines += render.keyvalues([
+        ("sealed", r["sealed"]), ("regenerated", f"{r['regenerated']} (sealed at an attempt > 0)"),
+        ("failed", r["failed"]),
+        ("abandoned by restores", f"{r['abandoned_on_restore']} (rollout_failed abandoned_on_restore)"),
+        ("groups trained", r["groups_trained"]),
+        ("no rollout trained twice", "FAIL" if any("index" in v for v in r["violations"]) else "ok"),
+        ("all N sealed when trained", "FAIL" if any("unsealed" in v for v in r["violations"]) else "ok")],
+        indent="  ")
+    if r["violations"]:
+        lines += render.capped_lines((f"  {_violation_text(v)}" for v in r["violations"]), show_all)
+    lines += [f"  not counted: {x}" for x in r["not_counted"]]
+    return lines
+
+
 def _verdict(doc: dict) -> str:
     t = doc["totals"]
     if doc["clean"]:
-        return "CLEAN: no row trained twice, no row lost"
+        return "CLEAN: no row trained twice, no row lost" + (
+            ", no rollout trained twice or unsealed" if doc["rollouts"]["groups_trained"] else "")
     found = f"{t['trained_more_count']} row(s) trained more than once, {t['lost_count']} row(s) lost"
+    if doc["rollouts"]["violations"]:
+        found += f", {len(doc['rollouts']['violations'])} rollout violation(s)"
     if doc["complete"]:
         return f"PROBLEMS: {found}"
     return (f"NOT COVERED: {len(doc['not_covered'])} part(s) of the journal could not be read "

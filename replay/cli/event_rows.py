@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     Record, Taken, Trained)
+                     Record, RolloutFailed, RolloutSealed, Taken, Trained)
 
 from .render import id_list
 
@@ -31,6 +31,8 @@ def groups_of(event) -> list[int]:
         return [g.group_id for g in event.groups]
     if t is CheckpointBegun or t is CheckpointCommitted:
         return []
+    if t is RolloutSealed or t is RolloutFailed:
+        return list(dict.fromkeys(r.group_id for r in event.rollouts))
     return list(event.groups)
 
 
@@ -42,6 +44,8 @@ def names_group(event, gid: int) -> bool:
             g.group_id == gid for g in gs)
     if t is CheckpointBegun or t is CheckpointCommitted:
         return False
+    if t is RolloutSealed or t is RolloutFailed:
+        return any(r.group_id == gid for r in event.rollouts)
     return gid in event.groups
 
 
@@ -62,6 +66,14 @@ def event_dict(rec: Record, index: int, event) -> dict:
         d["target_step"] = event.target_step
         d["policy_version"] = event.policy_version
         d["replaces"] = event.replaces
+        d["rollouts"] = event.rollouts
+    elif t is RolloutSealed or t is RolloutFailed:
+        d["rollouts"] = [{"group_id": r.group_id, "index": r.index, "attempt": r.attempt,
+                          "locator": r.locator} for r in event.rollouts]
+        if t is RolloutSealed:
+            d["policy_version"] = event.policy_version
+        else:
+            d["reason"] = event.reason
     elif t is Finished:
         d["policy_version"] = event.policy_version
         d["locators"] = event.locators
@@ -112,7 +124,11 @@ def details(event, focus: tuple[int, str | None] | None = None) -> str:
             parts.append(f"policy={event.policy_version}")
         if event.replaces is not None:
             parts.append(f"replaces={event.replaces}")
+        if event.rollouts is not None:
+            parts.append(f"rollouts={event.rollouts}")
         return " ".join(parts)
+    if t is RolloutSealed or t is RolloutFailed:
+        return _rollouts_text(event)
     if t is Finished:
         parts = []
         if event.policy_version is not None:
@@ -126,6 +142,17 @@ def details(event, focus: tuple[int, str | None] | None = None) -> str:
     if t is Discarded:
         return f"reason={event.reason}"
     return ""
+
+
+def _rollouts_text(event) -> str:
+    """`group/index@attempt` of each rollout (with a sealed one's locator), then the policy
+    version of a seal or the reason of a failure."""
+    refs = [f"{r.group_id}/{r.index}@{r.attempt}" + (f"={r.locator}" if r.locator is not None else "")
+            for r in event.rollouts[:6]]
+    text = "rollout=" + ",".join(refs) + (f" (+{len(event.rollouts) - 6} more)" if len(event.rollouts) > 6 else "")
+    if type(event) is RolloutFailed:
+        return f"{text} reason={event.reason}"
+    return text + (f" policy={event.policy_version}" if event.policy_version is not None else "")
 
 
 LINE_HEADER = f"{'LSN':>10}  {'TL':>3}  {'KIND':<20}  {'GROUPS':<24}  DETAILS"

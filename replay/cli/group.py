@@ -17,7 +17,9 @@ DESCRIPTION = (
     "Every event that names the group, on the active history and on every dead tail, "
     "with LSNs and the branch each is on; its dataset row (idx, task, epoch, fingerprint); "
     "its owner at the end of the active "
-    "history; the spare that replaced it, if any. Exit 1 if the group never appears.")
+    "history; the spare that replaced it, if any; for a group admitted with rollouts=N, each "
+    "rollout's attempts on the active history (failed, with the reason, or sealed, with the "
+    "data-plane locator). Exit 1 if the group never appears.")
 EPILOG = ("examples:\n  journal-inspect group runs/exp1/journal 4711\n"
           "  journal-inspect group runs/exp1/journal 4711 --json")
 
@@ -60,6 +62,8 @@ def run(args) -> int:
                            "fingerprint": g.fingerprint.hex() if g.fingerprint else None}
                     d["rows"] = [x for x in d["rows"] if x["group_id"] == gid]
                     d["groups"] = [gid]
+                elif "rollouts" in d and d["kind"] != "admitted":
+                    d["rollouts"] = [r for r in d["rollouts"] if r["group_id"] == gid]
                 if branch == "active":
                     owner = _TO.get(d["kind"], owner)
                 events.append(d)
@@ -74,9 +78,11 @@ def run(args) -> int:
         if args.json:
             render.json_document({"group_id": gid, "found": False, "events": []}, out)
         return PROBLEMS
+    rollouts = rollout_attempts(e for e in events if e["branch"] == "active")
     doc = {"group_id": gid, "found": True, "row": row,
            "owner": owner.name if owner is not None else None,
-           "on_active_history": owner is not None, "replaced_by": replaced_by, "events": events}
+           "on_active_history": owner is not None, "replaced_by": replaced_by, "rollouts": rollouts,
+           "events": events}
     if args.json:
         render.json_document(doc, out)
         return 0
@@ -89,5 +95,47 @@ def run(args) -> int:
         head.append(("replaced by", ", ".join(f"group {r['group_id']} at LSN {r['lsn']} ({r['branch']})"
                                               for r in replaced_by)))
     text = render.keyvalues(head) + ["", LINE_HEADER] + lines
+    if rollouts is not None:
+        text += ["", f"rollouts ({len(rollouts)}, on the active history)"]
+        text += render.table(["index", "sealed", "attempt", "attempts"],
+                             [[r["index"], "yes" if r["sealed"] else "no", r["attempt"],
+                               "; ".join(map(_attempt_text, r["attempts"]))] for r in rollouts], indent="  ")
     render.text(text, out)
     return 0
+
+
+def rollout_attempts(events) -> list[dict] | None:
+    """Per rollout of a group admitted with rollouts=N, from its events (`event_dict`s, in
+    order): its attempts, each with what became of it (sealed: LSN, locator, policy version;
+    failed: LSN, reason; neither: still out), whether it is sealed and its current attempt.
+    None for a group admitted without rollouts=."""
+    table = None
+    for e in events:
+        if e["kind"] == "admitted" and e["rollouts"] is not None:
+            table = [{"index": i, "sealed": False, "attempt": 0, "attempts": [{"attempt": 0}]}
+                     for i in range(e["rollouts"])]
+        elif table is not None and e["kind"] in ("rollout_sealed", "rollout_failed"):
+            for ref in e["rollouts"]:
+                if not 0 <= ref["index"] < len(table):
+                    continue
+                r = table[ref["index"]]
+                if r["attempts"][-1]["attempt"] != ref["attempt"]:
+                    r["attempts"].append({"attempt": ref["attempt"]})
+                a = r["attempts"][-1]
+                if e["kind"] == "rollout_sealed":
+                    a.update(sealed_lsn=e["lsn"], locator=ref["locator"], policy_version=e["policy_version"])
+                    r["sealed"] = True
+                else:
+                    a.update(failed_lsn=e["lsn"], reason=e["reason"])
+                    r["attempt"] = ref["attempt"] + 1
+                    r["attempts"].append({"attempt": r["attempt"]})
+    return table
+
+
+def _attempt_text(a: dict) -> str:
+    if "sealed_lsn" in a:
+        return f"{a['attempt']}: sealed at LSN {a['sealed_lsn']}" + (
+            f" ({a['locator']})" if a["locator"] is not None else "")
+    if "failed_lsn" in a:
+        return f"{a['attempt']}: failed at LSN {a['failed_lsn']} ({a['reason']})"
+    return f"{a['attempt']}: out"
