@@ -419,7 +419,8 @@ def generation_report(ledger_report: dict, kills: int) -> dict:
     generated = c.get("generation_us", 0)
     wasted = c.get("rejected_us", 0) + ledger_report["dropped_generation_us"]
     lost = generated - ledger_report["used_generation_us"] - wasted
-    return {"generation_seconds": generated / 1e6, "generation_seconds_used": ledger_report["used_generation_us"] / 1e6,
+    return {"generation_seconds": generated / 1e6,
+            "generation_seconds_used": ledger_report["used_generation_us"] / 1e6,
             "generation_seconds_wasted": wasted / 1e6, "generation_seconds_lost": lost / 1e6,
             "generation_seconds_lost_per_kill": lost / 1e6 / kills if kills else 0.0,
             "fenced_late_results": c.get("fenced_late_results", 0),
@@ -441,8 +442,8 @@ def _generation_lines(s: dict) -> list[str]:
                  "generated")
     lines.append(f"  and discarded     {s['generation_seconds_wasted']:.2f} s by failed groups and late results")
     if s["level"] == "rollout-level":
-        lines.append(f"late results        {s['fenced_late_results']} fenced by the journal (stale attempt, row "
-                     f"deleted); {s['rollouts_retried']} rollouts retried")
+        lines.append(f"late results        {s['fenced_late_results']} fenced by the journal (rows deleted); "
+                     f"{s['rollouts_retried']} rollouts retried")
     else:
         lines.append(f"late results        {s['late_results_ignored']} dropped with their discarded group "
                      "(group-level: no attempt to fence)")

@@ -16,8 +16,9 @@ The shape is the one of an async RL framework (NeMo-RL, verl, ...):
   `--deadline-ms`: the rollout gets `rollout_failed` and is dispatched again with the next
   attempt, up to `--max-attempts`; then its group is discarded and replaced by a group from
   the spare pool (whole loader batches are diverted into the pool when it runs dry). The
-  slow worker answers later anyway: the journal rejects its seal (`StaleAttempt`), the
-  trainer deletes the row and counts a fenced late result;
+  slow worker answers later anyway: the journal rejects its seal (`StaleAttempt`, or the
+  rollout is sealed already by its next attempt), the trainer deletes the row and counts a
+  fenced late result;
 * `--group-level`: groups admitted without `rollouts=` (all-or-nothing): any failed or late
   rollout discards its group, a finished group's rows go to the data plane as one file;
 * a tiny policy trains on each step's groups with a GRPO loss;
@@ -32,8 +33,9 @@ a restart): `replay.restore(journal, dataset=, collate_fn=, data_plane=, salvage
 `Journal.open(journal, resume=state)`, `dataloader.load_state_dict(state.loader_state)`,
 then it redispatches the admitted groups (only their pending rollouts, with the attempts
 restore gives them; sealed ones are read back from the data plane), re-admits the reserved
-ones, trains the replay ones and puts the spares back in the pool. Without a journal directory it resumes from
-the ownership cut inside the newest checkpoint directory.
+ones, trains the replay ones and puts the spares back in the pool. Without a journal
+directory it resumes from the ownership cut inside the newest checkpoint directory (and the
+rows of its admitted groups' sealed rollouts, kept beside it in `sealed_rows/`).
 
 With `--baseline` there is no journal: it saves the loader's `state_dict()` with the
 weights at checkpoint time and drops whatever was in flight on a restart, as async
