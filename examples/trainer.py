@@ -615,17 +615,24 @@ class Trainer:
         """`rollouts=` of new admissions: N rollout-level, None group-level."""
         return self.cfg.rollouts if self.cfg.rollout_level else None
 
-    def _dispatch(self, w: Work) -> None:
-        """Queue every rollout of a newly admitted group, at attempt 0."""
-        w.clear(self.cfg.rollouts, self.cfg.rollout_level)
-        for i in range(self.cfg.rollouts):
-            self.jobs.put_nowait((w, i, 0))
+    def _dispatch(self, groups: list[Work]) -> None:
+        """Queue every rollout of newly admitted groups, at attempt 0."""
+        for w in groups:
+            w.clear(self.cfg.rollouts, self.cfg.rollout_level)
+        self._queue([(w, i, 0) for w in groups for i in range(self.cfg.rollouts)])
+
+    def _queue(self, jobs: list[tuple[Work, int, int]]) -> None:
+        """Queue (group, index, attempt) jobs interleaved across the groups of a step, as an
+        inference engine batches every prompt's samples at once: the groups progress together,
+        each done when its slowest rollout is. Earlier target steps first."""
+        for job in sorted(jobs, key=lambda job: (job[0].target_step, job[1])):   # stable
+            self.jobs.put_nowait(job)
 
     async def _admit(self, groups: list[Work], target: int) -> None:
         await self.own.admitted([w.gid for w in groups], target, self.step, self._admit_rollouts)
         for w in groups:
             w.status, w.target_step, w.policy_version = ADMITTED, target, self.step
-            self._dispatch(w)
+        self._dispatch(groups)
 
     async def _next_for_admission(self) -> list[Work]:
         B = self.cfg.batch_size
@@ -665,7 +672,7 @@ class Trainer:
         self.stats["discarded"] += 1
         if spare is not None:
             spare.status, spare.target_step, spare.policy_version = ADMITTED, w.target_step, self.step
-            self._dispatch(spare)
+            self._dispatch([spare])
 
     async def _fill(self, t: int) -> None:
         """Gate: generation runs one step ahead (batches for t and t+1 admitted), and one more
@@ -938,6 +945,10 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
+        # data-plane writes and journal commits wait on fsyncs in threads: enough of them that
+        # every generator worker's write can be in flight at once
+        io_pool = concurrent.futures.ThreadPoolExecutor(2 * self.cfg.workers + 4, thread_name_prefix="io")
+        asyncio.get_running_loop().set_default_executor(io_pool)
         self._cleanup_tmp()
         self.jobs, self.events = asyncio.Queue(), asyncio.Queue()
         redispatch = []
@@ -946,10 +957,9 @@ class Trainer:
         else:
             redispatch = self._start_journal()
         self._snapshot_policy()
-        for w, todo in redispatch:   # ordered by target step, then group id
+        for w, _ in redispatch:   # ordered by target step, then group id
             w.policy_version = self.step
-            for i, attempt in todo:
-                self.jobs.put_nowait((w, i, attempt))
+        self._queue([(w, i, attempt) for w, todo in redispatch for i, attempt in todo])
         workers = [self._guarded(self._worker(i)) for i in range(self.cfg.workers)]
         try:
             while True:
