@@ -37,6 +37,11 @@ QUICK = {"dataset_size": 384, "batch_size": 32, "ckpt_every": 3, "kills": 5, "se
 FULL = {"dataset_size": 2048, "batch_size": 16, "ckpt_every": 4, "kills": 20, "seed": 0}
 ROLLOUTS = 8
 MIN_FEWER = 3.0
+SUMMARY_KEYS = ("kills", "kills_by_phase", "restores", "regenerated_rollouts", "regenerated_groups",
+                "salvaged_groups", "salvaged_rollouts", "demoted_groups", "generation_seconds",
+                "generation_seconds_lost", "generation_seconds_lost_per_kill", "generation_seconds_wasted",
+                "fenced_late_results", "late_results_ignored", "rollouts_retried", "twice", "lost",
+                "wall_seconds")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +60,12 @@ def _run(directory: str, group_level: bool, params: dict) -> dict:
     return s
 
 
+def _summary(s: dict) -> dict:
+    """What a journal-demo run reported, for the JSON document."""
+    return {**{k: s[k] for k in SUMMARY_KEYS},
+            "trained_once": s["audit"]["trained_once"], "dropped": s["audit"]["dropped"]}
+
+
 def run(args) -> Report:
     params = dict(QUICK if args.quick else FULL)
     if args.seed is not None:
@@ -65,14 +76,8 @@ def run(args) -> Report:
     with scratch_dir(args.dir, prefix="bench-demo-") as d:
         by = {"rollout": _run(d, False, params), "group": _run(d, True, params)}
     r, g = by["rollout"], by["group"]
-    report.meta = {"params": params, "rollouts_per_group": ROLLOUTS, **{
-        level: {k: s[k] for k in ("kills", "kills_by_phase", "restores", "regenerated_rollouts",
-                                   "regenerated_groups", "salvaged_groups", "salvaged_rollouts",
-                                   "demoted_groups", "generation_seconds", "generation_seconds_lost",
-                                   "generation_seconds_wasted", "fenced_late_results",
-                                   "late_results_ignored", "rollouts_retried", "twice", "lost",
-                                   "wall_seconds")}
-        for level, s in by.items()}}
+    report.meta = {"params": params, "rollouts_per_group": ROLLOUTS,
+                   **{level: _summary(s) for level, s in by.items()}}
     report.add(Figure(
         "regenerated_rollouts", "rollouts regenerated after restores, rollout-level",
         r["regenerated_rollouts"], "rollouts", reference=g["regenerated_rollouts"],
