@@ -1,7 +1,7 @@
 """journal-demo: SIGKILL the example trainer at random moments until it finishes, then prove
 exactly-once from the journal.
 
-    journal-demo                    # the journal trainer, default kills, ~2 minutes
+    journal-demo                    # the journal trainer, default kills, 1-3 minutes
     journal-demo --group-level      # the same, groups admitted without rollouts= (all-or-nothing)
     journal-demo --baseline         # the same trainer and kills, without the journal
 
