@@ -946,8 +946,9 @@ class Trainer:
 
     async def run(self) -> None:
         # data-plane writes and journal commits wait on fsyncs in threads: enough of them that
-        # every generator worker's write can be in flight at once
-        io_pool = concurrent.futures.ThreadPoolExecutor(2 * self.cfg.workers + 4, thread_name_prefix="io")
+        # every generator worker's write can be in flight at once (up to 32)
+        io_pool = concurrent.futures.ThreadPoolExecutor(min(32, 2 * self.cfg.workers + 4),
+                                                        thread_name_prefix="io")
         asyncio.get_running_loop().set_default_executor(io_pool)
         self._cleanup_tmp()
         self.jobs, self.events = asyncio.Queue(), asyncio.Queue()
