@@ -14,6 +14,8 @@ import sys
 REGISTRY: dict[str, tuple[str, str]] = {
     "append": ("bench.append", "commit throughput vs raw fdatasync and sqlite, group commit, "
                                "bulk append, bytes per event"),
+    "demo": ("bench.demo", "journal-demo's kills, rollout-level vs group-level: rollouts regenerated "
+                           "after restores, generation-seconds lost per kill"),
     "inspect": ("bench.inspect", "journal-inspect summary and verify on 10M events: wall time and "
                                  "peak RSS vs the 300 MB target"),
     "replay": ("bench.replay", "tail replay throughput vs a decode-only loop; restore of a cut of "

@@ -6,11 +6,17 @@ The trainer appends one line per fact, with a single `write` on an `O_APPEND` fi
     R <step>              the trainer (re)started from the checkpoint of <step> (0: scratch)
     C <step>              the step-<step> checkpoint captured the trainer's state here
     T <step> e:i,e:i,...  step <step> trained the rows (epoch e, dataset idx i)
+    U <step> <us>         ... whose rollouts took <us> microseconds to generate (with its T line)
     D <reason> e:i,...    these rows were dropped (e.g. every rollout retry failed)
-    X <key>=<n> ...       counters (regenerated, salvaged groups), summed over every run
+    W <us>                ... and the generation time of their rollouts went with them
+    X <key>=<n> ...       counters (regenerated, salvaged groups, generation microseconds
+                          spent, or spent on results no history can use), summed over every run
 
-The *final history* is what the surviving model saw: on `R s`, every `T`/`D`
+The *final history* is what the surviving model saw: on `R s`, every `T`/`U`/`D`/`W`
 written after the last `C s` is cut off (those steps died with the process).
+All generation time spent (`X generation_us`) minus what the final history trained
+(`U`) or dropped with its groups (`W`) and the results no history can use (`X
+rejected_us`: fenced late results) is what the kills threw away.
 The baseline trainer has only this ledger; the journal trainer's ledger must agree
 with the journal's own audit (`journal-inspect audit`; see `examples.chaos`).
 """
@@ -38,12 +44,13 @@ class Ledger:
     def checkpoint(self, step: int) -> None:
         self._line(f"C {step}", sync=True)
 
-    def trained(self, step: int, rows) -> None:
-        self._line(f"T {step} " + ",".join(f"{e}:{i}" for e, i in rows))
+    def trained(self, step: int, rows, generation_us: int = 0) -> None:
+        # one write: a kill cannot keep the T line and lose its U line
+        self._line(f"T {step} " + ",".join(f"{e}:{i}" for e, i in rows) + f"\nU {step} {int(generation_us)}")
 
-    def dropped(self, reason: str, rows) -> None:
+    def dropped(self, reason: str, rows, generation_us: int = 0) -> None:
         if rows:
-            self._line(f"D {reason} " + ",".join(f"{e}:{i}" for e, i in rows))
+            self._line(f"D {reason} " + ",".join(f"{e}:{i}" for e, i in rows) + f"\nW {int(generation_us)}")
 
     def count(self, **counters: int) -> None:
         self._line("X " + " ".join(f"{k}={v}" for k, v in counters.items()))
@@ -71,6 +78,8 @@ class History:
     dropped: dict = field(default_factory=dict)        # (epoch, idx) -> last reason
     live: set = field(default_factory=set)             # (epoch, idx) still held in flight
     counters: Counter = field(default_factory=Counter)
+    used_generation_us: int = 0                        # generation time of what was trained
+    dropped_generation_us: int = 0                     # ... and of what was dropped
     restarts: int = 0
     source: str = ""
 
@@ -108,12 +117,13 @@ class History:
                 "dropped": totals["dropped"], "dropped_reasons": dict(reasons_total),
                 "lost": totals["lost"], "in_flight": totals["in_flight"],
                 "unexpected_rows": len(extra), "counters": dict(self.counters),
-                "restarts": self.restarts}
+                "used_generation_us": self.used_generation_us,
+                "dropped_generation_us": self.dropped_generation_us, "restarts": self.restarts}
 
 
 def read_ledger(path: str) -> History:
     """Replay a ledger into the final history (see the module docstring)."""
-    entries: list[tuple[str, str, list]] = []   # ("T", step, rows) / ("D", reason, rows)
+    entries: list[tuple[str, str, list]] = []   # ("T", step, rows) / ("D", reason, rows) / ("U"|"W", us, [])
     marks: dict[int, int] = {}                  # checkpoint step -> len(entries) at its C line
     h = History(source="ledger")
     with open(path, "rb") as f:
@@ -141,11 +151,19 @@ def read_ledger(path: str) -> History:
         elif kind == "D":
             reason, _, rows = rest.partition(" ")
             entries.append(("D", reason, _rows(rows)))
+        elif kind == "U":
+            entries.append(("U", rest.partition(" ")[2], []))
+        elif kind == "W":
+            entries.append(("W", rest, []))
         elif kind == "X":
             for kv in rest.split():
                 k, _, v = kv.partition("=")
                 h.counters[k] += int(v)
     for kind, what, rows in entries:
+        if kind == "U":
+            h.used_generation_us += int(what)
+        elif kind == "W":
+            h.dropped_generation_us += int(what)
         for r in rows:
             if kind == "T":
                 h.trained[r] += 1

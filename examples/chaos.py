@@ -1,7 +1,8 @@
 """journal-demo: SIGKILL the example trainer at random moments until it finishes, then prove
 exactly-once from the journal.
 
-    journal-demo                    # the journal trainer, default kills, ~2 minutes
+    journal-demo                    # the journal trainer, default kills, 1-3 minutes
+    journal-demo --group-level      # the same, groups admitted without rollouts= (all-or-nothing)
     journal-demo --baseline         # the same trainer and kills, without the journal
 
 The driver runs `python -m examples.trainer` as a child process and kills it (SIGKILL: no
@@ -18,6 +19,16 @@ lets it run to the end of `--epochs`. Then it audits the final history:
 
 Every row of every epoch ends up in exactly one of: trained once, trained more than once,
 dropped (a rollout failed; the reason is recorded), lost (never trained, never dropped).
+
+It also reports what the kills cost in generation: the rollouts restores handed back to
+regenerate (rollout-level: only the unsealed ones; group-level: every rollout of an
+unfinished group), and the generation-seconds lost: the generation time of completed
+rollouts that no surviving history used and the trainer did not throw away itself (from the
+ledger: generated - trained - discarded by failures and fenced late results). A rollout in
+flight at the moment of a kill is not counted. And the late results of slow workers: fenced
+by the journal (rollout-level), or dropped with their discarded group (group-level).
+Generation time the final history dropped with failed groups, and late results, are
+reported apart: no kill threw them away.
 """
 
 from __future__ import annotations
@@ -45,9 +56,10 @@ KIND_TEXT = {"checkpoint_save": "in a checkpoint save", "compaction": "in compac
              "restore": "in a restore", "random": "at a random moment"}
 KIND_TOTAL = dict(KIND_TEXT, random="at random moments")
 # one line per run: where it resumed, what restore handed back, how it ended (<= 100 columns)
-RUN_HEADER = ("  each run: the step and LSN it resumed at, the groups restore handed back, how it ended\n"
-              f"  {'run':>3} {'step':>5} {'lsn':>7} {'admitted':>8} {'reserved':>8} {'replay':>6} "
-              f"{'spare':>5} {'salvaged':>8}  then")
+RUN_HEADER = ("  each run: the step and LSN it resumed at, the groups restore handed back (regen: the\n"
+              "  rollouts it regenerates, resv: reserved, salv: salvaged), how it ended\n"
+              f"  {'run':>3} {'step':>5} {'lsn':>6} {'admitted':>8} {'regen':>5} {'resv':>4} {'replay':>6} "
+              f"{'spare':>5} {'salv':>4}  then")
 
 
 @dataclass
@@ -57,11 +69,13 @@ class Options:
     epochs: int = 2
     kills: int = 20
     workers: int = 8
+    rollouts: int = 8
     failure_rate: float = 0.02
     dataset_size: int = 2048
     batch_size: int = 16
     ckpt_every: int = 4
     baseline: bool = False
+    group_level: bool = False
     timeout: float = 900.0
     verbose: bool = True
     trainer_args: list = field(default_factory=list)
@@ -77,11 +91,14 @@ class Kill:
 
 def _trainer_cmd(o: Options, out: str) -> list[str]:
     cmd = [sys.executable, "-m", "examples.trainer", "--out", out, "--seed", str(o.seed),
-           "--epochs", str(o.epochs), "--workers", str(o.workers), "--failure-rate", str(o.failure_rate),
+           "--epochs", str(o.epochs), "--workers", str(o.workers), "--rollouts", str(o.rollouts),
+           "--failure-rate", str(o.failure_rate),
            "--dataset-size", str(o.dataset_size), "--batch-size", str(o.batch_size),
            "--ckpt-every", str(o.ckpt_every)]
     if o.baseline:
         cmd.append("--baseline")
+    if o.group_level:
+        cmd.append("--group-level")
     return cmd + list(o.trainer_args)
 
 
@@ -188,9 +205,10 @@ def _say(o: Options, text: str) -> None:
 def _run_line(n: int, p: Progress, then: str) -> str:
     """One row under RUN_HEADER: where run `n` resumed, what it got back, how it ended."""
     r = p.resumed or {}
-    cols = [r.get(k, "-") for k in ("step", "lsn", "admitted", "reserved", "replay", "spare", "salvaged")]
-    return (f"  {n:>3} {cols[0]:>5} {cols[1]:>7} {cols[2]:>8} {cols[3]:>8} {cols[4]:>6} "
-            f"{cols[5]:>5} {cols[6]:>8}  {then}")
+    cols = [r.get(k, "-") for k in ("step", "lsn", "admitted", "regenerated", "reserved", "replay", "spare",
+                                    "salvaged")]
+    return (f"  {n:>3} {cols[0]:>5} {cols[1]:>6} {cols[2]:>8} {cols[3]:>5} {cols[4]:>4} {cols[5]:>6} "
+            f"{cols[6]:>5} {cols[7]:>4}  {then}")
 
 
 def _run_children(o: Options, out: str) -> tuple[list[Kill], list[Progress]]:
@@ -355,13 +373,15 @@ def run(o: Options) -> dict:
     os.makedirs(out, exist_ok=True)
     if any(n in os.listdir(out) for n in ("journal", "ckpt", "ledger.log", "rows")):
         raise RuntimeError(f"journal-demo: {out} already holds a run; pick a new --out")
-    mode = "baseline (no journal)" if o.baseline else "journal"
-    _say(o, f"journal-demo [{mode}]: {o.epochs} epochs x {o.dataset_size} prompts, batch {o.batch_size}, "
-            f"{o.workers} generator workers,\n  rollout failure rate {o.failure_rate}, {o.kills} kills, "
-            f"seed {o.seed}\n  run dir {out}")
+    level = "group-level" if o.baseline or o.group_level else "rollout-level"
+    mode = "baseline (no journal)" if o.baseline else f"journal, {level}"
+    _say(o, f"journal-demo [{mode}]: {o.epochs} epochs x {o.dataset_size} prompts, batch "
+            f"{o.batch_size}, {o.rollouts} rollouts per group,\n  {o.workers} generator workers, rollout "
+            f"failure rate {o.failure_rate}, {o.kills} kills, seed {o.seed}\n  run dir {out}")
     kills, runs = _run_children(o, out)
     ledger = read_ledger(os.path.join(out, "ledger.log"))
-    summary = {"mode": "baseline" if o.baseline else "journal", "out": out, "seed": o.seed,
+    summary = {"mode": "baseline" if o.baseline else "journal", "level": level, "out": out, "seed": o.seed,
+               "rollouts_per_group": o.rollouts,
                "epochs": o.epochs, "dataset_size": o.dataset_size,
                "kills": len(kills), "kills_by_phase": dict(Counter(k.landed for k in kills)),
                "kills_aimed": dict(Counter(k.aim for k in kills)), "restarts": len(runs) - 1}
@@ -379,17 +399,55 @@ def run(o: Options) -> dict:
         summary["cli_clean"] = bool(cli.get("clean"))
     summary["audit"] = audit
     resumed = [p.resumed for p in runs[1:] if p.resumed]
-    summary["regenerated_groups"] = sum(int(r.get("admitted", 0)) for r in resumed)
-    summary["regenerated_rollouts"] = sum(int(r.get("admitted", 0)) * int(r.get("rollouts", 0))
-                                          for r in resumed)
-    summary["salvaged_groups"] = sum(int(p.resumed.get("salvaged", 0)) for p in runs[1:] if p.resumed)
-    summary["demoted_groups"] = sum(int(p.resumed.get("demoted", 0)) for p in runs[1:] if p.resumed)
+    for key, field_name in (("regenerated_groups", "admitted"), ("regenerated_rollouts", "regenerated"),
+                            ("salvaged_groups", "salvaged"), ("salvaged_rollouts", "salvaged_rollouts"),
+                            ("demoted_groups", "demoted"), ("lost_rollouts", "lost_rollouts")):
+        summary[key] = sum(int(r.get(field_name, 0)) for r in resumed)
+    summary.update(generation_report(ledger_report, len(kills)))
+    summary["restores"] = len(resumed)
     summary["wall_seconds"] = round(time.monotonic() - t0, 1)
     summary["twice"] = audit["trained_twice"]
     summary["lost"] = audit["lost"] + audit["in_flight"]
     summary["ok"] = (summary["twice"] == 0 and summary["lost"] == 0
                      and not summary.get("ledger_mismatches") and summary.get("cli_clean", True))
     return summary
+
+
+def generation_report(ledger_report: dict, kills: int) -> dict:
+    """Generation time and late results from the trainer's ledger, summed over every run."""
+    c = ledger_report["counters"]
+    generated = c.get("generation_us", 0)
+    wasted = c.get("rejected_us", 0) + ledger_report["dropped_generation_us"]
+    lost = generated - ledger_report["used_generation_us"] - wasted
+    return {"generation_seconds": generated / 1e6,
+            "generation_seconds_used": ledger_report["used_generation_us"] / 1e6,
+            "generation_seconds_wasted": wasted / 1e6, "generation_seconds_lost": lost / 1e6,
+            "generation_seconds_lost_per_kill": lost / 1e6 / kills if kills else 0.0,
+            "fenced_late_results": c.get("fenced_late_results", 0),
+            "late_results_ignored": c.get("late_results_ignored", 0),
+            "rollouts_retried": c.get("rollouts_retried", 0)}
+
+
+def _generation_lines(s: dict) -> list[str]:
+    """What the kills cost in generation, and the slow workers' late results."""
+    lines = []
+    if s["mode"] == "journal":
+        only = "only the unsealed ones" if s["level"] == "rollout-level" else "all of each unfinished group"
+        lines.append(f"rollouts regenerated {s['regenerated_rollouts']} after {s['restores']} restores ({only}; "
+                     f"{s['regenerated_groups']} groups)")
+        lines.append(f"  salvaged           {s['salvaged_groups']} groups, {s['salvaged_rollouts']} rollouts; "
+                     f"demoted {s['demoted_groups']} groups")
+    lines.append(f"generation lost     {s['generation_seconds_lost']:.2f} s to kills "
+                 f"({s['generation_seconds_lost_per_kill']:.3f} s per kill) of {s['generation_seconds']:.1f} s "
+                 "generated")
+    lines.append(f"  and discarded     {s['generation_seconds_wasted']:.2f} s by failed groups and late results")
+    if s["level"] == "rollout-level":
+        lines.append(f"late results        {s['fenced_late_results']} fenced by the journal (rows deleted); "
+                     f"{s['rollouts_retried']} rollouts retried")
+    else:
+        lines.append(f"late results        {s['late_results_ignored']} dropped with their discarded group "
+                     "(group-level: no attempt to fence)")
+    return lines
 
 
 def render(s: dict) -> str:
@@ -419,9 +477,7 @@ def render(s: dict) -> str:
     by = s["kills_by_phase"]
     parts = [f"{by.get(k, 0)} {KIND_TOTAL[k]}" for k in KINDS if by.get(k)]
     lines.append(f"kills survived      {s['kills']}" + (f": {', '.join(parts)}" if parts else ""))
-    if s["mode"] == "journal":
-        lines.append(f"rollouts regenerated {s['regenerated_rollouts']} ({s['regenerated_groups']} groups "
-                     f"redispatched), groups salvaged {s['salvaged_groups']}, demoted {s['demoted_groups']}")
+    lines += _generation_lines(s)
     lines.append(f"wall time           {s['wall_seconds']} s")
     if s["mode"] == "baseline":
         lines.append(f"BASELINE: {s['lost']} prompts lost, {s['twice']} trained more than once "
@@ -467,9 +523,14 @@ def parse_args(argv=None) -> tuple[Options, bool]:
                         "checkpoint save and one during compaction when >= 2)")
     p.add_argument("--workers", type=int, default=8, help="generator workers (default 8)")
     p.add_argument("--failure-rate", type=float, default=0.02,
-                   help="probability that one rollout fails; its group is dropped and replaced from "
-                        "the spare pool (default 0.02)")
+                   help="probability that one rollout fails: it is retried with its next attempt "
+                        "(rollout-level; its group is dropped and replaced from the spare pool after "
+                        "3 attempts, or at once group-level) (default 0.02)")
     p.add_argument("--out", default=None, help="run directory (default: a new temporary directory)")
+    p.add_argument("--group-level", action="store_true",
+                   help="admit groups without rollouts= (all-or-nothing, as before rollout-level "
+                        "ownership): the same seed and kills, to compare what restores regenerate")
+    p.add_argument("--rollouts", type=int, default=8, help="rollouts per group (default 8)")
     p.add_argument("--baseline", action="store_true",
                    help="run the trainer without the journal (loader state saved at checkpoint "
                         "time, in-flight work dropped) and report what it lost or repeated")
@@ -482,7 +543,7 @@ def parse_args(argv=None) -> tuple[Options, bool]:
     a = p.parse_args(argv)
     o = Options(out=a.out, seed=a.seed, epochs=a.epochs, kills=a.kills, workers=a.workers,
                 failure_rate=a.failure_rate, dataset_size=a.dataset_size, batch_size=a.batch_size,
-                ckpt_every=a.ckpt_every, baseline=a.baseline,
+                ckpt_every=a.ckpt_every, baseline=a.baseline, group_level=a.group_level, rollouts=a.rollouts,
                 timeout=a.timeout, verbose=not (a.quiet or a.json))
     return o, a.json
 

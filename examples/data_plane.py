@@ -1,10 +1,13 @@
-"""A local data plane: the finished rollouts of each group, one file per group, crash-safe.
+"""A local data plane: finished rollouts, one file per group or per rollout attempt, crash-safe.
 
-`put` writes a group's tensors to a temporary file, fsyncs it, renames it into
-place and fsyncs the directory, *before* the trainer journals `finished` with the
-returned locator; so a locator the journal holds always names complete rows, even
-after a SIGKILL or a power cut. Group ids are never reused by the journal, so a
-file name keyed by group id never confuses an old row with a new prompt.
+`put` writes a group's tensors (`g<id>.pt`), `put_rollout` one rollout's result as
+one attempt produced it (`g<id>-r<index>-a<attempt>.pt`), to a temporary file,
+fsyncs it, renames it into place and fsyncs the directory, *before* the trainer
+journals `finished` / `rollout_sealed` with the returned locator; so a locator the
+journal holds always names complete rows, even after a SIGKILL or a power cut.
+Group ids are never reused by the journal and the attempt is part of a rollout's
+name, so a file never confuses an old row with a new prompt, and a late result of a
+given-up attempt never overwrites the result of the attempt that replaced it.
 
 It implements `snapshot.DataPlane` (`save`, `has`): a cut copies (hard-links) the
 rows of its REPLAY groups into its own `data_plane/` directory, and `import_cut`
@@ -22,11 +25,10 @@ from typing import Iterable
 
 import torch
 
-from journal import DEFAULT_FS
+from journal import DEFAULT_FS, Group
 
-_LOCATOR = re.compile(r"^g(\d+)\.pt$")
+_LOCATOR = re.compile(r"^g(\d+)(-r\d+-a\d+)?\.pt$")
 _TMP = ".tmp-"
-
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -44,8 +46,17 @@ def _write_atomic(path: str, data: bytes) -> None:
     DEFAULT_FS.fsync_dir(directory)
 
 
+def rows_of(group: Group) -> list[str]:
+    """The data-plane locators holding a group's rows: its sealed rollouts' for a group
+    admitted with rollouts=N, else its own."""
+    if group.rollouts is None:
+        return [group.locator]
+    return [loc for loc in group.rollouts.locators if loc is not None]
+
+
 class LocalDataPlane:
-    """Rows of finished groups under `root/`, keyed by group id (`g<id>.pt`)."""
+    """Rows of finished groups (`g<id>.pt`) and sealed rollouts (`g<id>-r<index>-a<attempt>.pt`)
+    under `root/`."""
 
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
@@ -54,6 +65,10 @@ class LocalDataPlane:
     @staticmethod
     def locator_for(group_id: int) -> str:
         return f"g{int(group_id)}.pt"
+
+    @staticmethod
+    def rollout_locator(group_id: int, index: int, attempt: int) -> str:
+        return f"g{int(group_id)}-r{int(index)}-a{int(attempt)}.pt"
 
     def _path(self, locator: str) -> str:
         if not isinstance(locator, str) or not _LOCATOR.match(locator):
@@ -64,9 +79,16 @@ class LocalDataPlane:
 
     def put(self, group_id: int, rows: dict[str, torch.Tensor]) -> str:
         """Persist one group's rows durably; returns the locator to journal with `finished`."""
+        return self._put(self.locator_for(group_id), rows)
+
+    def put_rollout(self, group_id: int, index: int, attempt: int, rows: dict[str, torch.Tensor]) -> str:
+        """Persist one rollout's result durably; returns the locator to journal with
+        `rollout_sealed` (delete it if the journal rejects the seal)."""
+        return self._put(self.rollout_locator(group_id, index, attempt), rows)
+
+    def _put(self, locator: str, rows: dict[str, torch.Tensor]) -> str:
         buf = io.BytesIO()
         torch.save(rows, buf)
-        locator = self.locator_for(group_id)
         _write_atomic(self._path(locator), buf.getvalue())
         return locator
 
@@ -101,7 +123,10 @@ class LocalDataPlane:
 
     def import_cut(self, cut_dir: str) -> int:
         """Copy the rows a cut carries (its `data_plane/`) into this store; returns how many."""
-        src = os.path.join(cut_dir, "data_plane")
+        return self.import_rows(os.path.join(cut_dir, "data_plane"))
+
+    def import_rows(self, src: str) -> int:
+        """Copy the row files of directory `src` into this store; returns how many."""
         if not os.path.isdir(src):
             return 0
         n = 0
@@ -126,12 +151,24 @@ class LocalDataPlane:
         """Put the rows of `replay_groups` into a cut's `data_plane/` (hard links when possible;
         the compactor fsyncs them). A REPLAY group without rows is an error, never a silent gap."""
         for g in replay_groups:
-            src = self._path(g.locator)
-            dst = os.path.join(directory, g.locator)
-            try:
-                os.link(src, dst)
-            except FileNotFoundError:
-                raise FileNotFoundError(f"data plane {self.root}: rows of group {g.group_id} "
-                                        f"({g.locator}) are missing") from None
-            except OSError:
-                shutil.copyfile(src, dst)
+            for loc in rows_of(g):
+                if not self._link(loc, directory):
+                    raise FileNotFoundError(f"data plane {self.root}: rows of group {g.group_id} "
+                                            f"({loc}) are missing")
+
+    def export(self, directory: str, locators: Iterable[str]) -> int:
+        """Link the rows at `locators` into `directory` and fsync it, skipping rows already gone
+        (a restore regenerates those); returns how many were linked."""
+        n = sum(self._link(loc, directory) for loc in locators)
+        DEFAULT_FS.fsync_dir(directory)
+        return n
+
+    def _link(self, locator: str, directory: str) -> bool:
+        src, dst = self._path(locator), os.path.join(directory, locator)
+        try:
+            os.link(src, dst)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            shutil.copyfile(src, dst)
+        return True

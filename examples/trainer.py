@@ -6,12 +6,21 @@
 The shape is the one of an async RL framework (NeMo-RL, verl, ...):
 
 * a `torchdata` `StatefulDataLoader` with shuffling hands out prompt batches;
-* `--workers` generator tasks produce `--rollouts` rollouts per prompt group with random
-  latency, from a copy of the policy at the version the group was admitted with
-  (generation runs one step ahead of training);
-* a rollout can fail (`--failure-rate`): its group is discarded and replaced by a group
-  from the spare pool (whole loader batches are diverted into the pool when it runs dry);
-* a finished group's rollouts go to a local data plane (`examples.data_plane`), durably;
+* `--workers` generator tasks produce `--rollouts` rollouts per prompt group with long-tailed
+  latency (log-normal around `--latency-ms`), from a copy of the policy at the version the
+  group was admitted with (generation runs one step ahead of training);
+* rollout-level ownership (the default): groups are admitted with `rollouts=N`; each
+  rollout's result goes to a local data plane (`examples.data_plane`) under its own
+  locator, durably, then `rollout_sealed`; the last seal and `finished` are one commit;
+* a rollout can fail (`--failure-rate`), and a slow worker (`--slow-rate`) misses its
+  `--deadline-ms`: the rollout gets `rollout_failed` and is dispatched again with the next
+  attempt, up to `--max-attempts`; then its group is discarded and replaced by a group from
+  the spare pool (whole loader batches are diverted into the pool when it runs dry). The
+  slow worker answers later anyway: the journal rejects its seal (`StaleAttempt`, or the
+  rollout is sealed already by its next attempt), the trainer deletes the row and counts a
+  fenced late result;
+* `--group-level`: groups admitted without `rollouts=` (all-or-nothing): any failed or late
+  rollout discards its group, a finished group's rows go to the data plane as one file;
 * a tiny policy trains on each step's groups with a GRPO loss;
 * every `--ckpt-every` steps a checkpoint: `begin_checkpoint` when the state is captured,
   weights (and an ownership cut) written and fsynced, then `commit_checkpoint`;
@@ -22,9 +31,11 @@ API only (`Journal`, `AsyncJournal`, `replay.restore`, `snapshot.compact`,
 `BackgroundCompactor`). On start the trainer restores (the same code for a first start and
 a restart): `replay.restore(journal, dataset=, collate_fn=, data_plane=, salvage=True)`,
 `Journal.open(journal, resume=state)`, `dataloader.load_state_dict(state.loader_state)`,
-then it redispatches the admitted groups, re-admits the reserved ones, trains the replay
-ones and puts the spares back in the pool. Without a journal directory it resumes from
-the ownership cut inside the newest checkpoint directory.
+then it redispatches the admitted groups (only their pending rollouts, with the attempts
+restore gives them; sealed ones are read back from the data plane), re-admits the reserved
+ones, trains the replay ones and puts the spares back in the pool. Without a journal
+directory it resumes from the ownership cut inside the newest checkpoint directory (and the
+rows of its admitted groups' sealed rollouts, kept beside it in `sealed_rows/`).
 
 With `--baseline` there is no journal: it saves the loader's `state_dict()` with the
 weights at checkpoint time and drops whatever was in flight on a restart, as async
@@ -54,18 +65,22 @@ from dataclasses import dataclass
 
 import torch
 
-from journal import DEFAULT_FS, AsyncJournal, GroupRef, Journal, list_segments
+from journal import (DEFAULT_FS, AsyncJournal, GroupRef, Journal, Owner, OwnershipError, RolloutRef,
+                     StaleAttempt, list_segments)
 from replay import fingerprint, restore
-from snapshot import BackgroundCompactor, compact
+from snapshot import BackgroundCompactor, compact, read_cut
 
 from .bookkeeping import Ledger
-from .data_plane import LocalDataPlane
+from .data_plane import LocalDataPlane, rows_of
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
 from .loader import stateful_loader
 
 RESERVED, ADMITTED, REPLAY, SPARE, TRAINED, DROPPED = "RESERVED", "ADMITTED", "REPLAY", "SPARE", "TRAINED", "DROPPED"
 CKPT_NAME = re.compile(r"^step_(\d{8})$")
 TMP = ".tmp-"
+SEALED_ROWS = "sealed_rows"   # in a checkpoint directory: rows of its cut's ADMITTED groups' sealed rollouts
+LATENCY_SIGMA = 0.8          # log-normal spread of a rollout's latency: a long tail
+DISCARD_REASON = "rollout_failed"
 
 _print_lock = threading.Lock()
 
@@ -85,16 +100,25 @@ class Config:
     epochs: int = 2
     dataset_size: int = 2048
     batch_size: int = 16
-    rollouts: int = 4
+    rollouts: int = 8
     workers: int = 8
     failure_rate: float = 0.02
-    latency_ms: tuple = (2.0, 12.0)
+    latency_ms: float = 3.0       # median rollout latency
+    slow_rate: float = 0.01       # probability that a rollout's worker is slow (misses the deadline)
+    deadline_ms: float = 50.0     # a rollout not delivered by then is given up
+    max_attempts: int = 3         # attempts of one rollout before its group is discarded
+    group_level: bool = False
     ckpt_every: int = 4
     ckpt_save_seconds: float = 0.05
     keep_ckpts: int = 2
     segment_bytes: int = 64 << 10
     lr: float = 0.02
     baseline: bool = False
+
+    @property
+    def rollout_level(self) -> bool:
+        """Whether new groups are admitted with rollouts=N (the baseline has no journal to seal in)."""
+        return not (self.group_level or self.baseline)
 
     @property
     def journal_dir(self) -> str:
@@ -175,11 +199,15 @@ def grpo_loss(policy: TinyPolicy, rows: list[dict]) -> torch.Tensor:
 
 
 class Work:
-    """A prompt group as the trainer holds it (the journal holds its ownership)."""
+    """A prompt group as the trainer holds it (the journal holds its ownership).
+
+    `attempts` and `sealed` (per rollout: the attempt dispatched now, the locator of the sealed
+    row) are None for a group admitted without rollouts= (all-or-nothing). The result slots
+    (`answers`, `old_logprobs`, `rewards`, `seconds`: generation time) hold the rollouts done."""
 
     __slots__ = ("gid", "idx", "epoch", "task", "tokens", "answer", "status", "target_step",
-                 "policy_version", "locator", "rows", "failed", "done", "answers", "old_logprobs",
-                 "rewards")
+                 "policy_version", "locator", "failed", "done", "answers", "old_logprobs",
+                 "rewards", "seconds", "attempts", "sealed", "lock")
 
     def __init__(self, gid: int, idx: int, epoch: int, task: str, tokens: torch.Tensor, answer: int,
                  status: str):
@@ -188,14 +216,38 @@ class Work:
         self.target_step = None
         self.policy_version = None
         self.locator = None
-        self.rows = None
         self.failed = False
         self.done = 0
-        self.answers = self.old_logprobs = self.rewards = None
+        self.answers = self.old_logprobs = self.rewards = self.seconds = None
+        self.attempts = self.sealed = None
+        self.lock = asyncio.Lock()   # orders the journal commits of one group's rollouts
 
     @property
     def row_key(self) -> tuple[int, int]:
         return (self.epoch, self.idx)
+
+    def clear(self, n: int, rollout_level: bool) -> None:
+        """Empty result slots for `n` rollouts (and attempt 0 for each, rollout-level)."""
+        self.failed, self.done = False, 0
+        self.answers = torch.zeros(n, dtype=torch.long)
+        self.old_logprobs, self.rewards, self.seconds = torch.zeros(n), torch.zeros(n), torch.zeros(n)
+        self.attempts, self.sealed = ([0] * n, [None] * n) if rollout_level else (None, None)
+
+    def keep(self, i: int, result: tuple[int, float, float], seconds: float) -> None:
+        self.answers[i], self.old_logprobs[i], self.rewards[i] = result
+        self.seconds[i] = seconds
+        self.done += 1
+
+    def group_rows(self) -> dict[str, torch.Tensor]:
+        return {"tokens": self.tokens, "answers": self.answers, "old_logprobs": self.old_logprobs,
+                "rewards": self.rewards, "seconds": self.seconds,
+                "policy_version": torch.tensor(self.policy_version)}
+
+    def row_locators(self) -> list[str]:
+        """Where this group's rows are in the data plane."""
+        if self.sealed is None:
+            return [self.locator] if self.locator is not None else []
+        return [loc for loc in self.sealed if loc is not None]
 
 
 # -- ownership: the journal, or nothing (baseline) -----------------------------------------------
@@ -215,22 +267,40 @@ class JournalOwnership:
     async def diverted(self, gids):
         await self.aj.diverted(gids)
 
-    async def admitted(self, gids, target_step, policy_version):
-        await self.aj.admitted(gids, target_step=target_step, policy_version=policy_version)
+    async def admitted(self, gids, target_step, policy_version, rollouts):
+        await self.aj.admitted(gids, target_step=target_step, policy_version=policy_version,
+                               rollouts=rollouts)
 
     async def finished(self, gid, policy_version, locator):
         await self.aj.finished([gid], policy_version=policy_version, locators=[locator])
 
+    async def rollout_sealed(self, gid, index, attempt, locator, policy_version, finish: bool):
+        """Seal one rollout; with `finish` (it is the group's last) its group finishes in the same
+        commit. `StaleAttempt` if `attempt` was given up."""
+        ref = RolloutRef(gid, index, attempt, locator)
+        if not finish:
+            await self.aj.rollout_sealed([ref], policy_version=policy_version)
+            return
+
+        def commit():
+            with self.j.transaction() as tx:
+                tx.rollout_sealed([ref], policy_version=policy_version)
+                tx.finished([gid], policy_version=policy_version)
+        await asyncio.to_thread(commit)
+
+    async def rollout_failed(self, gid, index, attempt, reason):
+        await self.aj.rollout_failed([RolloutRef(gid, index, attempt)], reason=reason)
+
     async def trained(self, gids, step):
         await self.aj.trained(gids, step=step)
 
-    async def discard_and_replace(self, failed, reason, spare, target_step, policy_version):
+    async def discard_and_replace(self, failed, reason, spare, target_step, policy_version, rollouts):
         def commit():
             with self.j.transaction() as tx:
                 tx.discarded([failed], reason=reason)
                 if spare is not None:
                     tx.admitted([spare], target_step=target_step, policy_version=policy_version,
-                                replaces=failed)
+                                replaces=failed, rollouts=rollouts)
         await asyncio.to_thread(commit)
 
     async def begin_checkpoint(self, step) -> int:
@@ -254,7 +324,7 @@ class NoOwnership:
     async def diverted(self, gids):
         pass
 
-    async def admitted(self, gids, target_step, policy_version):
+    async def admitted(self, gids, target_step, policy_version, rollouts):
         pass
 
     async def finished(self, gid, policy_version, locator):
@@ -263,7 +333,7 @@ class NoOwnership:
     async def trained(self, gids, step):
         pass
 
-    async def discard_and_replace(self, failed, reason, spare, target_step, policy_version):
+    async def discard_and_replace(self, failed, reason, spare, target_step, policy_version, rollouts):
         pass
 
     async def begin_checkpoint(self, step):
@@ -291,6 +361,35 @@ def checkpoint_dirs(ckpt_dir: str) -> list[tuple[int, str]]:
 
 def step_dir(ckpt_dir: str, step: int) -> str:
     return os.path.join(ckpt_dir, f"step_{step:08d}")
+
+
+def save_sealed_rows(dp: LocalDataPlane, cut_dir: str, into: str) -> int:
+    """A cut carries the rows of its REPLAY groups; the sealed rollouts of its ADMITTED groups
+    have rows too, which a resume from the checkpoint directory alone needs: they go into
+    `into`, beside the cut. Returns how many."""
+    os.makedirs(into)
+    admitted = [g for g in read_cut(cut_dir).state.groups()
+                if g.owner == Owner.ADMITTED and g.rollouts is not None]
+    return dp.export(into, (loc for g in admitted for loc in rows_of(g)))
+
+
+def _restored_rows(g) -> list[str]:
+    """The data-plane locators a restored group's rows live at."""
+    if g.rollouts is None:
+        return [g.locator] if g.locator is not None else []
+    return [r.locator for r in g.rollouts if r.sealed]
+
+
+def _rollout_row(result: tuple[int, float, float], seconds: float, policy_version: int) -> dict:
+    """One rollout's row in the data plane."""
+    answer, logprob, reward = result
+    return {"answer": torch.tensor(answer), "old_logprob": torch.tensor(logprob),
+            "reward": torch.tensor(reward), "seconds": torch.tensor(seconds),
+            "policy_version": torch.tensor(policy_version)}
+
+
+def _us(seconds: float) -> int:
+    return int(round(seconds * 1e6))
 
 
 def _save_fsynced(obj, path: str) -> None:
@@ -330,6 +429,7 @@ class Trainer:
         self.spares: collections.deque[Work] = collections.deque()
         self.policies: dict[int, TinyPolicy] = {}
         self.trained_locators: dict[int, list[str]] = collections.defaultdict(list)
+        self.stragglers: set[asyncio.Task] = set()   # slow workers that answer after their deadline
         self.jobs: asyncio.Queue | None = None
         self.events: asyncio.Queue | None = None
         self.journal: Journal | None = None
@@ -368,9 +468,12 @@ class Trainer:
         self.ledger.resumed(step)
         self.dp.sweep(())   # nothing in flight survives a baseline restart
         announce("RESUMED", "source=baseline", f"step={step}", "lsn=-", "reserved=0", "admitted=0",
-                 "replay=0", "spare=0", "salvaged=0", "demoted=0", f"rollouts={self.cfg.rollouts}")
+                 "replay=0", "spare=0", "salvaged=0", "demoted=0", "regenerated=0",
+                 f"rollouts={self.cfg.rollouts}", "mode=group")
 
-    def _start_journal(self) -> list[Work]:
+    def _start_journal(self) -> list[tuple[Work, list[tuple[int, int]]]]:
+        """Restore and resume; returns the admitted groups to redispatch, each with the
+        (index, attempt) of the rollouts it still needs."""
         cfg = self.cfg
         announce("PHASE", "restore")
         jdir = cfg.journal_dir
@@ -386,6 +489,7 @@ class Trainer:
             source = "cut"
             cut = os.path.join(ckpts[0][1], "ownership")
             self.dp.import_cut(cut)
+            self.dp.import_rows(os.path.join(ckpts[0][1], SEALED_ROWS))
             state = restore(cut, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True)
         self.journal = Journal.open(jdir, resume=state, segment_bytes=cfg.segment_bytes)
         if source == "cut":
@@ -398,35 +502,64 @@ class Trainer:
             self.dl.load_state_dict(state.loader_state)
             self.epoch = self.loader_epoch = int(ck["loader_epoch"]) if ck is not None else 0
         self.ledger.resumed(state.step or 0)
-        # rows no restore can ask for any more (dead tails, trained groups) leave the data plane
-        self.dp.sweep(g.locator for g in state.replay)
+        # rows no restore can ask for any more (dead tails, given-up attempts, trained groups)
+        # leave the data plane
+        self.dp.sweep(loc for g in state.replay + state.admitted for loc in _restored_rows(g))
 
         def work(g, status) -> Work:
             prompt = g.prompt  # collate_fn([dataset[idx]]), checked against the journal's locator
             w = Work(g.group_id, g.idx, g.epoch if g.epoch is not None else 0, g.task_name,
                      prompt["tokens"][0], int(prompt["answer"][0]), status)
             w.target_step, w.policy_version, w.locator = g.target_step, g.policy_version, g.locator
+            if status in (ADMITTED, REPLAY):
+                self._reload_results(w, g)
             self.live[w.gid] = w
             return w
 
         for g in state.replay:                       # finished: train directly
             work(g, REPLAY)
-        redispatch = [work(g, ADMITTED) for g in state.admitted]   # all rollouts regenerate
+        # only the pending rollouts regenerate (all of them for a group without rollouts=)
+        redispatch = [(work(g, ADMITTED), [(r.index, r.attempt) for r in g.pending]
+                       if g.rollouts is not None else [(i, 0) for i in range(cfg.rollouts)])
+                      for g in state.admitted]
         for g in state.reserved:                     # back through admission
             self.reserved.append(work(g, RESERVED))
         for g in state.spare:
             self.spares.append(work(g, SPARE))
-        self.stats.update(regenerated_groups=len(redispatch), salvaged_groups=len(state.salvaged),
-                          demoted_groups=len(state.demoted))
-        self.ledger.count(regenerated_groups=len(redispatch), salvaged_groups=len(state.salvaged),
-                          demoted_groups=len(state.demoted))
+        counts = {"regenerated_groups": len(redispatch),
+                  "regenerated_rollouts": sum(len(todo) for _, todo in redispatch),
+                  "salvaged_groups": len(state.salvaged), "salvaged_rollouts": len(state.salvaged_rollouts),
+                  "demoted_groups": len(state.demoted), "lost_rollouts": len(state.lost_rollouts)}
+        self.stats.update(counts)
+        self.ledger.count(**counts)
         announce("RESUMED", f"source={source}", f"step={state.step or 0}", f"lsn={state.lsn}",
                  f"reserved={len(state.reserved)}", f"admitted={len(state.admitted)}",
                  f"replay={len(state.replay)}", f"spare={len(state.spare)}",
                  f"salvaged={len(state.salvaged)}", f"demoted={len(state.demoted)}",
-                 f"skipped_cuts={len(state.skipped)}", f"rollouts={cfg.rollouts}",
+                 f"regenerated={counts['regenerated_rollouts']}",
+                 f"salvaged_rollouts={len(state.salvaged_rollouts)}",
+                 f"lost_rollouts={len(state.lost_rollouts)}", f"skipped_cuts={len(state.skipped)}",
+                 f"rollouts={cfg.rollouts}", f"mode={'rollout' if cfg.rollout_level else 'group'}",
                  f"base={state.base_cut or '-'}")
         return redispatch
+
+    def _reload_results(self, w: Work, g) -> None:
+        """Fill `w`'s result slots from the data plane: a finished group's rows, or the sealed
+        rollouts of a group admitted with rollouts=N (the others are pending)."""
+        n = len(g.rollouts) if g.rollouts is not None else self.cfg.rollouts
+        w.clear(n, g.rollouts is not None)
+        if g.rollouts is None:
+            if g.locator is not None:   # REPLAY: its rows; ADMITTED: regenerates, nothing kept
+                rows = self.dp.get(g.locator)
+                w.answers, w.old_logprobs = rows["answers"], rows["old_logprobs"]
+                w.rewards, w.seconds, w.done = rows["rewards"], rows["seconds"], n
+            return
+        for r in g.rollouts:
+            w.attempts[r.index] = r.attempt
+            if r.sealed:
+                row = self.dp.get(r.locator)
+                w.keep(r.index, (row["answer"], row["old_logprob"], row["reward"]), float(row["seconds"]))
+                w.sealed[r.index] = r.locator
 
     def _cleanup_tmp(self) -> None:
         os.makedirs(self.cfg.ckpt_dir, exist_ok=True)
@@ -477,21 +610,29 @@ class Trainer:
         p.eval()
         self.policies[self.step] = p
 
-    def _dispatch(self, w: Work) -> None:
-        w.failed = False
-        w.done = 0
-        R = self.cfg.rollouts
-        w.answers = torch.zeros(R, dtype=torch.long)
-        w.old_logprobs = torch.zeros(R)
-        w.rewards = torch.zeros(R)
-        for i in range(R):
-            self.jobs.put_nowait((w, i))
+    @property
+    def _admit_rollouts(self) -> int | None:
+        """`rollouts=` of new admissions: N rollout-level, None group-level."""
+        return self.cfg.rollouts if self.cfg.rollout_level else None
+
+    def _dispatch(self, groups: list[Work]) -> None:
+        """Queue every rollout of newly admitted groups, at attempt 0."""
+        for w in groups:
+            w.clear(self.cfg.rollouts, self.cfg.rollout_level)
+        self._queue([(w, i, 0) for w in groups for i in range(self.cfg.rollouts)])
+
+    def _queue(self, jobs: list[tuple[Work, int, int]]) -> None:
+        """Queue (group, index, attempt) jobs interleaved across the groups of a step, as an
+        inference engine batches every prompt's samples at once: the groups progress together,
+        each done when its slowest rollout is. Earlier target steps first."""
+        for job in sorted(jobs, key=lambda job: (job[0].target_step, job[1])):   # stable
+            self.jobs.put_nowait(job)
 
     async def _admit(self, groups: list[Work], target: int) -> None:
-        await self.own.admitted([w.gid for w in groups], target, self.step)
+        await self.own.admitted([w.gid for w in groups], target, self.step, self._admit_rollouts)
         for w in groups:
             w.status, w.target_step, w.policy_version = ADMITTED, target, self.step
-            self._dispatch(w)
+        self._dispatch(groups)
 
     async def _next_for_admission(self) -> list[Work]:
         B = self.cfg.batch_size
@@ -514,18 +655,24 @@ class Trainer:
         return self.spares.popleft() if self.spares else None
 
     async def _failed(self, w: Work) -> None:
+        """Discard a group whose rollout failed (group-level) or ran out of attempts, and
+        admit a spare in its place."""
         if w.status != ADMITTED:
             return
-        spare = await self._spare()
-        await self.own.discard_and_replace(w.gid, "rollout_failed", spare.gid if spare else None,
-                                           w.target_step, self.step)
-        self.ledger.dropped("rollout_failed", [w.row_key])
-        w.status = DROPPED
+        async with w.lock:
+            spare = await self._spare()
+            await self.own.discard_and_replace(w.gid, DISCARD_REASON, spare.gid if spare else None,
+                                               w.target_step, self.step, self._admit_rollouts)
+            w.status = DROPPED
+        # the rollouts it had done go with it
+        self.ledger.dropped(DISCARD_REASON, [w.row_key], generation_us=_us(float(w.seconds.sum())))
+        if w.sealed is not None and w.row_locators():
+            self.gc_pool.submit(self.dp.delete, w.row_locators())
         del self.live[w.gid]
         self.stats["discarded"] += 1
         if spare is not None:
             spare.status, spare.target_step, spare.policy_version = ADMITTED, w.target_step, self.step
-            self._dispatch(spare)
+            self._dispatch([spare])
 
     async def _fill(self, t: int) -> None:
         """Gate: generation runs one step ahead (batches for t and t+1 admitted), and one more
@@ -555,54 +702,161 @@ class Trainer:
 
     # -- generation -------------------------------------------------------------------------------
 
+    def _latency(self, rng: random.Random) -> float:
+        """Seconds one rollout takes: log-normal (a long tail), or past the deadline for a slow
+        worker."""
+        if rng.random() < self.cfg.slow_rate:
+            return self.cfg.deadline_ms / 1000 * rng.uniform(1.5, 4.0)
+        return self.cfg.latency_ms / 1000 * rng.lognormvariate(0.0, LATENCY_SIGMA)
+
+    def _generate(self, w: Work, rng: random.Random) -> tuple[int, float, float]:
+        """One rollout: (answer, its log-probability under the generating policy, reward)."""
+        policy = self.policies[w.policy_version]
+        with torch.no_grad():
+            logp = torch.log_softmax(policy(w.tokens[None]), -1)[0]
+            gen = torch.Generator().manual_seed(rng.getrandbits(62))
+            a = int(torch.multinomial(logp.exp(), 1, generator=gen))
+        return a, float(logp[a]), float(a == w.answer)
+
+    @staticmethod
+    def _wanted(w: Work, i: int, attempt: int) -> bool:
+        """Whether the trainer still waits for rollout `i` of `w` in `attempt`."""
+        if w.status != ADMITTED or w.failed:
+            return False
+        return w.attempts is None or (w.attempts[i] == attempt and w.sealed[i] is None)
+
+    def _rejected(self, seconds: float) -> None:
+        """Generation time of a result no history can use (a late result, a rollout of a group
+        discarded while its row was written)."""
+        self.ledger.count(rejected_us=_us(seconds))
+
+    def _guarded(self, coro) -> "asyncio.Future":
+        """Run `coro` as a task whose exception surfaces in the main loop."""
+        async def body():
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                self.events.put_nowait(("error", exc))
+        return asyncio.create_task(body())
+
     async def _worker(self, wid: int) -> None:
         rng = random.Random(f"{self.rng.random()}-{wid}")
-        lo, hi = self.cfg.latency_ms
-        try:
-            while True:
-                w, i = await self.jobs.get()
-                if w.status != ADMITTED or w.failed:
-                    continue
-                await asyncio.sleep(rng.uniform(lo, hi) / 1000)
-                if w.status != ADMITTED or w.failed:
-                    continue
-                if rng.random() < self.cfg.failure_rate:
-                    w.failed = True
-                    self.events.put_nowait(("failed", w))
-                    continue
-                policy = self.policies[w.policy_version]
-                with torch.no_grad():
-                    logp = torch.log_softmax(policy(w.tokens[None]), -1)[0]
-                    gen = torch.Generator().manual_seed(rng.getrandbits(62))
-                    a = int(torch.multinomial(logp.exp(), 1, generator=gen))
-                w.answers[i] = a
-                w.old_logprobs[i] = logp[a]
-                w.rewards[i] = float(a == w.answer)
-                w.done += 1
-                if w.done == self.cfg.rollouts:
-                    rows = {"tokens": w.tokens, "answers": w.answers, "old_logprobs": w.old_logprobs,
-                            "rewards": w.rewards, "policy_version": torch.tensor(w.policy_version)}
-                    # rows durable in the data plane first, then the journal says where they are
-                    loc = await asyncio.to_thread(self.dp.put, w.gid, rows)
-                    await self.own.finished(w.gid, w.policy_version, loc)
-                    w.status, w.locator, w.rows = REPLAY, loc, rows
+        deadline = self.cfg.deadline_ms / 1000
+        while True:
+            w, i, attempt = await self.jobs.get()
+            if not self._wanted(w, i, attempt):
+                continue
+            seconds = self._latency(rng)
+            await asyncio.sleep(min(seconds, deadline))
+            if not self._wanted(w, i, attempt):
+                continue
+            if seconds > deadline:
+                # a slow worker: given up at the deadline, it keeps going and answers later
+                task = self._guarded(self._late(w, i, attempt, self._generate(w, rng), seconds,
+                                                seconds - deadline))
+                self.stragglers.add(task)
+                task.add_done_callback(self.stragglers.discard)
+                await self._give_up(w, i, attempt, "deadline")
+            elif rng.random() < self.cfg.failure_rate:
+                await self._give_up(w, i, attempt, "generation_failed")
+            else:
+                await self._deliver(w, i, attempt, self._generate(w, rng), seconds)
+
+    async def _give_up(self, w: Work, i: int, attempt: int, reason: str) -> None:
+        """Rollout `i` of `w` failed in `attempt`: rollout-level, `rollout_failed` (raising its
+        attempt, so that attempt can never seal) and dispatch it again, while attempts are left;
+        otherwise the main loop discards the group."""
+        if w.attempts is not None:
+            async with w.lock:
+                if not self._wanted(w, i, attempt):
+                    return
+                await self.own.rollout_failed(w.gid, i, attempt, reason)
+                w.attempts[i] = attempt + 1
+            if attempt + 1 < self.cfg.max_attempts:
+                self.stats["rollouts_retried"] += 1
+                self.ledger.count(rollouts_retried=1)
+                self.jobs.put_nowait((w, i, attempt + 1))
+                return
+        if not w.failed:
+            w.failed = True   # its other rollouts stop; the main loop discards and replaces it
+            self.events.put_nowait(("failed", w))
+
+    async def _deliver(self, w: Work, i: int, attempt: int, result: tuple, seconds: float) -> None:
+        """A rollout done in time: rollout-level, its row into the data plane, then sealed (the
+        last one finishes the group in the same commit); group-level, the group's rows go to the
+        data plane once all are done, then `finished`."""
+        self.ledger.count(generation_us=_us(seconds))
+        R = self.cfg.rollouts
+        if w.attempts is None:
+            w.keep(i, result, seconds)
+            if w.done == R:
+                rows = w.group_rows()
+                # rows durable in the data plane first, then the journal says where they are
+                loc = await asyncio.to_thread(self.dp.put, w.gid, rows)
+                await self.own.finished(w.gid, w.policy_version, loc)
+                w.status, w.locator = REPLAY, loc
+                self.events.put_nowait(("finished", w))
+            return
+        loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt,
+                                      _rollout_row(result, seconds, w.policy_version))
+        async with w.lock:
+            if self._wanted(w, i, attempt):
+                last = w.done == R - 1
+                await self.own.rollout_sealed(w.gid, i, attempt, loc, w.policy_version, finish=last)
+                w.keep(i, result, seconds)
+                w.sealed[i] = loc
+                if last:
+                    w.status = REPLAY
                     self.events.put_nowait(("finished", w))
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # surface it in the main loop
-            self.events.put_nowait(("error", exc))
+                return
+        # its group was given up meanwhile (another rollout ran out of attempts)
+        await asyncio.to_thread(self.dp.delete, [loc])
+        self._rejected(seconds)
+
+    async def _late(self, w: Work, i: int, attempt: int, result: tuple, seconds: float,
+                    remaining: float) -> None:
+        """A slow worker's result, after its rollout was given up: rollout-level it lands in the
+        data plane and the trainer tries to seal it, as any result; the journal rejects the
+        given-up attempt, and the row goes. Group-level there is no attempt to fence with: the
+        trainer drops it because its group was discarded."""
+        await asyncio.sleep(remaining)
+        self.ledger.count(generation_us=_us(seconds))
+        self._rejected(seconds)
+        if w.attempts is None:
+            self.stats["late_results_ignored"] += 1
+            self.ledger.count(late_results_ignored=1)
+            return
+        loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt,
+                                      _rollout_row(result, seconds, w.policy_version))
+        async with w.lock:
+            try:
+                await self.own.rollout_sealed(w.gid, i, attempt, loc, w.policy_version, finish=False)
+            except StaleAttempt:
+                kind = "stale_attempt"      # the fence: attempt `attempt` was given up
+            except OwnershipError:
+                if w.status == ADMITTED and w.sealed[i] is None:
+                    raise
+                # the next attempt sealed first, or the group left admission (finished, trained,
+                # discarded): rejected as well
+                kind = "already_done"
+            else:
+                raise RuntimeError(f"the journal sealed a late result: group {w.gid} rollout {i} "
+                                   f"attempt {attempt}, given up at its deadline")
+        await asyncio.to_thread(self.dp.delete, [loc])
+        self.stats["fenced_late_results"] += 1
+        self.stats[f"fenced_{kind}"] += 1
+        self.ledger.count(fenced_late_results=1)
 
     # -- training ------------------------------------------------------------------------------
 
     async def _train(self, t: int, groups: list[Work]) -> None:
         groups.sort(key=lambda w: w.gid)
-        rows = []
-        for w in groups:
-            if w.rows is None:   # restored REPLAY group: its rows are in the data plane
-                w.rows = await asyncio.to_thread(self.dp.get, w.locator)
-            rows.append(w.rows)
+        rows = [w.group_rows() for w in groups]
         await self.own.trained([w.gid for w in groups], t)     # write-ahead, then the update
-        self.ledger.trained(t, [w.row_key for w in groups])
+        self.ledger.trained(t, [w.row_key for w in groups],
+                            generation_us=sum(_us(float(w.seconds.sum())) for w in groups))
         loss = grpo_loss(self.policy, rows)
         self.opt.zero_grad()
         loss.backward()
@@ -612,8 +866,7 @@ class Trainer:
         for w in groups:
             w.status = TRAINED
             del self.live[w.gid]
-            if w.locator is not None:
-                self.trained_locators[t].append(w.locator)
+            self.trained_locators[t] += w.row_locators()
         reward = float(torch.stack([r["rewards"] for r in rows]).mean())
         announce("STEP", t, f"groups={len(groups)}", f"epoch={self.loader_epoch}",
                  f"loss={float(loss.detach()):.4f}", f"reward={reward:.3f}")
@@ -642,6 +895,8 @@ class Trainer:
             # directory restores on its own; it runs on the compactor's one thread
             fut = self.compactor.submit(lsn, into=os.path.join(tmp, "ownership"), retention=None)
             await asyncio.wrap_future(fut)
+            await asyncio.to_thread(save_sealed_rows, self.dp, os.path.join(tmp, "ownership"),
+                                    os.path.join(tmp, SEALED_ROWS))
         await asyncio.sleep(self.cfg.ckpt_save_seconds)   # stands in for writing large weights
         await asyncio.to_thread(self._publish_checkpoint, tmp, t)
         await self.own.commit_checkpoint(t)
@@ -690,6 +945,11 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
+        # data-plane writes and journal commits wait on fsyncs in threads: enough of them that
+        # every generator worker's write can be in flight at once (up to 32)
+        io_pool = concurrent.futures.ThreadPoolExecutor(min(32, 2 * self.cfg.workers + 4),
+                                                        thread_name_prefix="io")
+        asyncio.get_running_loop().set_default_executor(io_pool)
         self._cleanup_tmp()
         self.jobs, self.events = asyncio.Queue(), asyncio.Queue()
         redispatch = []
@@ -698,10 +958,10 @@ class Trainer:
         else:
             redispatch = self._start_journal()
         self._snapshot_policy()
-        for w in redispatch:   # ordered by target step, then group id
+        for w, _ in redispatch:   # ordered by target step, then group id
             w.policy_version = self.step
-            self._dispatch(w)
-        workers = [asyncio.create_task(self._worker(i)) for i in range(self.cfg.workers)]
+        self._queue([(w, i, attempt) for w, todo in redispatch for i, attempt in todo])
+        workers = [self._guarded(self._worker(i)) for i in range(self.cfg.workers)]
         try:
             while True:
                 t = self.step + 1
@@ -722,9 +982,9 @@ class Trainer:
             if self.compaction is not None:   # let it finish; a failure was announced already
                 await asyncio.wait([asyncio.wrap_future(self.compaction)])
         finally:
-            for task in workers:
+            for task in workers + list(self.stragglers):
                 task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*workers, *self.stragglers, return_exceptions=True)
             if self.compactor is not None:
                 self.compactor.close()
             self.gc_pool.shutdown(wait=True)
@@ -743,11 +1003,21 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--epochs", type=int, default=2, help="passes over the dataset")
     p.add_argument("--dataset-size", type=int, default=2048, help="prompts in the dataset")
     p.add_argument("--batch-size", type=int, default=16, help="prompt groups per step")
-    p.add_argument("--rollouts", type=int, default=4, help="rollouts per group")
+    p.add_argument("--rollouts", type=int, default=8, help="rollouts per group")
+    p.add_argument("--group-level", action="store_true",
+                   help="admit groups without rollouts= (all-or-nothing): a failed or late rollout "
+                        "discards its group, a restore regenerates every rollout of an admitted group")
     p.add_argument("--workers", type=int, default=8, help="generator tasks")
     p.add_argument("--failure-rate", type=float, default=0.02, help="probability a rollout fails")
-    p.add_argument("--latency-ms", type=float, nargs=2, default=(2.0, 12.0), metavar=("LO", "HI"),
-                   help="a rollout takes uniform(LO, HI) ms")
+    p.add_argument("--latency-ms", type=float, default=3.0,
+                   help=f"median rollout latency; log-normal, sigma {LATENCY_SIGMA} (default 3)")
+    p.add_argument("--slow-rate", type=float, default=0.01,
+                   help="probability that a rollout's worker is slow: it misses the deadline by "
+                        "1.5-4x and answers late (default 0.01)")
+    p.add_argument("--deadline-ms", type=float, default=50.0,
+                   help="a rollout not delivered by then is given up and dispatched again (default 50)")
+    p.add_argument("--max-attempts", type=int, default=3,
+                   help="attempts per rollout before its group is discarded (rollout-level; default 3)")
     p.add_argument("--ckpt-every", type=int, default=4, help="steps between checkpoints")
     p.add_argument("--ckpt-save-seconds", type=float, default=0.05,
                    help="extra time a checkpoint save takes (stands in for large weights)")
@@ -757,9 +1027,10 @@ def parse_args(argv=None) -> Config:
     a = p.parse_args(argv)
     return Config(out=a.out, seed=a.seed, epochs=a.epochs, dataset_size=a.dataset_size,
                   batch_size=a.batch_size, rollouts=a.rollouts, workers=a.workers,
-                  failure_rate=a.failure_rate, latency_ms=tuple(a.latency_ms), ckpt_every=a.ckpt_every,
-                  ckpt_save_seconds=a.ckpt_save_seconds, segment_bytes=a.segment_bytes,
-                  baseline=a.baseline)
+                  failure_rate=a.failure_rate, latency_ms=a.latency_ms, slow_rate=a.slow_rate,
+                  deadline_ms=a.deadline_ms, max_attempts=a.max_attempts, group_level=a.group_level,
+                  ckpt_every=a.ckpt_every, ckpt_save_seconds=a.ckpt_save_seconds,
+                  segment_bytes=a.segment_bytes, baseline=a.baseline)
 
 
 def main(argv=None) -> int:

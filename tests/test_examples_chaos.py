@@ -1,7 +1,8 @@
 """The chaos run of the example trainer (examples/): SIGKILLs at random moments, including during
 a checkpoint save and during compaction, then the journal's audit says every prompt was trained
 exactly once or dropped with a reason; the baseline (no journal) with the same seed and kills
-loses or repeats prompts.
+loses or repeats prompts. The journal run is rollout-level (8 rollouts per group, slow workers):
+every trained group had all its rollouts sealed, and late results were fenced.
 
 CI size by default (a few kills, a small dataset, two epochs so restores cross an epoch
 boundary). Soak: OJ_CHAOS_KILLS=300 (or any number) runs the full-size dataset with that many
@@ -19,8 +20,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections import defaultdict
 
 import pytest
+
+from journal import Admitted, Reader, RolloutFailed, RolloutSealed, Trained
 
 from examples import chaos
 
@@ -86,6 +90,45 @@ def test_chaos_audit_zero_duplicates_zero_losses(journal_run):
     assert cli["dead_tails"], "a SIGKILL after the first checkpoint leaves a dead tail"
 
 
+def _rollout_history(journal_dir):
+    """From the active history: rollouts= of each group's admission, the rollout indexes sealed
+    per group, the groups trained, and the reasons of rollout_failed events."""
+    admitted, sealed, trained, failed = {}, defaultdict(list), [], defaultdict(int)
+    for rec in Reader(journal_dir).records():
+        for ev in rec.commit.events:
+            kind = type(ev)
+            if kind is Admitted:
+                admitted.update(dict.fromkeys(ev.groups, ev.rollouts))
+            elif kind is RolloutSealed:
+                for r in ev.rollouts:
+                    sealed[r.group_id].append(r.index)
+            elif kind is RolloutFailed:
+                failed[ev.reason] += len(ev.rollouts)
+            elif kind is Trained:
+                trained += ev.groups
+    return admitted, sealed, trained, failed
+
+
+def test_chaos_rollout_level_counters_agree_with_the_journal(journal_run):
+    s = journal_run
+    assert s["level"] == "rollout-level" and s["rollouts_per_group"] == 8
+    admitted, sealed, trained, failed = _rollout_history(os.path.join(s["out"], "journal"))
+    # every group the final history trained was admitted with rollouts=8 and had all 8 sealed
+    assert len(trained) == s["audit"]["trained_once"]
+    assert {admitted[g] for g in trained} == {8}
+    assert [g for g in trained if sorted(sealed[g]) != list(range(8))] == []
+    # rollouts were retried instead of discarding their groups: slow workers missed deadlines,
+    # and their late results were rejected by the journal (StaleAttempt) and counted
+    assert failed["deadline"] > 0 and s["rollouts_retried"] > 0
+    assert s["fenced_late_results"] > 0 and s["late_results_ignored"] == 0
+    # restores hand back only unsealed rollouts; the generation figures add up
+    assert 0 <= s["regenerated_rollouts"] <= 8 * s["regenerated_groups"]
+    assert s["generation_seconds"] > 0 and s["generation_seconds_lost"] >= 0
+    assert s["generation_seconds"] >= s["generation_seconds_used"] + s["generation_seconds_wasted"]
+    if s["kills"]:
+        assert s["generation_seconds_lost_per_kill"] == pytest.approx(s["generation_seconds_lost"] / s["kills"])
+
+
 def test_baseline_same_seed_loses_or_repeats(baseline_run):
     s = baseline_run
     assert s["mode"] == "baseline"
@@ -93,6 +136,8 @@ def test_baseline_same_seed_loses_or_repeats(baseline_run):
     # run and can finish before its last planned kills (seen once under load: 4 of 5).
     assert s["kills"] >= 1
     assert s["lost"] + s["twice"] >= 1, s["audit"]
+    # group-level: no attempt to fence a slow worker with; its late result is dropped in memory
+    assert s["level"] == "group-level" and s["late_results_ignored"] > 0 and s["fenced_late_results"] == 0
 
 
 def test_demo_exit_status_and_help(capsys):
@@ -100,7 +145,8 @@ def test_demo_exit_status_and_help(capsys):
         chaos.main(["--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    for flag in ("--seed", "--epochs", "--kills", "--workers", "--failure-rate", "--out", "--baseline"):
+    for flag in ("--seed", "--epochs", "--kills", "--workers", "--failure-rate", "--out", "--baseline",
+                 "--group-level", "--rollouts"):
         assert flag in text
 
 
@@ -111,7 +157,8 @@ def test_demo_output_names_the_run_dir_once_and_ends_with_what_to_run_next(journ
     # the run dir at the top, and afterwards only inside the journal's path
     assert [i for i, line in enumerate(lines) if s["out"] in line.replace(journal, "")] == [2]
     assert lines[2] == f"  run dir {s['out']}"
-    runs = [line for line in lines if re.match(r"^ +\d+ +\d+ +\d+ .*  (killed|finished) ", line)]
+    # a run killed in its restore resumed nowhere: "-" for its step and LSN
+    runs = [line for line in lines if re.match(r"^ +\d+ +(\d+|-) +(\d+|-) .*  (killed|finished) ", line)]
     assert len(runs) == s["restarts"] + 1, text
     assert lines[-6:] == [f"journal   {journal}",
                           f"next      journal-inspect audit {journal}",

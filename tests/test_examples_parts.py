@@ -1,5 +1,6 @@
 """The example's parts on their own: the dataset and collate function restore rehydrates with,
-the crash-safe data plane, the ledger's final-history replay, the kill plan."""
+the crash-safe data plane (per group and per rollout attempt), the sealed rows a checkpoint
+directory carries, the ledger's final-history replay, the kill plan."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import os
 import pytest
 import torch
 
-from journal import Group, Owner
+from journal import Group, GroupRef, Journal, Owner, Reader, RolloutRef
 from replay import fingerprint
+from snapshot import compact
 
 from examples.bookkeeping import Ledger, read_ledger
 from examples.chaos import kill_plan
 from examples.data_plane import LocalDataPlane
 from examples.dataset import PromptDataset, collate_fn
+from examples.trainer import save_sealed_rows
 
 
 def test_dataset_is_deterministic_two_tasks_and_fingerprints_are_stable():
@@ -53,27 +56,85 @@ def test_data_plane_put_has_save_import_sweep(tmp_path):
     assert dp.import_cut(str(cut)) == 1 and torch.equal(dp.get(loc)["rewards"], rows["rewards"])
 
 
+def test_data_plane_rollout_rows_are_per_attempt_and_a_cut_takes_a_replay_groups_rollouts(tmp_path):
+    dp = LocalDataPlane(str(tmp_path / "rows"))
+    path = str(tmp_path / "journal")
+    j = Journal.open(path, sync="none")
+    (gid,) = j.taken([GroupRef(idx=3)])
+    j.admitted([gid], target_step=1, rollouts=2)
+    late = dp.put_rollout(gid, 1, 0, {"reward": torch.tensor(0.0)})
+    kept = dp.put_rollout(gid, 1, 1, {"reward": torch.tensor(1.0)})
+    # a late result of attempt 0 and the result of attempt 1 are different rows
+    assert (late, kept) == (f"g{gid}-r1-a0.pt", f"g{gid}-r1-a1.pt") and dp.has(late) and dp.has(kept)
+    dp.delete([late])
+    assert not dp.has(late) and float(dp.get(kept)["reward"]) == 1.0
+    first = dp.put_rollout(gid, 0, 0, {"reward": torch.tensor(0.5)})
+    j.rollout_failed([RolloutRef(gid, 1, 0)], reason="deadline")
+    j.rollout_sealed([RolloutRef(gid, 0, 0, first)])
+    j.rollout_sealed([RolloutRef(gid, 1, 1, kept)])
+    j.finished([gid])
+    j.close()
+    g = Reader(path).fold().live[gid]
+    assert g.owner == Owner.REPLAY and g.locator is None
+    # a REPLAY group admitted with rollouts=2: its rows are its sealed rollouts' rows
+    (tmp_path / "cut").mkdir()
+    dp.save(str(tmp_path / "cut"), [g])
+    assert sorted(os.listdir(tmp_path / "cut")) == sorted([first, kept])
+    assert dp.sweep(keep=[kept]) == 1 and os.listdir(tmp_path / "rows") == [kept]
+    assert dp.import_rows(str(tmp_path / "cut")) == 2 and dp.has(first)
+
+
+def test_checkpoint_directory_carries_the_rows_of_its_admitted_groups_sealed_rollouts(tmp_path):
+    """A cut holds only its REPLAY groups' rows; the trainer puts the sealed rollouts of the
+    ADMITTED groups beside it, so a resume from the checkpoint directory alone keeps them."""
+    dp = LocalDataPlane(str(tmp_path / "rows"))
+    path = str(tmp_path / "journal")
+    j = Journal.open(path, sync="none")
+    a, b, c = j.taken([GroupRef(idx=i) for i in (1, 2, 3)])
+    j.admitted([a, b], target_step=1, rollouts=2)
+    j.admitted([c], target_step=1)                                  # group-level: nothing sealed
+    sealed = dp.put_rollout(a, 1, 0, {"reward": torch.tensor(1.0)})
+    j.rollout_sealed([RolloutRef(a, 1, 0, sealed)])
+    gone = dp.put_rollout(b, 0, 0, {"reward": torch.tensor(1.0)})
+    j.rollout_sealed([RolloutRef(b, 0, 0, gone)])
+    lsn = j.begin_checkpoint(step=1)
+    dp.put_rollout(a, 0, 0, {"reward": torch.tensor(0.0)})          # after the cut's LSN: not in it
+    j.close()
+    compact(path, at=lsn, into=str(tmp_path / "ckpt" / "ownership"), retention=None)
+    dp.delete([gone])   # a row already gone is skipped (a restore regenerates it), not an error
+    into = tmp_path / "ckpt" / "sealed_rows"
+    assert save_sealed_rows(dp, str(tmp_path / "ckpt" / "ownership"), str(into)) == 1
+    assert os.listdir(into) == [sealed]
+
+
 def test_ledger_final_history_cuts_off_what_died_with_the_process(tmp_path):
     path = str(tmp_path / "ledger.log")
     led = Ledger(path)
     led.resumed(0)
-    led.trained(1, [(0, 5), (0, 6)])
+    led.trained(1, [(0, 5), (0, 6)], generation_us=10)
     led.checkpoint(1)
-    led.trained(2, [(0, 7)])
-    led.dropped("rollout_failed", [(0, 9)])
+    led.trained(2, [(0, 7)], generation_us=200)
+    led.dropped("rollout_failed", [(0, 9)], generation_us=66)
     led.checkpoint(2)          # begun, never committed
-    led.trained(3, [(0, 8)])
+    led.trained(3, [(0, 8)], generation_us=3000)
+    led.count(generation_us=40000)
     led.resumed(1)             # the process died; restored to step 1
-    led.trained(2, [(0, 7), (0, 8)])
+    led.trained(2, [(0, 7), (0, 8)], generation_us=500000)
+    led.dropped("rollout_failed", [(0, 4)], generation_us=7)
     led.count(regenerated_groups=2)
     led.close()
     with open(path, "ab") as f:
         f.write(b"T 3 0:99")   # a torn last line never happened
     h = read_ledger(path)
     assert dict(h.trained) == {(0, 5): 1, (0, 6): 1, (0, 7): 1, (0, 8): 1}
-    assert h.dropped == {} and h.restarts == 2 and h.counters["regenerated_groups"] == 2
+    assert h.dropped == {(0, 4): "rollout_failed"} and h.restarts == 2
+    assert h.counters["regenerated_groups"] == 2
+    # the generation time of what the final history trained and dropped; counters are summed
+    # over every run
+    assert (h.used_generation_us, h.dropped_generation_us) == (500010, 7)
+    assert h.counters["generation_us"] == 40000
     rep = h.report(10, 1)
-    assert rep["trained_once"] == 4 and rep["trained_twice"] == 0 and rep["lost"] == 6
+    assert rep["trained_once"] == 4 and rep["trained_twice"] == 0 and rep["lost"] == 5
 
 
 def test_ledger_counts_a_row_trained_on_two_branches_twice(tmp_path):
