@@ -838,8 +838,7 @@ class Trainer:
             except OwnershipError:
                 if w.status == ADMITTED and w.sealed[i] is None:
                     raise
-                # the next attempt sealed first, or the group left admission (finished, trained,
-                # discarded): rejected as well
+                # the group left admission (finished, trained, discarded): rejected as well
                 kind = "already_done"
             else:
                 raise RuntimeError(f"the journal sealed a late result: group {w.gid} rollout {i} "

@@ -607,8 +607,9 @@ def _check_finished_rollouts(gid: int, rollouts: Rollouts, locators, lsn: int) -
 
 def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
     """`rollout_sealed` / `rollout_failed`: each named rollout must be of an ADMITTED group that
-    tracks rollouts, in range, not sealed, and dispatched in exactly its current attempt. A
-    seal of an older attempt is the late result of work that was given up: `StaleAttempt`.
+    tracks rollouts, in range, dispatched in exactly its current attempt, and not sealed. A
+    seal of an older attempt is the late result of work that was given up: `StaleAttempt`,
+    also when the retry has sealed already.
 
     One test per rollout on the replay path; `_refused` re-runs the rules in order, only for a
     rollout that breaks one, to say which."""
@@ -655,15 +656,15 @@ def _refused(event, ref, r: Rollouts | None, seen: set | None, lsn: int) -> Owne
                               f"(0..{r.n - 1})", group_id=gid, lsn=lsn)
     if seen is not None and (gid, index) in seen:
         return OwnershipError(f"{where}: the event names this rollout twice", group_id=gid, lsn=lsn)
-    if r.is_sealed(index):
-        return OwnershipError(f"{where}: already sealed (attempt {r.attempts[index]}); a rollout "
-                              "is sealed once", group_id=gid, lsn=lsn)
     current = r.attempts[index]
-    return StaleAttempt(
-        f"{where} names attempt {attempt}, but its current attempt is {current}: "
-        + ("a late result of an attempt that was given up (fenced; drop its row)"
-           if attempt < current else "that attempt was never dispatched"),
-        group_id=gid, lsn=lsn, index=index, attempt=attempt, current=current)
+    if attempt != current:  # before "sealed": the usual late result comes after its retry sealed
+        return StaleAttempt(
+            f"{where} names attempt {attempt}, but its current attempt is {current}: "
+            + ("a late result of an attempt that was given up (fenced; drop its row)"
+               if attempt < current else "that attempt was never dispatched"),
+            group_id=gid, lsn=lsn, index=index, attempt=attempt, current=current)
+    return OwnershipError(f"{where}: already sealed (attempt {current}); a rollout is sealed once",
+                          group_id=gid, lsn=lsn)
 
 
 def fold(commits: Iterable[Commit], state: State | None = None) -> State:

@@ -47,11 +47,12 @@ class RolloutModel:
         g = self.groups.get(gid)
         if kind in ("seal", "fail"):
             _, gid, index, attempt, locator = op
-            if g is None or g[0] != Owner.ADMITTED or g[1] is None or not 0 <= index < g[1] \
-                    or index in g[3]:
+            if g is None or g[0] != Owner.ADMITTED or g[1] is None or not 0 <= index < g[1]:
                 raise Illegal()
-            if attempt != g[2][index]:
+            if attempt != g[2][index]:  # a late result, also once the retry has sealed
                 raise Illegal(stale=True)
+            if index in g[3]:
+                raise Illegal()
             if kind == "seal":
                 g[3].add(index)
                 g[4][index] = locator

@@ -117,3 +117,18 @@ def test_a_rollout_whose_row_was_lost_regenerates_under_a_fresh_id(killed_run):
     with pytest.raises(OwnershipError, match="DROPPED"):  # the old group's workers are fenced too
         j.rollout_sealed([RolloutRef(g21, 2, 0, "x")])
     j.close()
+
+
+def test_a_late_result_after_its_retry_sealed_is_stale_not_a_double_seal(tmp_path):
+    """The usual late result: the retry (attempt 1) sealed first, then attempt 0 answers."""
+    with Journal.open(str(tmp_path / "j"), sync="none") as j:
+        (g,) = j.taken([GroupRef(idx=1)])
+        j.admitted([g], target_step=1, rollouts=2)
+        j.rollout_failed([RolloutRef(g, 0, 0)], reason="deadline")
+        j.rollout_sealed([RolloutRef(g, 0, 1, "row-a1")])
+        with pytest.raises(StaleAttempt) as info:
+            j.rollout_sealed([RolloutRef(g, 0, 0, "row-a0")])
+        assert (info.value.attempt, info.value.current) == (0, 1)
+        with pytest.raises(OwnershipError, match="already sealed") as again:  # the same attempt twice
+            j.rollout_sealed([RolloutRef(g, 0, 1, "row-a1")])
+        assert not isinstance(again.value, StaleAttempt)
