@@ -156,13 +156,6 @@ class LocalDataPlane:
                     raise FileNotFoundError(f"data plane {self.root}: rows of group {g.group_id} "
                                             f"({loc}) are missing")
 
-    def export(self, directory: str, locators: Iterable[str]) -> int:
-        """Link the rows at `locators` into `directory` and fsync it, skipping rows already gone
-        (a restore regenerates those); returns how many were linked."""
-        n = sum(self._link(loc, directory) for loc in locators)
-        DEFAULT_FS.fsync_dir(directory)
-        return n
-
     def _link(self, locator: str, directory: str) -> bool:
         src, dst = self._path(locator), os.path.join(directory, locator)
         try:

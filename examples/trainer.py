@@ -34,8 +34,8 @@ a restart): `replay.restore(journal, dataset=, collate_fn=, data_plane=, salvage
 then it redispatches the admitted groups (only their pending rollouts, with the attempts
 restore gives them; sealed ones are read back from the data plane), re-admits the reserved
 ones, trains the replay ones and puts the spares back in the pool. Without a journal
-directory it resumes from the ownership cut inside the newest checkpoint directory (and the
-rows of its admitted groups' sealed rollouts, kept beside it in `sealed_rows/`).
+directory it resumes from the ownership cut inside the newest checkpoint directory (its
+`data_plane/` holds the rows of the replay groups and of the admitted groups' sealed rollouts).
 
 With `--baseline` there is no journal: it saves the loader's `state_dict()` with the
 weights at checkpoint time and drops whatever was in flight on a restart, as async
@@ -65,20 +65,19 @@ from dataclasses import dataclass
 
 import torch
 
-from journal import (DEFAULT_FS, AsyncJournal, GroupRef, Journal, Owner, OwnershipError, RolloutRef,
+from journal import (DEFAULT_FS, AsyncJournal, GroupRef, Journal, OwnershipError, RolloutRef,
                      StaleAttempt, list_segments)
 from replay import fingerprint, restore
-from snapshot import BackgroundCompactor, compact, read_cut
+from snapshot import BackgroundCompactor, compact
 
 from .bookkeeping import Ledger
-from .data_plane import LocalDataPlane, rows_of
+from .data_plane import LocalDataPlane
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
 from .loader import stateful_loader
 
 RESERVED, ADMITTED, REPLAY, SPARE, TRAINED, DROPPED = "RESERVED", "ADMITTED", "REPLAY", "SPARE", "TRAINED", "DROPPED"
 CKPT_NAME = re.compile(r"^step_(\d{8})$")
 TMP = ".tmp-"
-SEALED_ROWS = "sealed_rows"   # in a checkpoint directory: rows of its cut's ADMITTED groups' sealed rollouts
 LATENCY_SIGMA = 0.8          # log-normal spread of a rollout's latency: a long tail
 DISCARD_REASON = "rollout_failed"
 
@@ -363,16 +362,6 @@ def step_dir(ckpt_dir: str, step: int) -> str:
     return os.path.join(ckpt_dir, f"step_{step:08d}")
 
 
-def save_sealed_rows(dp: LocalDataPlane, cut_dir: str, into: str) -> int:
-    """A cut carries the rows of its REPLAY groups; the sealed rollouts of its ADMITTED groups
-    have rows too, which a resume from the checkpoint directory alone needs: they go into
-    `into`, beside the cut. Returns how many."""
-    os.makedirs(into)
-    admitted = [g for g in read_cut(cut_dir).state.groups()
-                if g.owner == Owner.ADMITTED and g.rollouts is not None]
-    return dp.export(into, (loc for g in admitted for loc in rows_of(g)))
-
-
 def _restored_rows(g) -> list[str]:
     """The data-plane locators a restored group's rows live at."""
     if g.rollouts is None:
@@ -489,7 +478,6 @@ class Trainer:
             source = "cut"
             cut = os.path.join(ckpts[0][1], "ownership")
             self.dp.import_cut(cut)
-            self.dp.import_rows(os.path.join(ckpts[0][1], SEALED_ROWS))
             state = restore(cut, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True)
         self.journal = Journal.open(jdir, resume=state, segment_bytes=cfg.segment_bytes)
         if source == "cut":
@@ -894,8 +882,6 @@ class Trainer:
             # directory restores on its own; it runs on the compactor's one thread
             fut = self.compactor.submit(lsn, into=os.path.join(tmp, "ownership"), retention=None)
             await asyncio.wrap_future(fut)
-            await asyncio.to_thread(save_sealed_rows, self.dp, os.path.join(tmp, "ownership"),
-                                    os.path.join(tmp, SEALED_ROWS))
         await asyncio.sleep(self.cfg.ckpt_save_seconds)   # stands in for writing large weights
         await asyncio.to_thread(self._publish_checkpoint, tmp, t)
         await self.own.commit_checkpoint(t)

@@ -78,8 +78,10 @@ OPTIONAL_ENTRIES = (OptionalEntry(DATASET_KEY, _encode_dataset, _decode_dataset)
 class DataPlane(Protocol):
     """The trainer's store of finished rollouts (rows), keyed by a group's data-plane locator."""
 
-    def save(self, directory: str, replay_groups: list[Group]) -> None:
-        """Save the rows of `replay_groups` under `directory` (it exists and is empty)."""
+    def save(self, directory: str, groups: list[Group]) -> None:
+        """Save the rows of `groups` under `directory` (it exists and is empty): the REPLAY
+        groups' rows, and for an ADMITTED group admitted with rollouts=N the rows of its sealed
+        rollouts (`group.rollouts.locators`), so a restore from the cut alone keeps them."""
 
     def has(self, locator: str) -> bool:
         """Whether the rows behind `locator` are still available."""
@@ -203,7 +205,8 @@ def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: 
     if ledger is not None:
         put(LEDGER_FILE, _save_bytes(ledger.encode()))
     if data_plane is not None:
-        files.update(_save_data_plane(fs, tmp, data_plane, replay))
+        with_rows = replay + [g for g in recovery if g.rollouts is not None and g.rollouts.sealed]
+        files.update(_save_data_plane(fs, tmp, data_plane, with_rows))
     manifest = _manifest_of(state, run_id, timeline, loader is not None, files)
     _write_synced(fs, os.path.join(tmp, mf.MANIFEST_NAME), mf.encode(manifest))
     fs.fsync_dir(tmp)
@@ -219,12 +222,12 @@ def _write_synced(fs: OsFileSystem, path: str, data: bytes) -> None:
 
 
 def _save_data_plane(fs: OsFileSystem, tmp: str, data_plane: DataPlane,
-                     replay: list[Group]) -> dict[str, mf.FileEntry]:
-    """Let the data plane save the REPLAY groups' rows under `tmp/data_plane/`, fsync them;
-    the manifest entry of every file it wrote."""
+                     groups: list[Group]) -> dict[str, mf.FileEntry]:
+    """Let the data plane save the rows of `groups` under `tmp/data_plane/`, fsync them; the
+    manifest entry of every file it wrote."""
     dp = os.path.join(tmp, DATA_PLANE_DIR)
     fs.mkdir(dp)
-    data_plane.save(dp, [g.copy() for g in replay])
+    data_plane.save(dp, [g.copy() for g in groups])
     _fsync_tree(fs, dp)
     files = {}
     for dirpath, _, filenames in os.walk(dp):

@@ -10,14 +10,13 @@ import pytest
 import torch
 
 from journal import Group, GroupRef, Journal, Owner, Reader, RolloutRef
-from replay import fingerprint
+from replay import fingerprint, restore
 from snapshot import compact
 
 from examples.bookkeeping import Ledger, read_ledger
 from examples.chaos import kill_plan
 from examples.data_plane import LocalDataPlane
 from examples.dataset import PromptDataset, collate_fn
-from examples.trainer import save_sealed_rows
 
 
 def test_dataset_is_deterministic_two_tasks_and_fingerprints_are_stable():
@@ -84,29 +83,6 @@ def test_data_plane_rollout_rows_are_per_attempt_and_a_cut_takes_a_replay_groups
     assert dp.import_rows(str(tmp_path / "cut")) == 2 and dp.has(first)
 
 
-def test_checkpoint_directory_carries_the_rows_of_its_admitted_groups_sealed_rollouts(tmp_path):
-    """A cut holds only its REPLAY groups' rows; the trainer puts the sealed rollouts of the
-    ADMITTED groups beside it, so a resume from the checkpoint directory alone keeps them."""
-    dp = LocalDataPlane(str(tmp_path / "rows"))
-    path = str(tmp_path / "journal")
-    j = Journal.open(path, sync="none")
-    a, b, c = j.taken([GroupRef(idx=i) for i in (1, 2, 3)])
-    j.admitted([a, b], target_step=1, rollouts=2)
-    j.admitted([c], target_step=1)                                  # group-level: nothing sealed
-    sealed = dp.put_rollout(a, 1, 0, {"reward": torch.tensor(1.0)})
-    j.rollout_sealed([RolloutRef(a, 1, 0, sealed)])
-    gone = dp.put_rollout(b, 0, 0, {"reward": torch.tensor(1.0)})
-    j.rollout_sealed([RolloutRef(b, 0, 0, gone)])
-    lsn = j.begin_checkpoint(step=1)
-    dp.put_rollout(a, 0, 0, {"reward": torch.tensor(0.0)})          # after the cut's LSN: not in it
-    j.close()
-    compact(path, at=lsn, into=str(tmp_path / "ckpt" / "ownership"), retention=None)
-    dp.delete([gone])   # a row already gone is skipped (a restore regenerates it), not an error
-    into = tmp_path / "ckpt" / "sealed_rows"
-    assert save_sealed_rows(dp, str(tmp_path / "ckpt" / "ownership"), str(into)) == 1
-    assert os.listdir(into) == [sealed]
-
-
 def test_ledger_final_history_cuts_off_what_died_with_the_process(tmp_path):
     path = str(tmp_path / "ledger.log")
     led = Ledger(path)
@@ -159,3 +135,29 @@ def test_kill_plan_covers_saves_compactions_restores_and_is_seeded():
     assert {"checkpoint_save", "compaction", "restore"} <= set(aims) and len(plan) == 8
     steps = [s for _, s, _ in plan]
     assert steps == sorted(steps) and 1 <= steps[0] and steps[-1] <= 80
+
+
+def test_a_cut_carries_the_rows_of_its_admitted_groups_sealed_rollouts(tmp_path):
+    """compact(into=..., data_plane=...) saves the REPLAY groups' rows and the sealed rollouts'
+    rows of ADMITTED groups; a restore from that cut alone, on a fresh data plane that imported
+    them, keeps those rollouts sealed instead of regenerating them."""
+    dp = LocalDataPlane(str(tmp_path / "rows"))
+    path = str(tmp_path / "journal")
+    j = Journal.open(path, sync="none")
+    a, c = j.taken([GroupRef(idx=i) for i in (1, 3)])
+    j.admitted([a], target_step=1, rollouts=2)
+    j.admitted([c], target_step=1)                                  # group-level: nothing sealed
+    sealed = dp.put_rollout(a, 1, 0, {"reward": torch.tensor(1.0)})
+    j.rollout_sealed([RolloutRef(a, 1, 0, sealed)])
+    lsn = j.begin_checkpoint(step=1)
+    j.commit_checkpoint(step=1)
+    j.close()
+    cut = str(tmp_path / "ckpt" / "ownership")
+    compact(path, at=lsn, into=cut, data_plane=dp, retention=None)
+    assert os.listdir(os.path.join(cut, "data_plane")) == [sealed]
+    fresh = LocalDataPlane(str(tmp_path / "node2-rows"))           # the node that resumes
+    assert fresh.import_cut(cut) == 1
+    state = restore(cut, data_plane=fresh)
+    (ra, rc) = sorted(state.admitted, key=lambda g: g.group_id)
+    assert [(r.index, r.sealed, r.locator) for r in ra.rollouts] == [(0, False, None), (1, True, sealed)]
+    assert state.demoted == [] and state.lost_rollouts == [] and rc.rollouts is None
