@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import os
 
-from journal import Admitted, Discarded, Finished, Reader, Taken, Trained
+from journal import Admitted, Discarded, Finished, ProblemKind, Reader, Taken, Trained
 
 from .cut_status import is_journal
 from .reports import AuditReport, NotAJournal
-from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records, history,
+from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records,
                    history_bytes, no_progress, tracked, unique_problems)
 
 _DENSE_GAP = 1 << 20
@@ -141,7 +141,7 @@ class Audit:
         first_lsns = {b.branch_lsn + 1 for b in self.branches if b.child is not None}
         bar = progress("audit: active history", history_bytes(self.reader))
         try:
-            self._fold_active(tracked(history(self.reader), bar, self.sizes), first_lsns)
+            self._fold_active(tracked(self.reader.records(), bar, self.sizes), first_lsns)
         finally:
             bar.close()
 
@@ -319,7 +319,7 @@ class Audit:
             return
         bar = progress("audit: problem rows", history_bytes(self.reader))
         try:
-            self._details(want, tracked(history(self.reader), bar, self.sizes))
+            self._details(want, tracked(self.reader.records(), bar, self.sizes))
         finally:
             bar.close()
 
@@ -434,7 +434,7 @@ def _not_covered(mode: str, problems, skipped) -> list[str]:
     it holds nothing to audit) and commits that could not be applied."""
     out = []
     for p in problems:
-        if p.kind == "torn":
+        if p.kind is ProblemKind.TORN:
             continue
         where = f"{p.segment} offset {p.offset} (LSN {p.lsn})"
         out.append(f"{where}: {p.message}: " + ("the history ends here (point_in_time)"
