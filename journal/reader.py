@@ -150,6 +150,16 @@ class _SegmentEnd(NamedTuple):
     last: Record | None   # the last Record yielded
 
 
+class _Cursor:
+    """Where the read of a segment is, handed to the helpers of its slow path."""
+
+    __slots__ = ("pos", "chain", "lsn", "seen_lsn", "seen_chain", "yielded")
+
+    def __init__(self, pos, chain, lsn, seen_lsn, seen_chain, yielded):
+        self.pos, self.chain, self.lsn = pos, chain, lsn
+        self.seen_lsn, self.seen_chain, self.yielded = seen_lsn, seen_chain, yielded
+
+
 class Reader:
     """Read-only view of a journal directory. Takes no lock; safe beside a live writer.
 
@@ -329,100 +339,126 @@ class Reader:
         hi = stop_lsn if stop_lsn is not None else float("inf")
         seen_lsn = seen_chain = yielded = None
         data = read_segment_bytes(seg)
-        h = seg.header
-        name, timeline = seg.name, seg.timeline
-        if expect_lsn is not None and h.first_lsn != expect_lsn:
-            if not self._apply_mode(Problem(GAP, name, 0, expect_lsn,
-                                            f"segment starts at LSN {h.first_lsn}, expected {expect_lsn} "
-                                            "(a segment is missing)", 0)):
-                return _SegmentEnd(None, None, False, True, None)
-        if chain is not None and h.chain_seed != chain:
-            if not self._apply_mode(Problem(CHAIN, name, 0, h.first_lsn,
-                                            f"segment chain seed {h.chain_seed:#010x} does not continue the "
-                                            f"previous segment's chain {chain:#010x}", 0)):
-                return _SegmentEnd(None, None, False, True, None)
-        chain = h.chain_seed
-        lsn = h.first_lsn
+        if not self._segment_continues(seg, expect_lsn, chain):
+            return _SegmentEnd(None, None, False, True, None)
+        chain, lsn = seg.header.chain_seed, seg.header.first_lsn
         blobs: dict[bytes, bytes] = {}
-        pos = fmt.HEADER_SIZE
-        end = len(data)
-        mv = memoryview(data)
+        pos, end, mv = fmt.HEADER_SIZE, len(data), memoryview(data)
         # fast path (the hot loop of every replay): a one-commit frame that is whole, verifies,
         # chains on (fmt.frame_chain: one CRC over the payload) and continues the LSNs is
-        # yielded here; a frame of several commits is read by `read_frame`, anything else is
-        # classified below, from the same offset (nothing is yielded before a frame passed)
+        # yielded here; any other frame goes through `_frame_records`, from the same offset
+        # (nothing is yielded before a frame passed)
         crc32, frame_chain_of, decode, new_record = zlib.crc32, fmt.frame_chain, commit_decoder.decode, tuple.__new__
         frame_header, record_length = fmt.FRAME_HEADER.unpack_from, fmt.RECORD_PREFIX.unpack_from
         hsize, psize, max_frame = fmt.FRAME_HEADER_SIZE, fmt.RECORD_PREFIX_SIZE, fmt.MAX_FRAME_BYTES
+        name, timeline = seg.name, seg.timeline
         while pos < end:
-            frame = None
+            intact = False
             if chain is not None and lsn is not None and end - pos >= hsize:
                 length, crc, frame_chain = frame_header(data, pos)
                 body = pos + hsize
                 stop = body + length
                 if psize < length <= max_frame and stop <= end:
                     payload = mv[body:stop]
-                    if crc32(payload) == crc and frame_chain_of(payload, chain) == frame_chain:
-                        if record_length(data, body)[0] == length - psize:  # one commit
-                            try:
-                                commit = decode(mv[body + psize:stop])
-                            except (ValueError, msgspec.DecodeError):
-                                commit = None                # read_frame reports it
-                            if commit is not None and commit.lsn == lsn:
-                                if lsn > hi:
-                                    return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
-                                if commit.blobs:
-                                    for b in commit.blobs:
-                                        blobs[b.digest] = b.data
-                                seen_lsn, seen_chain = lsn, frame_chain
-                                if lsn >= lo:
-                                    yielded = new_record(Record, (commit, frame_chain, timeline, name, pos, blobs))
-                                    yield yielded
-                                chain, lsn, pos = frame_chain, lsn + 1, stop
-                                continue
-                        frame = read_frame(data, pos, chain, lsn)
-            if frame is None:
-                bad = frame_defect(data, pos)
-                if bad is not None:
-                    after = next_intact_frame(data, pos + 1)
-                    kind, note = self._classify(seg, lsn, self.timelines, ends_timeline=last, after=after)
-                    if kind is TORN:
-                        self.torn[seg.path] = TornTail(seg, pos, end)
-                        self._apply_mode(Problem(TORN, name, pos, lsn, f"torn tail: {bad}", end - pos))
-                        return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
-                    after = None if after == UNDECIDED else after
-                    if not self._apply_mode(Problem(DAMAGED, name, pos, lsn, bad + note,
-                                                    (after if after is not None else end) - pos)):
-                        return _SegmentEnd(seen_lsn, seen_chain, False, True, yielded)
-                    if after is None:
-                        return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
-                    # skipped: read on from the next intact frame; its chain and LSN cannot be checked
-                    pos, chain, lsn = after, None, None
-                frame = read_frame(data, pos, chain, lsn)
-            commits, faults = frame.commits, frame.faults
-            k = 0
-            for i in range(len(commits) + 1):
-                while k < len(faults) and faults[k][0] == i:
-                    f = faults[k][1]
-                    if not self._apply_mode(Problem(f.kind, name, f.offset, f.lsn, f.message, f.length)):
-                        return _SegmentEnd(seen_lsn, seen_chain, False, True, yielded)
-                    k += 1
-                if i == len(commits):
-                    break
-                commit = commits[i]
-                if commit.lsn > hi:
-                    return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
-                for b in commit.blobs:
-                    blobs[b.digest] = b.data
-                rec = Record(commit, frame.chains[i], timeline, name, pos, blobs)
-                seen_lsn, seen_chain = commit.lsn, rec.chain
-                if commit.lsn >= lo:
-                    yielded = rec
-                    yield rec
-            chain = frame.chain
-            lsn = commits[-1].lsn + 1 if commits else None
-            pos = frame.end
+                    intact = crc32(payload) == crc and frame_chain_of(payload, chain) == frame_chain
+                    if intact and record_length(data, body)[0] == length - psize:  # one commit
+                        try:
+                            commit = decode(mv[body + psize:stop])
+                        except (ValueError, msgspec.DecodeError):
+                            commit = None                # read_frame reports it
+                        if commit is not None and commit.lsn == lsn:
+                            if lsn > hi:
+                                return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
+                            if commit.blobs:
+                                for b in commit.blobs:
+                                    blobs[b.digest] = b.data
+                            seen_lsn, seen_chain = lsn, frame_chain
+                            if lsn >= lo:
+                                yielded = new_record(Record, (commit, frame_chain, timeline, name, pos, blobs))
+                                yield yielded
+                            chain, lsn, pos = frame_chain, lsn + 1, stop
+                            continue
+            cur = _Cursor(pos, chain, lsn, seen_lsn, seen_chain, yielded)
+            done = yield from self._frame_records(seg, data, cur, intact=intact, last=last, lo=lo, hi=hi,
+                                                  blobs=blobs)
+            if done is not None:
+                return done
+            pos, chain, lsn, seen_lsn, seen_chain, yielded = (
+                cur.pos, cur.chain, cur.lsn, cur.seen_lsn, cur.seen_chain, cur.yielded)
         return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
+
+    def _segment_continues(self, seg: Segment, expect_lsn: int | None, chain: int | None) -> bool:
+        """Check that `seg` starts at `expect_lsn` and continues `chain` (None: not checked);
+        whether reading goes on into it."""
+        h = seg.header
+        if expect_lsn is not None and h.first_lsn != expect_lsn:
+            if not self._apply_mode(Problem(GAP, seg.name, 0, expect_lsn,
+                                            f"segment starts at LSN {h.first_lsn}, expected {expect_lsn} "
+                                            "(a segment is missing)", 0)):
+                return False
+        if chain is not None and h.chain_seed != chain:
+            if not self._apply_mode(Problem(CHAIN, seg.name, 0, h.first_lsn,
+                                            f"segment chain seed {h.chain_seed:#010x} does not continue the "
+                                            f"previous segment's chain {chain:#010x}", 0)):
+                return False
+        return True
+
+    def _frame_records(self, seg: Segment, data: bytes, cur: "_Cursor", *, intact: bool, last: bool,
+                       lo, hi, blobs: dict) -> Iterator[Record]:
+        """The records of the frame at `cur.pos` read in full (`intact`: its checksum and chain
+        already verified), faults classified and the mode applied; `cur` moves past it. Returns
+        a `_SegmentEnd` when the read of the segment ends here, else None."""
+        if not intact:
+            bad = frame_defect(data, cur.pos)
+            if bad is not None:
+                done = self._bad_frame(seg, data, cur, bad, last)
+                if done is not None:
+                    return done
+        frame = read_frame(data, cur.pos, cur.chain, cur.lsn)
+        commits, faults = frame.commits, frame.faults
+        k = 0
+        for i in range(len(commits) + 1):
+            while k < len(faults) and faults[k][0] == i:
+                f = faults[k][1]
+                if not self._apply_mode(Problem(f.kind, seg.name, f.offset, f.lsn, f.message, f.length)):
+                    return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, True, cur.yielded)
+                k += 1
+            if i == len(commits):
+                break
+            commit = commits[i]
+            if commit.lsn > hi:
+                return _SegmentEnd(cur.seen_lsn, cur.seen_chain, True, False, cur.yielded)
+            for b in commit.blobs:
+                blobs[b.digest] = b.data
+            rec = Record(commit, frame.chains[i], seg.timeline, seg.name, cur.pos, blobs)
+            cur.seen_lsn, cur.seen_chain = commit.lsn, rec.chain
+            if commit.lsn >= lo:
+                cur.yielded = rec
+                yield rec
+        cur.chain = frame.chain
+        cur.lsn = commits[-1].lsn + 1 if commits else None
+        cur.pos = frame.end
+        return None
+
+    def _bad_frame(self, seg: Segment, data: bytes, cur: "_Cursor", bad: str, last: bool) -> _SegmentEnd | None:
+        """Bytes at `cur.pos` that are no intact frame: classified and the mode applied. Returns
+        the `_SegmentEnd` when the read ends here, else None with `cur` at the next intact frame
+        (salvage: its chain and LSN cannot be checked)."""
+        pos, end = cur.pos, len(data)
+        after = next_intact_frame(data, pos + 1)
+        kind, note = self._classify(seg, cur.lsn, self.timelines, ends_timeline=last, after=after)
+        if kind is TORN:
+            self.torn[seg.path] = TornTail(seg, pos, end)
+            self._apply_mode(Problem(TORN, seg.name, pos, cur.lsn, f"torn tail: {bad}", end - pos))
+            return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, False, cur.yielded)
+        after = None if after == UNDECIDED else after
+        if not self._apply_mode(Problem(DAMAGED, seg.name, pos, cur.lsn, bad + note,
+                                        (after if after is not None else end) - pos)):
+            return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, True, cur.yielded)
+        if after is None:
+            return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, False, cur.yielded)
+        cur.pos, cur.chain, cur.lsn = after, None, None
+        return None
 
     def timeline_records(self, timeline: int, *, start_lsn: int = 1,
                          stop_lsn: int | None = None) -> Iterator[Record]:
