@@ -117,19 +117,36 @@ def decode_frame_header(data, offset: int) -> FrameHeader:
 
 def split_records(payload) -> list[memoryview]:
     """The commit records of a frame payload whose crc already verified; ValueError if malformed."""
-    out = []
-    pos, end = 0, len(payload)
+    return _split(payload, None, None)[0]
+
+
+def decode_records(payload, decode, chain_before: int | None) -> tuple[list, list[int] | None]:
+    """`decode` of each record of `payload` (as `split_records` splits it) and, from
+    `chain_before` (None: not computed), the chain after each."""
+    return _split(payload, decode, chain_before)
+
+
+def _split(payload, decode, chain: int | None) -> tuple[list, list[int] | None]:
+    """The one record splitter (one pass: it runs for every commit of a group-commit frame). With
+    `chain`, each record's chain is `frame_chain` over its prefix and bytes: the frame-chain
+    identity for a frame of that one record (equal to `chain_next`)."""
     mv = memoryview(payload)
+    unpack, psize, step = _U32.unpack_from, RECORD_PREFIX_SIZE, frame_chain
+    out: list = []
+    chains: list[int] | None = None if chain is None else []
+    pos, end = 0, len(mv)
     while pos < end:
-        if end - pos < RECORD_PREFIX_SIZE:
+        if end - pos < psize:
             raise ValueError(f"record prefix cut at payload offset {pos}")
-        (n,) = _U32.unpack_from(mv, pos)
-        pos += RECORD_PREFIX_SIZE
-        if n == 0 or n > end - pos:
-            raise ValueError(f"record length {n} at payload offset {pos - 4} exceeds the frame")
-        out.append(mv[pos:pos + n])
-        pos += n
+        (n,) = unpack(mv, pos)
+        stop = pos + psize + n
+        if n == 0 or stop > end:
+            raise ValueError(f"record length {n} at payload offset {pos} exceeds the frame")
+        out.append(mv[pos + psize:stop] if decode is None else decode(mv[pos + psize:stop]))
+        if chains is not None:
+            chain = step(mv[pos:stop], chain)
+            chains.append(chain)
+        pos = stop
     if not out:
         raise ValueError("empty frame")
-    return out
-
+    return out, chains

@@ -344,16 +344,16 @@ class Reader:
         chain, lsn = seg.header.chain_seed, seg.header.first_lsn
         blobs: dict[bytes, bytes] = {}
         pos, end, mv = fmt.HEADER_SIZE, len(data), memoryview(data)
-        # fast path (the hot loop of every replay): a one-commit frame that is whole, verifies,
-        # chains on (fmt.frame_chain: one CRC over the payload) and continues the LSNs is
-        # yielded here; any other frame goes through `_frame_records`, from the same offset
-        # (nothing is yielded before a frame passed)
+        # fast path (the hot loop of every replay): a frame that is whole, verifies, chains on
+        # (fmt.frame_chain: one CRC over the payload), decodes and continues the LSNs is yielded
+        # here; any other frame goes through `_frame_records`, from the same offset (nothing is
+        # yielded before a frame passed)
         crc32, frame_chain_of, decode, new_record = zlib.crc32, fmt.frame_chain, commit_decoder.decode, tuple.__new__
         frame_header, record_length = fmt.FRAME_HEADER.unpack_from, fmt.RECORD_PREFIX.unpack_from
         hsize, psize, max_frame = fmt.FRAME_HEADER_SIZE, fmt.RECORD_PREFIX_SIZE, fmt.MAX_FRAME_BYTES
         name, timeline = seg.name, seg.timeline
         while pos < end:
-            intact = False
+            intact, start = False, 0
             if chain is not None and lsn is not None and end - pos >= hsize:
                 length, crc, frame_chain = frame_header(data, pos)
                 body = pos + hsize
@@ -378,9 +378,32 @@ class Reader:
                                 yield yielded
                             chain, lsn, pos = frame_chain, lsn + 1, stop
                             continue
+                    elif intact:                                      # group commit
+                        try:
+                            commits, chains = fmt.decode_records(payload, decode, chain)
+                        except (ValueError, msgspec.DecodeError):
+                            commits, chains = (), ()     # read_frame reports it
+                        expect = lsn
+                        for commit, c in zip(commits, chains):
+                            if commit.lsn != expect:
+                                break                    # from here on, read by _frame_records
+                            if expect > hi:
+                                return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
+                            for b in commit.blobs:
+                                blobs[b.digest] = b.data
+                            seen_lsn, seen_chain = expect, c
+                            if expect >= lo:
+                                yielded = new_record(Record, (commit, c, timeline, name, pos, blobs))
+                                yield yielded
+                            expect += 1
+                        else:
+                            if commits:
+                                chain, lsn, pos = frame_chain, expect, stop
+                                continue
+                        start = expect - lsn
             cur = _Cursor(pos, chain, lsn, seen_lsn, seen_chain, yielded)
-            done = yield from self._frame_records(seg, data, cur, intact=intact, last=last, lo=lo, hi=hi,
-                                                  blobs=blobs)
+            done = yield from self._frame_records(seg, data, cur, intact=intact, start=start, last=last,
+                                                  lo=lo, hi=hi, blobs=blobs)
             if done is not None:
                 return done
             pos, chain, lsn, seen_lsn, seen_chain, yielded = (
@@ -403,11 +426,12 @@ class Reader:
                 return False
         return True
 
-    def _frame_records(self, seg: Segment, data: bytes, cur: "_Cursor", *, intact: bool, last: bool,
-                       lo, hi, blobs: dict) -> Iterator[Record]:
-        """The records of the frame at `cur.pos` read in full (`intact`: its checksum and chain
-        already verified), faults classified and the mode applied; `cur` moves past it. Returns
-        a `_SegmentEnd` when the read of the segment ends here, else None."""
+    def _frame_records(self, seg: Segment, data: bytes, cur: "_Cursor", *, intact: bool, start: int,
+                       last: bool, lo, hi, blobs: dict) -> Iterator[Record]:
+        """The records of the frame at `cur.pos` from its commit `start` on (those before were
+        yielded by the fast path), read in full (`intact`: its checksum and chain already
+        verified), faults classified and the mode applied; `cur` moves past it. Returns a
+        `_SegmentEnd` when the read of the segment ends here, else None."""
         if not intact:
             bad = frame_defect(data, cur.pos)
             if bad is not None:
@@ -415,9 +439,9 @@ class Reader:
                 if done is not None:
                     return done
         frame = read_frame(data, cur.pos, cur.chain, cur.lsn)
-        commits, faults = frame.commits, frame.faults
+        commits, faults = frame.commits, [f for f in frame.faults if f[0] >= start]
         k = 0
-        for i in range(len(commits) + 1):
+        for i in range(start, len(commits) + 1):
             while k < len(faults) and faults[k][0] == i:
                 f = faults[k][1]
                 if not self._apply_mode(Problem(f.kind, seg.name, f.offset, f.lsn, f.message, f.length)):

@@ -129,32 +129,28 @@ def frame_defect(data, pos: int) -> str | None:
 def read_frame(data, pos: int, chain: int | None, lsn: int | None) -> Frame:
     """The intact frame at `pos` (its payload checksum verified), read on from `chain` and `lsn`
     (None: not known, after skipped bytes; nothing is checked against them)."""
-    length, _crc, frame_chain = fmt.decode_frame_header(data, pos)
+    length, _crc, frame_chain = fmt.FRAME_HEADER.unpack_from(data, pos)
     body = pos + fmt.FRAME_HEADER_SIZE
     stop, size = body + length, fmt.FRAME_HEADER_SIZE + length
     try:
-        records = fmt.split_records(memoryview(data)[body:stop])
-        commits = [commit_decoder.decode(r) for r in records]
+        commits, chains = fmt.decode_records(memoryview(data)[body:stop], commit_decoder.decode, chain)
     except (ValueError, msgspec.DecodeError) as exc:
         return Frame(pos, stop, [], [], frame_chain,
                      [(0, Fault(ProblemKind.DAMAGED, pos, lsn, f"frame verifies but does not decode: {exc}", size))])
     faults = []
     if chain is None:
-        chains = [frame_chain] * len(records)
-    else:
-        chains = fmt.record_chains(records, chain)
-        if chains[-1] != frame_chain:
-            faults.append((0, Fault(ProblemKind.CHAIN, pos, lsn,
-                                    f"frame does not continue the chain (stored {frame_chain:#010x}, "
-                                    f"computed {chains[-1]:#010x}): a frame is missing, stale or reordered",
-                                    size)))
-    if lsn is not None and commits[0].lsn != lsn:
-        faults.append((0, Fault(ProblemKind.GAP, pos, lsn,
-                                f"frame starts at LSN {commits[0].lsn}, expected {lsn}", size)))
-    for i in range(1, len(commits)):
-        before = commits[i - 1].lsn
-        if commits[i].lsn != before + 1:
-            faults.append((i, Fault(ProblemKind.GAP, pos, before + 1,
-                                    f"commit LSN {commits[i].lsn} inside a frame does not follow {before}",
-                                    size)))
+        chains = [frame_chain] * len(commits)
+    elif chains[-1] != frame_chain:
+        faults.append((0, Fault(ProblemKind.CHAIN, pos, lsn,
+                                f"frame does not continue the chain (stored {frame_chain:#010x}, "
+                                f"computed {chains[-1]:#010x}): a frame is missing, stale or reordered", size)))
+    lsns = [c.lsn for c in commits]
+    if lsn is not None and lsns[0] != lsn:
+        faults.append((0, Fault(ProblemKind.GAP, pos, lsn, f"frame starts at LSN {lsns[0]}, expected {lsn}", size)))
+    if lsns != list(range(lsns[0], lsns[0] + len(lsns))):
+        for i in range(1, len(lsns)):
+            if lsns[i] != lsns[i - 1] + 1:
+                faults.append((i, Fault(ProblemKind.GAP, pos, lsns[i - 1] + 1,
+                                        f"commit LSN {lsns[i]} inside a frame does not follow {lsns[i - 1]}",
+                                        size)))
     return Frame(pos, stop, commits, chains, frame_chain, faults)
