@@ -91,3 +91,29 @@ def test_an_unfinished_header_under_a_branch_is_corruption_not_a_torn_header(fas
     assert tree_bytes(path) == before, "an acknowledged segment was removed as a torn header"
     (p,) = [p for p in Reader(path, "salvage").problems]
     assert (p.kind, p.segment) == (ProblemKind.DAMAGED, last.name)
+
+
+def test_a_group_commit_frame_is_read_up_to_the_first_lsn_that_does_not_follow(fast_tmp):
+    """Frames of several commits are read on the fast path; at a commit whose LSN does not follow
+    (in a frame whose checksum and chain verify) the full read takes over from that commit."""
+    import msgspec
+    from journal.events import Commit, Trained
+
+    path = str(fast_tmp / "j")
+    os.makedirs(path)
+    parts, chain, chains_of = [fmt.encode_header(fmt.SegmentHeader(b"r" * 16, 1, 0, 1, 0))], 0, []
+    for lsns in ([1, 2, 3], [4, 5, 7], [8]):
+        records = [msgspec.msgpack.encode(Commit(n, [Trained([n], n)])) for n in lsns]
+        frame, chains = fmt.encode_frame(records, chain)
+        chain = chains[-1]
+        chains_of += chains
+        parts.append(frame)
+    with open(os.path.join(path, fmt.segment_name(1, 1)), "wb") as f:
+        f.write(b"".join(parts))
+    pit = Reader(path, "point_in_time")
+    assert [(r.commit.lsn, r.chain) for r in pit.records()] == list(zip([1, 2, 3, 4, 5], chains_of))
+    assert [(p.kind, p.lsn) for p in pit.problems] == [(ProblemKind.GAP, 6)]
+    assert [r.commit.lsn for r in Reader(path, "salvage").records()] == [1, 2, 3, 4, 5, 7, 8]
+    with pytest.raises(JournalCorrupt, match="commit LSN 7 inside a frame does not follow 5") as info:
+        list(Reader(path).records())
+    assert info.value.lsn == 6
