@@ -27,11 +27,11 @@ from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commi
                      Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, RolloutFailed,
                      RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained)
-from .fold import (Group, LoaderState, Rollouts, SampledRow, State, apply, checkpoint_markers, fold,
-                   fold_records)
+from .fold import Group, LoaderState, Rollouts, SampledRow, State, apply, fold, fold_records
+from .history import checkpoint_markers
 from .loader_state import LoaderStateError
 from .resume import ResumePlan
-from .reader import MODES, Problem, Reader, Record, Segment, Timeline, list_segments, read_segment_bytes
+from .reader import MODES, Problem, ProblemKind, Reader, Record, Segment, Timeline, list_segments, read_segment_bytes
 from .vfs import DEFAULT_FS, File, FileSystem, OsFileSystem
 from .async_journal import AsyncJournal
 from .writer import Journal, Transaction, TORN_DIR, LOCK_NAME
@@ -40,7 +40,7 @@ __all__ = [
     "Journal", "Transaction", "AsyncJournal", "ResumePlan", "GroupRef", "RolloutRef", "RolloutSealed",
     "RolloutFailed", "Owner", "LIVE_OWNERS", "Group", "Rollouts", "State", "LoaderState",
     "SampledRow", "apply", "checkpoint_markers", "fold", "fold_records", "Reader", "Record",
-    "Problem", "Segment", "Timeline", "MODES",
+    "Problem", "ProblemKind", "Segment", "Timeline", "MODES",
     "list_segments", "read_segment_bytes", "FileSystem", "OsFileSystem", "File", "DEFAULT_FS",
     "JournalError", "OwnershipError", "StaleAttempt", "JournalCorrupt", "JournalFailed", "JournalLocked",
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",

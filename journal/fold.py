@@ -574,21 +574,28 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
             state.live[gid] = new
     elif kind is RolloutSealed or kind is RolloutFailed:
         _apply_rollouts(state, event, lsn, undo)
-    elif kind is CheckpointBegun:
+    elif kind is CheckpointBegun or kind is CheckpointCommitted:
         undo.save_checkpoints(state)
-        if event.step in state.committed_checkpoints:
-            raise OwnershipError(f"LSN {lsn}: checkpoint_begun(step={event.step}) but step "
-                                 f"{event.step} is already committed on this history", lsn=lsn)
-        state.pending_checkpoints[event.step] = lsn
-    elif kind is CheckpointCommitted:
-        undo.save_checkpoints(state)
-        begun = state.pending_checkpoints.pop(event.step, None)
-        if begun is None:
-            raise OwnershipError(f"LSN {lsn}: checkpoint_committed(step={event.step}) without a "
-                                 "pending checkpoint_begun for that step", lsn=lsn)
-        state.committed_checkpoints[event.step] = begun
+        mark_checkpoint(state.pending_checkpoints, state.committed_checkpoints, event, lsn)
     else:  # pragma: no cover - the decoder only produces the union's types
         raise JournalCorrupt(f"LSN {lsn}: unknown event {event!r}", lsn=lsn)
+
+
+def mark_checkpoint(pending: dict[int, int], committed: dict[int, int], event, lsn: int) -> None:
+    """The checkpoint-marker rule, on step -> checkpoint_begun LSN maps: `checkpoint_begun(S)` at
+    LSN `lsn` makes S pending (refused once S is committed on this history);
+    `checkpoint_committed(S)` commits the pending S (refused without one)."""
+    if type(event) is CheckpointBegun:
+        if event.step in committed:
+            raise OwnershipError(f"LSN {lsn}: checkpoint_begun(step={event.step}) but step "
+                                 f"{event.step} is already committed on this history", lsn=lsn)
+        pending[event.step] = lsn
+        return
+    begun = pending.pop(event.step, None)
+    if begun is None:
+        raise OwnershipError(f"LSN {lsn}: checkpoint_committed(step={event.step}) without a "
+                             "pending checkpoint_begun for that step", lsn=lsn)
+    committed[event.step] = begun
 
 
 def _check_finished_rollouts(gid: int, rollouts: Rollouts, locators, lsn: int) -> None:
@@ -677,20 +684,3 @@ def fold(commits: Iterable[Commit], state: State | None = None) -> State:
         apply(state, c, blobs={b.digest: b.data for b in c.blobs})
     return state
 
-
-def checkpoint_markers(records: Iterable, state: State | None = None) -> tuple[int, dict[int, int]]:
-    """(last LSN, step -> checkpoint_begun LSN of every committed checkpoint) after folding only
-    the checkpoint markers of `records` (journal `Record`s) onto `state`'s: the fold's checkpoint
-    rule without the cost of the ownership fold, to find restore points."""
-    pending = dict(state.pending_checkpoints) if state is not None else {}
-    committed = dict(state.committed_checkpoints) if state is not None else {}
-    end = state.lsn if state is not None else 0
-    for rec in records:
-        end = rec.commit.lsn
-        for ev in rec.commit.events:
-            kind = type(ev)
-            if kind is CheckpointBegun:
-                pending[ev.step] = end
-            elif kind is CheckpointCommitted and ev.step in pending:
-                committed[ev.step] = pending.pop(ev.step)
-    return end, committed

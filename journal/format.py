@@ -1,7 +1,8 @@
 """Byte layout of segment files and frames (see the package docstring for the prose).
 
-Everything here is pure: bytes in, values out. Reading files and deciding what
-a bad frame means (torn tail or corruption) is `reader.py`'s job.
+Everything here is pure: bytes in, values out. The grammar, a worked example and
+the trade-offs are in docs/format.md. Reading files and deciding what a bad frame
+means (torn tail or corruption) is `reader.py`'s job.
 """
 
 from __future__ import annotations
@@ -69,18 +70,35 @@ def chain_next(chain: int, record: bytes) -> int:
     return zlib.crc32(record, zlib.crc32(_U32.pack(len(record)), chain))
 
 
-def encode_frame(records: list[bytes], chain_before: int) -> tuple[bytes, list[int]]:
-    """One frame holding `records` (encoded commits); returns the bytes and the chain after each."""
-    parts = []
+def record_chains(records, chain_before: int) -> list[int]:
+    """The chain after each of `records` (encoded commits, in order), starting from `chain_before`."""
     chains = []
     chain = chain_before
     for r in records:
-        parts.append(_U32.pack(len(r)))
-        parts.append(r)
         chain = chain_next(chain, r)
         chains.append(chain)
+    return chains
+
+
+# The chain after a frame is `frame_chain(payload, chain_before)`, one CRC-32 over the whole
+# payload seeded with the chain before it. This holds because a payload is exactly its records'
+# length prefixes and bytes back to back, and `chain_next` is CRC-32 continued over a record's
+# prefix and bytes: `frame_chain(payload, c) == record_chains(split_records(payload), c)[-1]`.
+# A reader that verified a frame's payload CRC checks its chain with this one call, without
+# splitting the payload into records (the reader's fast path).
+frame_chain = zlib.crc32
+
+
+def encode_frame(records: list[bytes], chain_before: int) -> tuple[bytes, list[int]]:
+    """One frame holding `records` (encoded commits); returns the bytes and the chain after each."""
+    parts = []
+    for r in records:
+        parts.append(_U32.pack(len(r)))
+        parts.append(r)
     payload = b"".join(parts)
-    return _FRAME.pack(len(payload), zlib.crc32(payload), chain) + payload, chains
+    chains = record_chains(records, chain_before)
+    chain_after = chains[-1] if chains else chain_before
+    return _FRAME.pack(len(payload), zlib.crc32(payload), chain_after) + payload, chains
 
 
 FRAME_HEADER = _FRAME    # for readers' hot loops: unpack_from(data, offset) -> (length, crc, chain)
@@ -99,19 +117,36 @@ def decode_frame_header(data, offset: int) -> FrameHeader:
 
 def split_records(payload) -> list[memoryview]:
     """The commit records of a frame payload whose crc already verified; ValueError if malformed."""
-    out = []
-    pos, end = 0, len(payload)
+    return _split(payload, None, None)[0]
+
+
+def decode_records(payload, decode, chain_before: int | None) -> tuple[list, list[int] | None]:
+    """`decode` of each record of `payload` (as `split_records` splits it) and, from
+    `chain_before` (None: not computed), the chain after each."""
+    return _split(payload, decode, chain_before)
+
+
+def _split(payload, decode, chain: int | None) -> tuple[list, list[int] | None]:
+    """The one record splitter (one pass: it runs for every commit of a group-commit frame). With
+    `chain`, each record's chain is `frame_chain` over its prefix and bytes: the frame-chain
+    identity for a frame of that one record (equal to `chain_next`)."""
     mv = memoryview(payload)
+    unpack, psize, step = _U32.unpack_from, RECORD_PREFIX_SIZE, frame_chain
+    out: list = []
+    chains: list[int] | None = None if chain is None else []
+    pos, end = 0, len(mv)
     while pos < end:
-        if end - pos < RECORD_PREFIX_SIZE:
+        if end - pos < psize:
             raise ValueError(f"record prefix cut at payload offset {pos}")
-        (n,) = _U32.unpack_from(mv, pos)
-        pos += RECORD_PREFIX_SIZE
-        if n == 0 or n > end - pos:
-            raise ValueError(f"record length {n} at payload offset {pos - 4} exceeds the frame")
-        out.append(mv[pos:pos + n])
-        pos += n
+        (n,) = unpack(mv, pos)
+        stop = pos + psize + n
+        if n == 0 or stop > end:
+            raise ValueError(f"record length {n} at payload offset {pos} exceeds the frame")
+        out.append(mv[pos + psize:stop] if decode is None else decode(mv[pos + psize:stop]))
+        if chains is not None:
+            chain = step(mv[pos:stop], chain)
+            chains.append(chain)
+        pos = stop
     if not out:
         raise ValueError("empty frame")
-    return out
-
+    return out, chains

@@ -21,7 +21,6 @@ listed in `Reader.problems`.
 from __future__ import annotations
 
 import os
-import sys
 import zlib
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
@@ -30,10 +29,13 @@ import msgspec
 import zstandard
 
 from . import format as fmt
-from . import layout
+from . import history, layout
 from .errors import JournalCorrupt
 from .events import Commit, Taken, commit_decoder
 from .fold import State, fold_records
+from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame
+
+TORN, DAMAGED, CHAIN, GAP = ProblemKind.TORN, ProblemKind.DAMAGED, ProblemKind.CHAIN, ProblemKind.GAP
 
 MODES = ("strict", "point_in_time", "salvage")
 
@@ -65,7 +67,7 @@ class Timeline:
 
 
 class Problem(NamedTuple):
-    kind: str        # "torn" | "damaged" | "chain" | "gap"
+    kind: ProblemKind
     segment: str
     offset: int
     lsn: int | None  # LSN the damaged frame would have started at
@@ -138,81 +140,32 @@ def read_segment_bytes(seg: Segment) -> bytes:
     return b"".join(chunks)
 
 
-UNDECIDED = -1  # `_next_intact_frame` gave up: whether an intact frame follows is not known
-SCAN_BUDGET_FLOOR = 64 << 20  # payload bytes checksummed before giving up, at least ...
-SCAN_BUDGET_PER_BYTE = 32     # ... and this many per byte scanned
+class _SegmentEnd(NamedTuple):
+    """How a read of one segment ended (the return value of `Reader.segment_records`)."""
+
+    lsn: int | None       # LSN of the last commit read, None if none
+    chain: int | None     # the chain after it
+    at_stop: bool         # it stopped at the first commit past `stop_lsn`
+    halted: bool          # the read mode ended the history at a fault of this segment
+    last: Record | None   # the last Record yielded
 
 
-def _next_intact_frame(data: bytes, start: int) -> int | None:
-    """Offset of the first frame at or after `start` whose own checksum verifies, if any.
+class _Cursor:
+    """Where the read of a segment is, handed to the helpers of its slow path."""
 
-    Offsets that cannot start a frame (length field out of bounds, first
-    record length out of bounds, record not starting like a commit) are ruled
-    out in bulk: for each of the four byte alignments the little-endian u32
-    fields are a zero-copy int32 view, so a long run of zeros or garbage costs
-    a few tensor passes, not a Python loop and a CRC per byte.
+    __slots__ = ("pos", "chain", "lsn", "seen_lsn", "seen_chain", "yielded")
 
-    The candidates left are checksummed up to a budget (SCAN_BUDGET_*): bytes crafted so
-    that every 8th offset passes the filters and claims a 1 MiB frame made a 4 MiB segment
-    take minutes (64 MiB: days), quadratic work. Past the budget it returns UNDECIDED,
-    which callers treat as damage, never as a torn tail (nothing is cut off on a guess)."""
-    import torch  # only a damaged segment is scanned: reading an intact journal needs no torch
-
-    end = len(data)
-    first = fmt.FRAME_HEADER_SIZE + fmt.RECORD_PREFIX_SIZE  # a frame's first record starts here
-    mv = memoryview(data)
-    candidates: list[int] = []
-    buf = bytearray(data)  # torch views need a writable buffer
-    lead = torch.frombuffer(buf, dtype=torch.uint8) if end else None
-    for k in range(4):
-        base = start + k
-        m = (end - base - first - 1) // 4 + 1  # positions base + 4i with room for a 1-byte record
-        if m <= 0:
-            continue
-        words = torch.frombuffer(buf, dtype=torch.int32, offset=base, count=m + 3)
-        if sys.byteorder != "little":  # pragma: no cover
-            words = words.byteswap() if hasattr(words, "byteswap") else words
-        length, record = words[:m].to(torch.int64), words[3:m + 3].to(torch.int64)
-        room = (end - base - fmt.FRAME_HEADER_SIZE) - 4 * torch.arange(m, dtype=torch.int64)
-        ok = ((length > fmt.RECORD_PREFIX_SIZE) & (length <= room) & (record > 0)
-              & (record <= length - fmt.RECORD_PREFIX_SIZE)
-              & (lead[base + first:base + first + 4 * m:4] == fmt.COMMIT_LEAD_BYTE))
-        candidates += (base + 4 * ok.nonzero().flatten()).tolist()
-    budget, spent = SCAN_BUDGET_FLOOR + SCAN_BUDGET_PER_BYTE * max(0, end - start), 0
-    for pos in sorted(candidates):
-        length, crc, _chain = fmt.decode_frame_header(data, pos)
-        spent += length
-        if spent > budget:
-            return UNDECIDED
-        body = pos + fmt.FRAME_HEADER_SIZE
-        if zlib.crc32(mv[body:body + length]) == crc:
-            return pos
-    return None
-
-
-def _split_frame(data, mv, body: int, stop: int, chain: int, lsn: int) -> list:
-    """The (commit, chain after it) pairs of a verified frame payload holding several commits
-    whose LSNs run on from `lsn`; () when it does not split cleanly (the caller then
-    classifies the frame). Raises what decoding raises."""
-    record_length, decode, crc32 = fmt.RECORD_PREFIX.unpack_from, commit_decoder.decode, zlib.crc32
-    psize = fmt.RECORD_PREFIX_SIZE
-    found, c, rpos = [], chain, body
-    while stop - rpos >= psize:
-        (n,) = record_length(data, rpos)
-        rend = rpos + psize + n
-        if n == 0 or rend > stop:
-            return ()
-        commit = decode(mv[rpos + psize:rend])
-        if commit.lsn != lsn:
-            return ()
-        c = crc32(mv[rpos:rend], c)
-        found.append((commit, c))
-        rpos, lsn = rend, lsn + 1
-    return found if rpos == stop else ()
+    def __init__(self, pos, chain, lsn, seen_lsn, seen_chain, yielded):
+        self.pos, self.chain, self.lsn = pos, chain, lsn
+        self.seen_lsn, self.seen_chain, self.yielded = seen_lsn, seen_chain, yielded
 
 
 class Reader:
-    """Read-only view of a journal directory. Takes no lock; safe beside a live writer."""
+    """Read-only view of a journal directory. Takes no lock; safe beside a live writer.
+
+    Scanning (what the bytes hold) is `scan.py`'s; here a fault is classified (`_classify`:
+    torn tail or corruption) and the read mode is applied to it (`_apply_mode`), each in one
+    place. The shape of the history (lineage, branch points, dead tails) is `history.py`'s."""
 
     def __init__(self, path: str, mode: str = "strict"):
         if mode not in MODES:
@@ -222,12 +175,49 @@ class Reader:
         self.path = path
         self.mode = mode
         self.problems: list[Problem] = []
-        self.torn: dict[int, TornTail] = {}  # timeline -> its torn tail, when one was found
+        self.torn: dict[str, TornTail] = {}  # segment path -> its torn tail, when one was found
         self.segments = list_segments(path)
         self.run_id: bytes | None = None
         self.timelines: dict[int, Timeline] = {}
-        self._headers_read = False
         self._read_headers()
+
+    # -- the two decisions: what a fault means, and whether reading goes on ------
+
+    def _classify(self, seg: Segment, lsn: int | None, timelines, *, ends_timeline: bool,
+                  after: int | None) -> tuple[ProblemKind, str]:
+        """Torn tail or corruption, for bad bytes of a header or a frame of `seg` where commit
+        `lsn` would start; returns the kind and what to add to the message.
+
+        Torn only when the bytes end their timeline (`ends_timeline`: the last segment, and for
+        a header one that looks unfinished), no intact frame follows them (`after` is None:
+        frames are written only after the bytes before them were fsynced), and no timeline of
+        `timelines` branches off at or after `lsn` (a branch continues the history through the
+        commit, so lost frames under it are an acknowledged history damaged, not a torn tail).
+        `after` UNDECIDED is damage: nothing is cut off on a guess."""
+        if ends_timeline and after is None:
+            child = history.continued_by(timelines, seg.timeline, lsn)
+            if child is None:
+                return TORN, ""
+            return DAMAGED, (f"; timeline {child.timeline} branches off timeline {seg.timeline} at "
+                             f"LSN {child.branch_lsn}, so the commits from LSN {lsn} on were "
+                             "acknowledged: an acknowledged history lost frames, not a torn tail")
+        if after == UNDECIDED:
+            return DAMAGED, ("; the bytes after it hold too many frame-like candidates to tell a "
+                             "torn tail from damage, so it is treated as damage")
+        return DAMAGED, ""
+
+    def _apply_mode(self, problem: Problem) -> bool:
+        """Record `problem` and apply the read mode to it: whether reading goes on past it.
+        A torn tail ends its timeline in every mode; damage raises JournalCorrupt (strict),
+        ends the history (point_in_time) or is skipped (salvage)."""
+        self.problems.append(problem)
+        if problem.kind is TORN:
+            return False
+        if self.mode == "strict":
+            where = f"LSN {problem.lsn}" if problem.lsn is not None else "unknown LSN"
+            raise JournalCorrupt(f"{problem.segment} offset {problem.offset} ({where}): {problem.message}",
+                                 segment=problem.segment, offset=problem.offset, lsn=problem.lsn)
+        return self.mode == "salvage"
 
     # -- headers and timelines -------------------------------------------------
 
@@ -238,38 +228,24 @@ class Reader:
             by_timeline.setdefault(seg.timeline, []).append(seg)
         for timeline, segs in by_timeline.items():
             for i, seg in enumerate(segs):
-                last = i == len(segs) - 1
                 head = self._header_bytes(seg)
                 try:
                     seg.header = fmt.decode_header(head)
                 except fmt.HeaderError as exc:
-                    if last and (len(head) < fmt.HEADER_SIZE or not any(head)
-                                 or (not seg.archived and seg.size <= fmt.HEADER_SIZE)) and \
-                            _next_intact_frame(read_segment_bytes(seg), fmt.HEADER_SIZE) is None:
-                        # created but its header never became durable: a torn segment. Not when
-                        # an intact frame follows: frames are written only after the header was
-                        # fsynced, so those are acknowledged commits under a damaged header.
-                        # A header-only file whose header is garbage is torn too: a crash before
-                        # the header's fsync can leave any bytes there (ALICE "garbage" state)
-                        self.torn[timeline] = TornTail(seg, 0, seg.size)
-                        self.problems.append(Problem("torn", seg.name, 0, seg.first_lsn,
-                                                     f"segment header incomplete ({exc})", seg.size))
-                        continue
-                    self._damage(Problem("damaged", seg.name, 0, seg.first_lsn,
-                                         f"bad segment header: {exc}", fmt.HEADER_SIZE))
+                    self._bad_header(seg, head, exc, last=i == len(segs) - 1)
                     continue
                 h = seg.header
                 if (h.timeline, h.first_lsn) != (seg.timeline, seg.first_lsn):
-                    self._damage(Problem("damaged", seg.name, 0, seg.first_lsn,
-                                         f"header says timeline {h.timeline} LSN {h.first_lsn}, "
-                                         "the file name disagrees", fmt.HEADER_SIZE))
+                    self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
+                                             f"header says timeline {h.timeline} LSN {h.first_lsn}, "
+                                             "the file name disagrees", fmt.HEADER_SIZE))
                     continue
                 if self.run_id is None:
                     self.run_id = h.run_id
                 elif h.run_id != self.run_id:
-                    self._damage(Problem("damaged", seg.name, 0, seg.first_lsn,
-                                         f"segment belongs to run {h.run_id.hex()}, not "
-                                         f"{self.run_id.hex()}", fmt.HEADER_SIZE))
+                    self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
+                                             f"segment belongs to run {h.run_id.hex()}, not "
+                                             f"{self.run_id.hex()}", fmt.HEADER_SIZE))
                     continue
                 kept.append(seg)
         self.segments = sorted(kept, key=lambda s: (s.timeline, s.first_lsn))
@@ -279,6 +255,37 @@ class Reader:
                 tl = self.timelines[seg.timeline] = Timeline(
                     seg.timeline, seg.header.parent_timeline, seg.first_lsn - 1)
             tl.segments.append(seg)
+
+    def _bad_header(self, seg: Segment, head: bytes, exc: fmt.HeaderError, *, last: bool) -> None:
+        """A header that does not decode: torn (the segment was being created; a crash before the
+        header's fsync can leave any bytes in a header-only file) or damage. Either way the
+        segment is not part of the history."""
+        unfinished = last and (len(head) < fmt.HEADER_SIZE or not any(head)
+                               or (not seg.archived and seg.size <= fmt.HEADER_SIZE))
+        after = next_intact_frame(read_segment_bytes(seg), fmt.HEADER_SIZE) if unfinished else None
+        branches = self._claimed_timelines() if unfinished and after is None else {}
+        kind, note = self._classify(seg, seg.first_lsn, branches, ends_timeline=unfinished, after=after)
+        if kind is TORN:
+            self.torn[seg.path] = TornTail(seg, 0, seg.size)
+            self._apply_mode(Problem(TORN, seg.name, 0, seg.first_lsn,
+                                     f"segment header incomplete ({exc})", seg.size))
+        else:
+            self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
+                                     f"bad segment header: {exc}{note}", fmt.HEADER_SIZE))
+
+    def _claimed_timelines(self) -> dict[int, Timeline]:
+        """Each timeline's parent and branch point as its first readable header claims them
+        (while the headers are being read, before `timelines` exists)."""
+        claimed: dict[int, Timeline] = {}
+        for seg in self.segments:
+            if seg.timeline in claimed:
+                continue
+            try:
+                h = fmt.decode_header(self._header_bytes(seg))
+            except (fmt.HeaderError, JournalCorrupt):
+                continue
+            claimed[seg.timeline] = Timeline(seg.timeline, h.parent_timeline, seg.first_lsn - 1)
+        return claimed
 
     @staticmethod
     def _header_bytes(seg: Segment) -> bytes:
@@ -299,38 +306,24 @@ class Reader:
                 raise JournalCorrupt(f"{seg.name}: archived segment does not decompress: {exc}",
                                      segment=seg.name, offset=0) from None
 
-    def _continued_by(self, timeline: int, lsn: int | None) -> Timeline | None:
-        """A timeline branching off `timeline` at or after commit `lsn` (it continues the history
-        through that commit, so the commit was acknowledged), if any."""
-        if lsn is None:
-            return None
-        return next((t for t in self.timelines.values()
-                     if t.parent == timeline and t.timeline != timeline and t.branch_lsn >= lsn), None)
-
-    def _damage(self, problem: Problem) -> None:
-        self.problems.append(problem)
-        if self.mode == "strict":
-            where = f"LSN {problem.lsn}" if problem.lsn is not None else "unknown LSN"
-            raise JournalCorrupt(f"{problem.segment} offset {problem.offset} ({where}): {problem.message}",
-                                 segment=problem.segment, offset=problem.offset, lsn=problem.lsn)
-
     @property
     def active_timeline(self) -> int | None:
-        return max(self.timelines) if self.timelines else None
+        return history.active_timeline(self.timelines)
 
     def lineage(self, timeline: int | None = None) -> list[Timeline]:
         """The timelines whose prefixes make up `timeline`'s history, root first."""
-        t = self.active_timeline if timeline is None else timeline
-        chain: list[Timeline] = []
-        seen = set()
-        while t and t in self.timelines and t not in seen:
-            seen.add(t)
-            chain.append(self.timelines[t])
-            t = self.timelines[t].parent
-        if t and t not in seen:
-            raise JournalCorrupt(f"timeline {chain[-1].timeline} branches from timeline {t}, "
-                                 "which has no segments", lsn=chain[-1].branch_lsn)
-        return chain[::-1]
+        return history.lineage(self.timelines, timeline)
+
+    def torn_tails(self) -> list[TornTail]:
+        """Every torn tail and torn header. A torn header is found when the headers are read, a
+        torn frame tail only by scanning the last segment of its timeline to its end, which this
+        does (an archived segment is sealed: never torn). Damage raises as the mode says."""
+        for tl in list(self.timelines.values()):
+            last = tl.segments[-1]
+            if not last.archived and last.path not in self.torn:
+                for _ in self.segment_records(last, last=True):
+                    pass
+        return list(self.torn.values())
 
     # -- frames ------------------------------------------------------------------
 
@@ -341,57 +334,41 @@ class Reader:
 
         Only commits with `start_lsn <= lsn` are yielded (all are read and checked), and the
         scan ends at the first commit past `stop_lsn`. The generator's return value (for
-        `yield from`) is `(LSN and chain of the last commit read before stopping, whether it
-        stopped at stop_lsn, the last Record yielded)`; a plain for-loop ignores it."""
+        `yield from`) is a `_SegmentEnd`; a plain for-loop ignores it."""
         lo = start_lsn if start_lsn is not None else -1
         hi = stop_lsn if stop_lsn is not None else float("inf")
         seen_lsn = seen_chain = yielded = None
         data = read_segment_bytes(seg)
-        h = seg.header
-        if expect_lsn is not None and h.first_lsn != expect_lsn:
-            self._damage(Problem("gap", seg.name, 0, expect_lsn,
-                                 f"segment starts at LSN {h.first_lsn}, expected {expect_lsn} "
-                                 "(a segment is missing)", 0))
-            if self.mode == "point_in_time":
-                return seen_lsn, seen_chain, False, yielded
-        if chain is not None and h.chain_seed != chain:
-            self._damage(Problem("chain", seg.name, 0, h.first_lsn,
-                                 f"segment chain seed {h.chain_seed:#010x} does not continue the "
-                                 f"previous segment's chain {chain:#010x}", 0))
-            if self.mode == "point_in_time":
-                return seen_lsn, seen_chain, False, yielded
-        chain = h.chain_seed
-        lsn = h.first_lsn
+        if not self._segment_continues(seg, expect_lsn, chain):
+            return _SegmentEnd(None, None, False, True, None)
+        chain, lsn = seg.header.chain_seed, seg.header.first_lsn
         blobs: dict[bytes, bytes] = {}
-        pos = fmt.HEADER_SIZE
-        end = len(data)
-        mv = memoryview(data)
-        # fast path (the hot loop of every replay): a frame that is whole, verifies, chains on,
-        # decodes and continues the LSNs is yielded here; anything else goes through the full
-        # classification below, from the same offset (nothing is yielded before a frame passed)
-        crc32, decode, new_record = zlib.crc32, commit_decoder.decode, tuple.__new__
+        pos, end, mv = fmt.HEADER_SIZE, len(data), memoryview(data)
+        # fast path (the hot loop of every replay): a frame that is whole, verifies, chains on
+        # (fmt.frame_chain: one CRC over the payload), decodes and continues the LSNs is yielded
+        # here; any other frame goes through `_frame_records`, from the same offset (nothing is
+        # yielded before a frame passed)
+        crc32, frame_chain_of, decode, new_record = zlib.crc32, fmt.frame_chain, commit_decoder.decode, tuple.__new__
         frame_header, record_length = fmt.FRAME_HEADER.unpack_from, fmt.RECORD_PREFIX.unpack_from
         hsize, psize, max_frame = fmt.FRAME_HEADER_SIZE, fmt.RECORD_PREFIX_SIZE, fmt.MAX_FRAME_BYTES
         name, timeline = seg.name, seg.timeline
         while pos < end:
+            intact, start = False, 0
             if chain is not None and lsn is not None and end - pos >= hsize:
                 length, crc, frame_chain = frame_header(data, pos)
                 body = pos + hsize
                 stop = body + length
                 if psize < length <= max_frame and stop <= end:
                     payload = mv[body:stop]
-                    if crc32(payload) == crc and crc32(payload, chain) == frame_chain:
+                    intact = crc32(payload) == crc and frame_chain_of(payload, chain) == frame_chain
+                    if intact and record_length(data, body)[0] == length - psize:  # one commit
                         try:
-                            if record_length(data, body)[0] == length - psize:  # one commit
-                                commit = decode(mv[body + psize:stop])
-                                batch = None if commit.lsn == lsn else ()
-                            else:                                             # group commit
-                                commit, batch = None, _split_frame(data, mv, body, stop, chain, lsn)
+                            commit = decode(mv[body + psize:stop])
                         except (ValueError, msgspec.DecodeError):
-                            batch = ()                  # classified below
-                        if batch is None:
+                            commit = None                # read_frame reports it
+                        if commit is not None and commit.lsn == lsn:
                             if lsn > hi:
-                                return seen_lsn, seen_chain, True, yielded
+                                return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
                             if commit.blobs:
                                 for b in commit.blobs:
                                     blobs[b.digest] = b.data
@@ -401,104 +378,111 @@ class Reader:
                                 yield yielded
                             chain, lsn, pos = frame_chain, lsn + 1, stop
                             continue
-                        if batch:
-                            for commit, c in batch:
-                                if commit.lsn > hi:
-                                    return seen_lsn, seen_chain, True, yielded
-                                for b in commit.blobs:
-                                    blobs[b.digest] = b.data
-                                seen_lsn, seen_chain = commit.lsn, c
-                                if commit.lsn >= lo:
-                                    yielded = new_record(Record, (commit, c, timeline, name, pos, blobs))
-                                    yield yielded
-                            chain, lsn, pos = frame_chain, lsn + len(batch), stop
-                            continue
-            bad = None
-            if end - pos < fmt.FRAME_HEADER_SIZE:
-                bad = f"frame header cut short ({end - pos} bytes left)"
-            else:
-                length, crc, frame_chain = fmt.decode_frame_header(data, pos)
-                body = pos + fmt.FRAME_HEADER_SIZE
-                if length == 0 or length > fmt.MAX_FRAME_BYTES:
-                    bad = f"frame length {length} out of bounds"
-                elif length > end - body:
-                    bad = f"frame length {length} runs past the end of the file ({end - body} bytes left)"
-                elif zlib.crc32(mv[body:body + length]) != crc:
-                    bad = "frame checksum mismatch"
+                    elif intact:                                      # group commit
+                        try:
+                            commits, chains = fmt.decode_records(payload, decode, chain)
+                        except (ValueError, msgspec.DecodeError):
+                            commits, chains = (), ()     # read_frame reports it
+                        expect = lsn
+                        for commit, c in zip(commits, chains):
+                            if commit.lsn != expect:
+                                break                    # from here on, read by _frame_records
+                            if expect > hi:
+                                return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
+                            for b in commit.blobs:
+                                blobs[b.digest] = b.data
+                            seen_lsn, seen_chain = expect, c
+                            if expect >= lo:
+                                yielded = new_record(Record, (commit, c, timeline, name, pos, blobs))
+                                yield yielded
+                            expect += 1
+                        else:
+                            if commits:
+                                chain, lsn, pos = frame_chain, expect, stop
+                                continue
+                        start = expect - lsn
+            cur = _Cursor(pos, chain, lsn, seen_lsn, seen_chain, yielded)
+            done = yield from self._frame_records(seg, data, cur, intact=intact, start=start, last=last,
+                                                  lo=lo, hi=hi, blobs=blobs)
+            if done is not None:
+                return done
+            pos, chain, lsn, seen_lsn, seen_chain, yielded = (
+                cur.pos, cur.chain, cur.lsn, cur.seen_lsn, cur.seen_chain, cur.yielded)
+        return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
+
+    def _segment_continues(self, seg: Segment, expect_lsn: int | None, chain: int | None) -> bool:
+        """Check that `seg` starts at `expect_lsn` and continues `chain` (None: not checked);
+        whether reading goes on into it."""
+        h = seg.header
+        if expect_lsn is not None and h.first_lsn != expect_lsn:
+            if not self._apply_mode(Problem(GAP, seg.name, 0, expect_lsn,
+                                            f"segment starts at LSN {h.first_lsn}, expected {expect_lsn} "
+                                            "(a segment is missing)", 0)):
+                return False
+        if chain is not None and h.chain_seed != chain:
+            if not self._apply_mode(Problem(CHAIN, seg.name, 0, h.first_lsn,
+                                            f"segment chain seed {h.chain_seed:#010x} does not continue the "
+                                            f"previous segment's chain {chain:#010x}", 0)):
+                return False
+        return True
+
+    def _frame_records(self, seg: Segment, data: bytes, cur: "_Cursor", *, intact: bool, start: int,
+                       last: bool, lo, hi, blobs: dict) -> Iterator[Record]:
+        """The records of the frame at `cur.pos` from its commit `start` on (those before were
+        yielded by the fast path), read in full (`intact`: its checksum and chain already
+        verified), faults classified and the mode applied; `cur` moves past it. Returns a
+        `_SegmentEnd` when the read of the segment ends here, else None."""
+        if not intact:
+            bad = frame_defect(data, cur.pos)
             if bad is not None:
-                nxt = _next_intact_frame(data, pos + 1)
-                child = self._continued_by(seg.timeline, lsn) if nxt is None and last else None
-                if child is not None:
-                    bad += (f"; timeline {child.timeline} branches off timeline {seg.timeline} at "
-                            f"LSN {child.branch_lsn}, so the commits from LSN {lsn} on were "
-                            "acknowledged: an acknowledged history lost frames, not a torn tail")
-                elif nxt is None and last:
-                    self.torn[seg.timeline] = TornTail(seg, pos, end)
-                    self.problems.append(Problem("torn", seg.name, pos, lsn, f"torn tail: {bad}", end - pos))
-                    return seen_lsn, seen_chain, False, yielded
-                if nxt == UNDECIDED:
-                    bad += ("; the bytes after it hold too many frame-like candidates to tell a "
-                            "torn tail from damage, so it is treated as damage")
-                    nxt = None
-                self._damage(Problem("damaged", seg.name, pos, lsn, bad,
-                                     (nxt if nxt is not None else end) - pos))
-                if self.mode == "point_in_time" or nxt is None:
-                    return seen_lsn, seen_chain, False, yielded
-                # salvage: continue from the next intact frame; its chain cannot be checked
-                pos = nxt
-                length, crc, frame_chain = fmt.decode_frame_header(data, pos)
-                chain = None
-                lsn = None
-                body = pos + fmt.FRAME_HEADER_SIZE
-            try:
-                records = fmt.split_records(mv[body:body + length])
-                commits = [commit_decoder.decode(r) for r in records]
-            except (ValueError, msgspec.DecodeError) as exc:
-                self._damage(Problem("damaged", seg.name, pos, lsn,
-                                     f"frame verifies but does not decode: {exc}", length + 12))
-                if self.mode == "point_in_time":
-                    return seen_lsn, seen_chain, False, yielded
-                pos = body + length
-                chain, lsn = frame_chain, None
-                continue
-            chains = []
-            c = chain
-            for r in records:
-                c = fmt.chain_next(c, r) if c is not None else None
-                chains.append(c)
-            if chain is not None and c != frame_chain:
-                self._damage(Problem("chain", seg.name, pos, lsn,
-                                     f"frame does not continue the chain (stored {frame_chain:#010x}, "
-                                     f"computed {c:#010x}): a frame is missing, stale or reordered",
-                                     length + 12))
-                if self.mode == "point_in_time":
-                    return seen_lsn, seen_chain, False, yielded
-            if lsn is not None and commits[0].lsn != lsn:
-                self._damage(Problem("gap", seg.name, pos, lsn,
-                                     f"frame starts at LSN {commits[0].lsn}, expected {lsn}", length + 12))
-                if self.mode == "point_in_time":
-                    return seen_lsn, seen_chain, False, yielded
-            for i, commit in enumerate(commits):
-                if i and commit.lsn != commits[i - 1].lsn + 1:
-                    self._damage(Problem("gap", seg.name, pos, commits[i - 1].lsn + 1,
-                                         f"commit LSN {commit.lsn} inside a frame does not follow "
-                                         f"{commits[i - 1].lsn}", length + 12))
-                    if self.mode == "point_in_time":
-                        return seen_lsn, seen_chain, False, yielded
-                if commit.lsn > hi:
-                    return seen_lsn, seen_chain, True, yielded
-                for b in commit.blobs:
-                    blobs[b.digest] = b.data
-                rec = Record(commit, chains[i] if chains[i] is not None else frame_chain,
-                             seg.timeline, seg.name, pos, blobs)
-                seen_lsn, seen_chain = commit.lsn, rec.chain
-                if commit.lsn >= lo:
-                    yielded = rec
-                    yield rec
-            chain = frame_chain
-            lsn = commits[-1].lsn + 1
-            pos = body + length
-        return seen_lsn, seen_chain, False, yielded
+                done = self._bad_frame(seg, data, cur, bad, last)
+                if done is not None:
+                    return done
+        frame = read_frame(data, cur.pos, cur.chain, cur.lsn)
+        commits, faults = frame.commits, [f for f in frame.faults if f[0] >= start]
+        k = 0
+        for i in range(start, len(commits) + 1):
+            while k < len(faults) and faults[k][0] == i:
+                f = faults[k][1]
+                if not self._apply_mode(Problem(f.kind, seg.name, f.offset, f.lsn, f.message, f.length)):
+                    return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, True, cur.yielded)
+                k += 1
+            if i == len(commits):
+                break
+            commit = commits[i]
+            if commit.lsn > hi:
+                return _SegmentEnd(cur.seen_lsn, cur.seen_chain, True, False, cur.yielded)
+            for b in commit.blobs:
+                blobs[b.digest] = b.data
+            rec = Record(commit, frame.chains[i], seg.timeline, seg.name, cur.pos, blobs)
+            cur.seen_lsn, cur.seen_chain = commit.lsn, rec.chain
+            if commit.lsn >= lo:
+                cur.yielded = rec
+                yield rec
+        cur.chain = frame.chain
+        cur.lsn = commits[-1].lsn + 1 if commits else None
+        cur.pos = frame.end
+        return None
+
+    def _bad_frame(self, seg: Segment, data: bytes, cur: "_Cursor", bad: str, last: bool) -> _SegmentEnd | None:
+        """Bytes at `cur.pos` that are no intact frame: classified and the mode applied. Returns
+        the `_SegmentEnd` when the read ends here, else None with `cur` at the next intact frame
+        (salvage: its chain and LSN cannot be checked)."""
+        pos, end = cur.pos, len(data)
+        after = next_intact_frame(data, pos + 1)
+        kind, note = self._classify(seg, cur.lsn, self.timelines, ends_timeline=last, after=after)
+        if kind is TORN:
+            self.torn[seg.path] = TornTail(seg, pos, end)
+            self._apply_mode(Problem(TORN, seg.name, pos, cur.lsn, f"torn tail: {bad}", end - pos))
+            return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, False, cur.yielded)
+        after = None if after == UNDECIDED else after
+        if not self._apply_mode(Problem(DAMAGED, seg.name, pos, cur.lsn, bad + note,
+                                        (after if after is not None else end) - pos)):
+            return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, True, cur.yielded)
+        if after is None:
+            return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, False, cur.yielded)
+        cur.pos, cur.chain, cur.lsn = after, None, None
+        return None
 
     def timeline_records(self, timeline: int, *, start_lsn: int = 1,
                          stop_lsn: int | None = None) -> Iterator[Record]:
@@ -515,65 +499,58 @@ class Reader:
             seg = segs[i]
             if stop_lsn is not None and seg.first_lsn > stop_lsn:
                 return last_yielded
-            last_lsn, last_chain, stopped, yielded = yield from self.segment_records(
+            done = yield from self.segment_records(
                 seg, last=i == len(segs) - 1, expect_lsn=expect, chain=chain, start_lsn=start_lsn,
                 stop_lsn=stop_lsn)
-            if yielded is not None:
-                last_yielded = yielded
-            if last_lsn is not None:
-                chain = last_chain
-            if stopped:
+            if done.last is not None:
+                last_yielded = done.last
+            if done.lsn is not None:
+                chain = done.chain
+            if done.at_stop or done.halted:
                 return last_yielded
-            if self.mode == "point_in_time" and self._stopped_in(seg):
-                return last_yielded
-            expect = (last_lsn + 1) if last_lsn is not None else seg.first_lsn
-            if i + 1 < len(segs) and last_lsn is None and chain is None:
+            expect = (done.lsn + 1) if done.lsn is not None else seg.first_lsn
+            if i + 1 < len(segs) and done.lsn is None and chain is None:
                 chain = seg.header.chain_seed
         return last_yielded
-
-    def _stopped_in(self, seg: Segment) -> bool:
-        return any(p.segment == seg.name and p.kind != "torn" for p in self.problems)
 
     def records(self, *, timeline: int | None = None, start_lsn: int = 1,
                 stop_lsn: int | None = None) -> Iterator[Record]:
         """Commits of the active history (or of `timeline`'s), following branch points."""
-        lineage = self.lineage(timeline)
-        for i, tl in enumerate(lineage):
-            limit = lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None
+        line = history.spans(self.timelines, timeline)
+        for i, (tl, limit) in enumerate(line):
             hi = limit if stop_lsn is None else (stop_lsn if limit is None else min(limit, stop_lsn))
             if hi is not None and hi < start_lsn:
                 continue
             lo = max(start_lsn, tl.branch_lsn + 1)
             last = yield from self.timeline_records(tl.timeline, start_lsn=lo, stop_lsn=hi)
-            if i + 1 < len(lineage):
-                child = lineage[i + 1]
-                seed = child.segments[0].header.chain_seed
-                reached = last.commit.lsn if last is not None else None
-                if reached is not None and reached != child.branch_lsn and (stop_lsn is None or stop_lsn > reached):
-                    self._damage(Problem("gap", child.segments[0].name, 0, child.branch_lsn,
-                                         f"timeline {child.timeline} branches at LSN {child.branch_lsn}, "
-                                         f"but timeline {tl.timeline} ends at LSN {reached}", 0))
-                if last is not None and last.commit.lsn == child.branch_lsn and last.chain != seed:
-                    self._damage(Problem("chain", child.segments[0].name, 0, child.branch_lsn,
-                                         f"timeline {child.timeline} does not continue timeline "
-                                         f"{tl.timeline}'s chain at LSN {child.branch_lsn}", 0))
+            if i + 1 < len(line) and not self._branch_continues(tl, line[i + 1].timeline, last, stop_lsn):
+                return
             if stop_lsn is not None and hi is not None and hi >= stop_lsn:
                 return
+
+    def _branch_continues(self, parent: Timeline, child: Timeline, last: Record | None,
+                          stop_lsn: int | None) -> bool:
+        """Check that `child` continues `parent`'s history at its branch point (`last`: the last
+        record read of the parent); whether reading goes on into the child."""
+        seed = child.segments[0].header.chain_seed
+        reached = last.commit.lsn if last is not None else None
+        if reached is not None and reached != child.branch_lsn and (stop_lsn is None or stop_lsn > reached):
+            if not self._apply_mode(Problem(GAP, child.segments[0].name, 0, child.branch_lsn,
+                                            f"timeline {child.timeline} branches at LSN {child.branch_lsn}, "
+                                            f"but timeline {parent.timeline} ends at LSN {reached}", 0)):
+                return False
+        if last is not None and last.commit.lsn == child.branch_lsn and last.chain != seed:
+            if not self._apply_mode(Problem(CHAIN, child.segments[0].name, 0, child.branch_lsn,
+                                            f"timeline {child.timeline} does not continue timeline "
+                                            f"{parent.timeline}'s chain at LSN {child.branch_lsn}", 0)):
+                return False
+        return True
 
     def dead_tails(self) -> Iterator[tuple[int, int, Iterator[Record]]]:
         """(timeline, branch LSN, records) for each part of history no longer active:
         the commits a timeline wrote after a descendant branched off it."""
-        active = {tl.timeline for tl in self.lineage()} if self.timelines else set()
-        for t, tl in sorted(self.timelines.items()):
-            children = [c for c in self.timelines.values() if c.parent == t]
-            if t in active:
-                on_path = [c for c in children if c.timeline in active]
-                if not on_path:
-                    continue
-                cut = on_path[0].branch_lsn
-            else:
-                cut = tl.branch_lsn
-            yield t, cut, self.timeline_records(t, start_lsn=cut + 1)
+        for b in history.dead_branches(self.timelines):
+            yield b.timeline, b.branch_lsn, self.timeline_records(b.timeline, start_lsn=b.branch_lsn + 1)
 
     def fold(self, *, stop_lsn: int | None = None, state: State | None = None,
              timeline: int | None = None, log=None) -> State:

@@ -328,53 +328,35 @@ class Journal:
                 "Journal.open(path, resume=state)")
 
     def _repair_torn(self, reader: Reader) -> None:
-        """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes).
+        """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes):
+        left in place, the writer would append after it and the next open would see a bad
+        frame followed by good ones (JournalCorrupt)."""
+        for torn in reader.torn_tails():
+            self._cut_torn(torn)
 
-        A fresh `Reader` only knows the torn segment *headers*: a torn frame tail is found
-        while the frames are scanned. So scan the last segment of every timeline first;
-        otherwise the torn bytes stay, the writer appends after them, and the next open
-        sees a bad frame followed by good ones (JournalCorrupt). Segments with a torn header
-        are not in `reader.segments`; after they go, the segment before is the last one."""
-        self._cut_torn(reader)
-        for tl in list(reader.timelines.values()):
-            last = tl.segments[-1]
-            if not last.archived:
-                for _ in reader.segment_records(last, last=True):
-                    pass
-        self._cut_torn(reader)
-
-    def _cut_torn(self, reader: Reader) -> None:
-        for torn in reader.torn.values():
-            seg = torn.segment
-            if seg.archived:
-                continue
-            with open(seg.path, "rb") as f:
-                f.seek(torn.offset)
-                tail = f.read()
-            with _io_step("copy the torn tail aside into torn/ from", seg.path):
-                leftovers.copy_torn_tail(self.fs, self.path, seg.name, torn.offset, tail)
-            if torn.offset == 0:
-                with _io_step("remove the torn segment", seg.path):
-                    self.fs.unlink(seg.path)
-                    self.fs.fsync_dir(self.path)
-                # a torn header keeps the segment out of the reader's lists (nothing to remove)
-                if seg in reader.segments:
-                    reader.segments.remove(seg)
-                tl = reader.timelines.get(seg.timeline)
-                if tl is not None and seg in tl.segments:
-                    tl.segments.remove(seg)
-                    if not tl.segments:
-                        del reader.timelines[seg.timeline]
-            else:
-                with _io_step(f"cut off the torn tail at offset {torn.offset} of", seg.path):
-                    f = self.fs.open_append(seg.path)
-                    try:
-                        f.truncate(torn.offset)
-                        f.sync()
-                    finally:
-                        f.close()
-                seg.size = torn.offset
-        reader.torn.clear()
+    def _cut_torn(self, torn) -> None:
+        seg = torn.segment
+        if seg.archived:
+            return
+        with open(seg.path, "rb") as f:
+            f.seek(torn.offset)
+            tail = f.read()
+        with _io_step("copy the torn tail aside into torn/ from", seg.path):
+            leftovers.copy_torn_tail(self.fs, self.path, seg.name, torn.offset, tail)
+        if torn.offset == 0:
+            # a torn header keeps the segment out of the reader's lists: only the file goes
+            with _io_step("remove the torn segment", seg.path):
+                self.fs.unlink(seg.path)
+                self.fs.fsync_dir(self.path)
+        else:
+            with _io_step(f"cut off the torn tail at offset {torn.offset} of", seg.path):
+                f = self.fs.open_append(seg.path)
+                try:
+                    f.truncate(torn.offset)
+                    f.sync()
+                finally:
+                    f.close()
+            seg.size = torn.offset
 
     def _create_segment(self, header: fmt.SegmentHeader, *, publish: bool = True,
                         opening: bool = False) -> _SegmentPlan:

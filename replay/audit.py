@@ -52,13 +52,13 @@ from __future__ import annotations
 
 import os
 
-from journal import Admitted, Discarded, Finished, Reader, Taken, Trained
+from journal import Admitted, Discarded, Finished, ProblemKind, Reader, Taken, Trained
 from snapshot import RestoreError, anchor_problem, cut_dirs, read_cut
 from snapshot.row_ledger import Bytes, RowLedger, Rows
 
 from .cut_status import is_journal
 from .reports import AuditReport, NotAJournal
-from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records, history,
+from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records,
                    history_bytes, no_progress, tracked, unique_problems)
 
 FENCED_NOT_RECORDED = ("fenced late results (seals of an attempt that was given up) are rejected "
@@ -90,7 +90,7 @@ def audit_base(reader: Reader, path: str) -> Base:
     `<path>/snapshots` on the active history at or after the LSN before its first commit that
     has a row ledger, else the oldest such cut without one (the rows taken before it are then
     not covered), else nothing to stand on."""
-    first = next(iter(history(reader)), None)
+    first = next(iter(reader.records()), None)
     if first is None or first.commit.lsn == 1:
         return Base(RowLedger())
     need = first.commit.lsn - 1
@@ -147,11 +147,11 @@ class Audit:
         first_lsns = {b.branch_lsn + 1 for b in self.branches if b.child is not None}
         start = self.base.lsn + 1
         for lsn in sorted(x for x in first_lsns if x < start):  # before the base: read where kept
-            for rec in history(self.reader, start_lsn=lsn, stop_lsn=lsn):
+            for rec in self.reader.records(start_lsn=lsn, stop_lsn=lsn):
                 self._first_commit(rec)
         bar = progress("audit: active history", history_bytes(self.reader, start))
         try:
-            self._fold_active(tracked(history(self.reader, start_lsn=start), bar, self.sizes), first_lsns)
+            self._fold_active(tracked(self.reader.records(start_lsn=start), bar, self.sizes), first_lsns)
         finally:
             bar.close()
 
@@ -317,7 +317,7 @@ class Audit:
             return
         bar = progress("audit: problem rows", history_bytes(self.reader))
         try:
-            self._details(want, tracked(history(self.reader), bar, self.sizes))
+            self._details(want, tracked(self.reader.records(), bar, self.sizes))
         finally:
             bar.close()
 
@@ -425,7 +425,7 @@ def _not_covered(mode: str, problems, skipped) -> list[str]:
     it holds nothing to audit) and commits that could not be applied."""
     out = []
     for p in problems:
-        if p.kind == "torn":
+        if p.kind is ProblemKind.TORN:
             continue
         where = f"{p.segment} offset {p.offset} (LSN {p.lsn})"
         out.append(f"{where}: {p.message}: " + ("the history ends here (point_in_time)"

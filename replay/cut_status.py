@@ -12,12 +12,10 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
-from journal import CheckpointBegun, CheckpointCommitted, Reader
+from journal import Reader, checkpoint_markers
 from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, Cut, JournalMismatch, ManifestMissing,
                       RestoreError, anchor_problem, check_of, cut_dirs, read_cut)
 import journal
-
-from .walk import history
 
 MANIFEST_CHECK, ANCHOR_CHECK = check_of(ManifestMissing), check_of(JournalMismatch)
 
@@ -64,15 +62,8 @@ def classify_cut(path: str, reader: Reader | None, entry: dict | None = None) ->
 def latest_checkpoint_lsn(reader: Reader, cut: Cut | None) -> int | None:
     """The checkpoint_begun LSN of the newest committed checkpoint of the active history, scanning
     only the tail after `cut` (markers only)."""
-    pending = dict(cut.state.pending_checkpoints) if cut else {}
-    committed = dict(cut.state.committed_checkpoints) if cut else {}
-    for rec in history(reader, start_lsn=(cut.lsn + 1) if cut else 1):
-        for ev in rec.commit.events:
-            t = type(ev)
-            if t is CheckpointBegun:
-                pending[ev.step] = rec.commit.lsn
-            elif t is CheckpointCommitted and ev.step in pending:
-                committed[ev.step] = pending.pop(ev.step)
+    _end, committed = checkpoint_markers(reader.records(start_lsn=(cut.lsn + 1) if cut else 1),
+                                         cut.state if cut else None, tolerant=reader.mode == "salvage")
     return max(committed.values()) if committed else None
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import os
 
 import journal
-from journal import Owner, Reader, State
+from journal import Owner, ProblemKind, Reader, State, history
 from snapshot import CHECKS, read_cut
 
 from .cut_status import check_one_cut, is_cut, is_journal, list_cuts
 from .reports import Check, Finding, NotAJournal, VerifyReport
-from .walk import Progress, active_lineage, no_progress, span_bytes, tracked, unique_problems
+from .walk import Progress, no_progress, span_bytes, tracked, unique_problems
 
 CUT_CHECKS = f"checks 1-{len(CHECKS)}"  # the whole chain of a cut, as the labels name it
 
@@ -64,14 +64,6 @@ def _differs(cut_state: State, fold: State) -> str | None:
     if (cut_state.loader is None) != (fold.loader is None):
         return "one holds a loader state, the other does not"
     return None
-
-
-def _owner_of(timelines: dict, t: int, x: int) -> int | None:
-    """The timeline whose own commits include LSN x of timeline t's parent history."""
-    o = timelines[t].parent
-    while o in timelines and timelines[o].branch_lsn >= x:
-        o = timelines[o].parent
-    return o if o in timelines else None
 
 
 def verify(path: str, *, progress: Progress = no_progress) -> VerifyReport:
@@ -109,10 +101,10 @@ class _JournalVerification:
         self.tls = reader.timelines
         segs = reader.segments
         self.rep.check("segment headers", f"{len(segs)} segment(s), {sum(s.archived for s in segs)} archived",
-                       not any(p.kind != "torn" for p in reader.problems))
-        self.lineage = lineage = active_lineage(reader)
-        self.active_limit = {tl.timeline: (lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None)
-                             for i, tl in enumerate(lineage)}
+                       not any(p.kind is not ProblemKind.TORN for p in reader.problems))
+        self.spans = history.spans(self.tls)
+        self.lineage = [s.timeline for s in self.spans]
+        self.active_limit = {s.timeline.timeline: s.limit for s in self.spans}
         self.cuts = list_cuts(path, reader, find_restore=False)
         self.valid_cuts: dict[int, dict] = {}
         for e in self.cuts:
@@ -129,7 +121,7 @@ class _JournalVerification:
             if not tl.parent or tl.parent not in tls:
                 roots.append(t)
                 continue
-            o = _owner_of(tls, t, tl.branch_lsn)
+            o = history.holder(tls, tl.parent, tl.branch_lsn)
             root, seen = tl.parent, {t}
             while tls[root].parent in tls and root not in seen:
                 seen.add(root)
@@ -150,8 +142,7 @@ class _JournalVerification:
     def plan_cut_comparisons(self) -> None:
         """Each valid cut is compared while the active timeline holding its LSN is folded."""
         for lsn, e in self.valid_cuts.items():
-            owner = next((tl.timeline for tl in self.lineage if tl.branch_lsn < lsn and (
-                self.active_limit[tl.timeline] is None or lsn <= self.active_limit[tl.timeline])), None)
+            owner = next((s.timeline.timeline for s in self.spans if s.holds(lsn)), None)
             if owner is not None:
                 self.compare.setdefault(owner, {}).setdefault(lsn, []).append(e)
 
@@ -198,7 +189,7 @@ class _JournalVerification:
         state, seed_expected = self.starts[t]
         first_seg = tl.segments[0]
         if seed_expected is not None and first_seg.header.chain_seed != seed_expected:
-            rep.problem("chain", f"timeline {t} does not continue its parent's chain at LSN "
+            rep.problem(ProblemKind.CHAIN.value, f"timeline {t} does not continue its parent's chain at LSN "
                         f"{tl.branch_lsn} (seed {first_seg.header.chain_seed:#010x}, expected "
                         f"{seed_expected:#010x})", first_seg.name, 0, tl.branch_lsn)
         children = self.wanted.get(t, {})
@@ -235,7 +226,7 @@ class _JournalVerification:
         span = f"LSN {lo}..{hi}, {n} commit(s)" if n else "no commits"
         role = "active" if t in self.active_limit else "dead branch"
         names = {s.name for s in tl.segments}
-        ok_frames = not any(p.kind != "torn" and p.segment in names for p in self.reader.problems)
+        ok_frames = not any(p.kind is not ProblemKind.TORN and p.segment in names for p in self.reader.problems)
         rep.check("frames, checksums, chain, LSNs", f"timeline {t} ({role})", ok_frames, span)
         if self.starts[t][0] is not None or state is not None:
             rep.check("ownership rules", f"timeline {t} ({role})", broken is None,
@@ -256,12 +247,12 @@ class _JournalVerification:
 
     def report_damage(self) -> None:
         for p in unique_problems(self.reader):
-            if p.kind == "torn":
-                self.rep.problem("torn", f"{p.message.removeprefix('torn tail: ')} ({p.length} bytes "
+            if p.kind is ProblemKind.TORN:
+                self.rep.problem(ProblemKind.TORN.value, f"{p.message.removeprefix('torn tail: ')} ({p.length} bytes "
                                  "never acknowledged; the writer cuts it off when it opens the journal)",
                                  p.segment, p.offset, p.lsn, warn=True)
             else:
-                self.rep.problem(p.kind, p.message + f" ({p.length} bytes)", p.segment, p.offset, p.lsn)
+                self.rep.problem(p.kind.value, p.message + f" ({p.length} bytes)", p.segment, p.offset, p.lsn)
 
     def report_cuts(self) -> None:
         rep = self.rep
@@ -294,7 +285,7 @@ class _JournalVerification:
             self.rep.check(*what, True, "none committed: restore starts empty")
             return
         step, lsn = latest
-        damaged = any(p.kind != "torn" for p in self.reader.problems)
+        damaged = any(p.kind is not ProblemKind.TORN for p in self.reader.problems)
         base = next((e for e in self.cuts if e["status"] == "valid" and e["lsn"] <= lsn), None)
         self.rep.check(*what, not damaged, f"step {step} at LSN {lsn}, from " + (
             f"cut {base['name']} + tail" if base else "the journal from LSN 1"))

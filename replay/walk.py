@@ -1,5 +1,6 @@
-"""Walking a journal's histories for inspection: a fold that can tolerate damage, where
-each branch of history starts and leaves the active one, and progress over a scan.
+"""Walking a journal's histories for inspection: a fold that can tolerate damage, the bytes
+a scan reads, and progress over it. Which timelines are active and where each dead tail
+leaves the active history is `journal.history`'s.
 
 `Fold` applies records with the journal's own `apply` (so the ownership rules
 are the writer's). Strict, it raises on the first violation; tolerant (the
@@ -16,11 +17,11 @@ Memory is the fold's: the live groups plus a byte per terminal group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol
 
 import journal
-from journal import Reader, Record, State, apply
+from journal import Reader, Record, State, apply, history
+from journal.history import Branch
 
 
 class Skip(NamedTuple):
@@ -65,57 +66,13 @@ class Fold:
         return True
 
 
-@dataclass
-class Branch:
-    """A part of history that is no longer active (a dead tail) and where it left the active one."""
-
-    timeline: int      # the timeline whose records these are
-    branch_lsn: int    # its records after this LSN are dead
-    divergence: int    # the last LSN it shares with the active history
-    child: int | None  # the active timeline that branched at `branch_lsn`, when there is one
-
-
-def history(reader: Reader, **kw) -> Iterator[Record]:
-    """`reader.records(**kw)`; in point_in_time mode the history ends at the first LSN that does
-    not follow (the reader stops a timeline at its damage, but would go on with a later branch)."""
-    records = reader.records(**kw)
-    if reader.mode != "point_in_time":
-        yield from records
-        return
-    last = None
-    for rec in records:
-        if last is not None and rec.commit.lsn != last + 1:
-            return
-        last = rec.commit.lsn
-        yield rec
-
-
 def active_lineage(reader: Reader) -> list:
-    return reader.lineage() if reader.timelines else []
+    return history.lineage(reader.timelines)
 
 
 def dead_branches(reader: Reader) -> list[Branch]:
     """Every dead tail with the LSN at which it diverged from the active history."""
-    lineage = active_lineage(reader)
-    active = {tl.timeline: i for i, tl in enumerate(lineage)}
-    limit = {tl.timeline: (lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None)
-             for i, tl in enumerate(lineage)}
-    out = []
-    for t, branch_lsn, _records in reader.dead_tails():
-        if t in active:
-            child = lineage[active[t] + 1].timeline
-            out.append(Branch(t, branch_lsn, branch_lsn, child))
-            continue
-        x, p = branch_lsn, reader.timelines[t].parent
-        seen = set()
-        while p and p not in active and p in reader.timelines and p not in seen:
-            seen.add(p)
-            x = min(x, reader.timelines[p].branch_lsn)
-            p = reader.timelines[p].parent
-        lim = limit.get(p)
-        div = x if lim is None else min(x, lim)
-        out.append(Branch(t, branch_lsn, div, None))
-    return out
+    return history.dead_branches(reader.timelines)
 
 
 def dead_records(reader: Reader, branch: Branch) -> Iterator[Record]:
@@ -184,11 +141,9 @@ def span_bytes(reader: Reader, timeline: int, start_lsn: int, stop_lsn: int | No
 
 def history_bytes(reader: Reader, start_lsn: int = 1, stop_lsn: int | None = None, *,
                   timeline: int | None = None) -> int:
-    """Bytes `history(reader, ...)` reads on the active history (or on `timeline`'s)."""
-    lineage = active_lineage(reader) if timeline is None else reader.lineage(timeline)
+    """Bytes `reader.records(...)` reads on the active history (or on `timeline`'s)."""
     total = 0
-    for i, tl in enumerate(lineage):
-        limit = lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None
+    for tl, limit in history.spans(reader.timelines, timeline):
         hi = limit if stop_lsn is None else (stop_lsn if limit is None else min(limit, stop_lsn))
         lo = max(start_lsn, tl.branch_lsn + 1)
         if hi is None or hi >= lo:

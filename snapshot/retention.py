@@ -14,7 +14,7 @@ import os
 
 import zstandard
 
-from journal import JournalIOError, OsFileSystem, Reader, read_segment_bytes
+from journal import JournalIOError, OsFileSystem, Reader, history, read_segment_bytes
 from journal.layout import REPLACE_TMP_SUFFIX, archive_name
 
 from .io_errors import io_step, remove_quietly
@@ -29,9 +29,7 @@ def retirable_segments(reader: Reader, boundary_lsn: int) -> list:
     The last segment of a timeline is never retired (it may still grow, or it
     holds a dead tail kept for forensics)."""
     out = []
-    lineage = reader.lineage() if reader.timelines else []
-    for i, tl in enumerate(lineage):
-        limit = lineage[i + 1].branch_lsn if i + 1 < len(lineage) else None
+    for tl, limit in history.spans(reader.timelines):
         for seg, nxt in zip(tl.segments, tl.segments[1:]):
             last_lsn = nxt.first_lsn - 1
             if last_lsn <= boundary_lsn and (limit is None or last_lsn <= limit):

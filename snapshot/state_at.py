@@ -13,6 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from journal import JournalCorrupt, OwnershipError, Reader, State, checkpoint_markers, fold_records
+from journal.history import NoSuchPoint, restore_point
 
 from .catalog import Skipped, anchored_cuts, newest_readable
 from .cut import Cut
@@ -138,24 +139,10 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
         end, committed = checkpoint_markers(reader.records(start_lsn=newest.lsn + 1 if newest else 1),
                                             newest.state if newest is not None else None)
         state = None
-    target_step = None
-    if step is not None:
-        if step not in committed:
-            raise RestoreError(f"{journal_path}: no committed checkpoint for step {step} on the active "
-                               f"history (committed steps: {sorted(committed) or 'none'})")
-        target, target_step = committed[step], step
-    elif at == "latest-checkpoint":
-        if committed:
-            target_step, target = max(committed.items(), key=lambda kv: kv[1])
-        else:
-            target = 0
-    elif at == "end":
-        target = end
-    else:
-        if not 0 <= at <= end:
-            raise RestoreError(f"{journal_path}: LSN {at} is outside the active history (0..{end})")
-        target = at
-        target_step = next((s for s, lsn in committed.items() if lsn == at), None)
+    try:
+        target, target_step = restore_point(at, step, end, committed)
+    except NoSuchPoint as exc:
+        raise RestoreError(f"{journal_path}: {exc}") from None
     if target == 0 and step is None and at == "latest-checkpoint":
         base, state = None, State()
     elif state is None or newest is not None and newest.lsn > target or not back.back_to(target):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from journal import ProblemKind
+
 from ..audit import audit
 from . import options, render
 from .progress import Progress
@@ -81,7 +83,7 @@ def render_report(doc: dict, show_all: bool = False) -> list[str]:
               x["finished"], x["salvaged"], x["regenerated"], x["trained"], x["discarded"]]
              for x in doc["dead_tails"]], show_all, indent="  ")
     lines += _rollout_lines(doc["rollouts"], show_all)
-    torn = [p for p in doc["reader_problems"] if p["kind"] == "torn"]
+    torn = [p for p in doc["reader_problems"] if p["kind"] == ProblemKind.TORN]
     if torn:
         lines += ["", "torn tails (never acknowledged, nothing to audit in them):"]
         lines += render.capped_lines((f"  {p['segment']} offset {p['offset']} LSN {p['lsn']}: {p['message']}"

@@ -13,7 +13,7 @@ import sys
 
 import zstandard
 
-from ..walk import history, history_bytes
+from ..walk import history_bytes
 from . import options, render
 from .event_rows import event_dict
 from .source import InspectError, Source, open_source
@@ -67,7 +67,7 @@ def run(args) -> int:
     tmp = f"{target}.tmp-{os.getpid()}"
     events = commits = 0
     first = last = None
-    records = src.scan("export", history(reader, timeline=args.timeline, start_lsn=lo, stop_lsn=args.to_lsn),
+    records = src.scan("export", reader.records(timeline=args.timeline, start_lsn=lo, stop_lsn=args.to_lsn),
                        history_bytes(reader, lo, args.to_lsn, timeline=args.timeline))
     try:
         with open(tmp, "wb") as raw:

@@ -7,7 +7,7 @@ import sys
 
 from journal import Admitted, Owner, Taken
 
-from ..walk import dead_branches, dead_bytes, dead_records, history, history_bytes
+from ..walk import dead_branches, dead_bytes, dead_records, history_bytes
 from . import render
 from .event_rows import LINE_HEADER, event_dict, event_line, names_group
 from .source import PROBLEMS, open_source
@@ -69,7 +69,7 @@ def run(args) -> int:
                 events.append(d)
                 lines.append(event_line(rec, ev, note="" if branch == "active" else f"[{branch}]"))
 
-    scan(src.scan("group: active history", history(reader), history_bytes(reader)), True)
+    scan(src.scan("group: active history", reader.records(), history_bytes(reader)), True)
     branches = dead_branches(reader)
     dead = (rec for b in branches for rec in dead_records(reader, b))
     scan(src.scan("group: dead tails", dead, dead_bytes(reader, branches)), False)

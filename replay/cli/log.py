@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from journal import EVENT_KINDS, Taken
+from journal import EVENT_KINDS, ProblemKind, Taken
 
-from ..walk import history, history_bytes, unique_problems
+from ..walk import history_bytes, unique_problems
 from . import options, render
 from .event_rows import LINE_HEADER, event_dict, event_line, names_group
 from .source import InspectError, Source, open_source
@@ -56,7 +56,7 @@ def report_skips(src: Source, skipped, err: TextIO) -> list[str]:
     """What the reader skipped or found torn, as lines (also written to stderr)."""
     lines = []
     for p in unique_problems(src.reader):
-        what = "torn tail" if p.kind == "torn" else f"{p.kind}, skipped" if src.mode == "salvage" else p.kind
+        what = "torn tail" if p.kind is ProblemKind.TORN else f"{p.kind}, skipped" if src.mode == "salvage" else p.kind
         lines.append(f"{what}: {p.segment} offset {p.offset} (LSN {p.lsn}): {p.message} ({p.length} bytes)")
     for s in skipped:
         lines.append(f"skipped commit: {s.text()}")
@@ -80,7 +80,7 @@ def run(args) -> int:
     want_group = args.group
     want_idx = args.idx
     focus = (want_idx, args.task) if want_idx is not None else None
-    records = history(reader, timeline=args.timeline, start_lsn=lo, stop_lsn=hi)
+    records = reader.records(timeline=args.timeline, start_lsn=lo, stop_lsn=hi)
     total = history_bytes(reader, lo, hi, timeline=args.timeline)
     gaps: list[_Gap] = []  # LSNs missing between two records (damaged frames skipped in salvage)
     n = 0

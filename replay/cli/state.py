@@ -15,9 +15,10 @@ from typing import Any
 
 import journal
 from journal import Owner, State, checkpoint_markers
+from journal.history import NoSuchPoint, restore_point
 from snapshot import RestoreError, read_cut, state_at
 
-from ..walk import Fold, history
+from ..walk import Fold
 from . import options, render
 from .source import InspectError, Source, open_source
 
@@ -102,23 +103,15 @@ def jsonable(value: Any) -> Any:
 
 def _reading_point(src: Source, at, step):
     reader = src.reader
-    end, committed = checkpoint_markers(history(reader))
-    target_step = None
-    if step is not None:
-        if step not in committed:
-            raise InspectError(f"no committed checkpoint for step {step} (committed: {sorted(committed) or 'none'})")
-        target, target_step = committed[step], step
-    elif at == "latest-checkpoint":
-        target_step, target = max(committed.items(), key=lambda kv: kv[1]) if committed else (None, 0)
-    elif at == "end":
-        target = end
-    else:
-        if at > end:
-            raise InspectError(f"LSN {at} is outside the readable history (0..{end})")
-        target = at
-    fold = Fold(tolerant=src.mode == "salvage")
+    tolerant = src.mode == "salvage"
+    end, committed = checkpoint_markers(reader.records(), tolerant=tolerant)
+    try:
+        target, target_step = restore_point(at, step, end, committed)
+    except NoSuchPoint as exc:
+        raise InspectError(f"{exc} (the history read in {src.mode} mode)") from None
+    fold = Fold(tolerant=tolerant)
     if target:
-        for rec in history(reader, stop_lsn=target):
+        for rec in reader.records(stop_lsn=target):
             fold.add(rec)
     return fold.state, target_step, end, None, [], fold.skipped
 

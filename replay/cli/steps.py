@@ -13,7 +13,7 @@ import sys
 
 from journal import Owner, Trained
 
-from ..walk import Fold, active_lineage, history, history_bytes
+from ..walk import Fold, active_lineage, history_bytes
 from . import options, render
 from .source import InspectError, Source, open_source
 
@@ -45,7 +45,7 @@ def steps(src: Source) -> tuple[list[dict], Fold]:
     fold = Fold(tolerant=src.mode == "salvage")
     counts = fold.state.counts
     rows: dict[int, dict] = {}
-    for rec in src.scan("steps", history(reader), history_bytes(reader)):
+    for rec in src.scan("steps", reader.records(), history_bytes(reader)):
         trained = [ev for ev in rec.commit.events if type(ev) is Trained]
         if not fold.add(rec) or not trained:
             continue

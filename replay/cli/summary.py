@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 import sys
 
-from journal import EVENT_KINDS, Owner, State
+from journal import EVENT_KINDS, Owner, ProblemKind, State
 from snapshot import Skipped, read_cut, usable_cuts
 
 from ..cut_status import list_cuts, tally
-from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records, history,
+from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
                     history_bytes, unique_problems)
 from . import options, render
 from .source import InspectError, PROBLEMS, Source, open_source
@@ -94,7 +94,7 @@ def summarize(src: Source) -> dict:
     commits = 0
     lsn_range: dict[int, list[int]] = {}
     scanned_from = state.lsn + 1
-    for rec in src.scan("summary: active history", history(reader, start_lsn=scanned_from),
+    for rec in src.scan("summary: active history", reader.records(start_lsn=scanned_from),
                         history_bytes(reader, scanned_from)):
         fold.add(rec)
         commits += 1
@@ -238,7 +238,7 @@ def render_summary(s: dict, show_all: bool = False) -> list[str]:
 
 
 def _problem_kind(p: dict) -> str:
-    return "torn tail (never acknowledged; the writer cuts it off on open)" if p["kind"] == "torn" else p["kind"]
+    return "torn tail (never acknowledged; the writer cuts it off on open)" if p["kind"] == ProblemKind.TORN else p["kind"]
 
 
 def run(args) -> int:

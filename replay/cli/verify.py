@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from journal import ProblemKind
+
 from ..verify import CUT_CHECKS, verify
 from . import options, render
 from .progress import Progress
@@ -22,7 +24,7 @@ EPILOG = ("examples:\n  journal-inspect verify runs/exp1/journal && echo clean\n
           "  journal-inspect verify runs/exp1/journal --json | jq '.problems'")
 
 
-_LABELS = {"torn": "torn tail"}
+_LABELS = {ProblemKind.TORN.value: "torn tail"}
 
 
 add_arguments = options.add_all  # --all is its only option of its own
