@@ -1,7 +1,9 @@
 """The rollout rules (seal, fail, attempts, finish, discard) driven by a hypothesis state
 machine against a model of their own, written out again here and not built on
 `journal.fold`: after every step the writer, and after reopens a strict reader, agree with
-it, and an illegal call or transaction leaves every file byte for byte as it was."""
+it; an illegal call or transaction leaves every file byte for byte as it was; a crash after
+a checkpoint, restore and resume goes back to the checkpoint with the next attempt for
+every unsealed rollout."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from journal import GroupRef, Journal, Owner, OwnershipError, Reader, RolloutRef, StaleAttempt
 from journal_model import tree_bytes
+from replay import restore
 
 
 class Illegal(Exception):
@@ -29,6 +32,17 @@ class RolloutModel:
     def __init__(self):
         self.groups: dict[int, list] = {}
         self.next_gid = 0
+
+    def resumed(self) -> "RolloutModel":
+        """The model a restore-and-resume at this point leaves: every unsealed rollout of an
+        ADMITTED group gets the next attempt (ids stay used: next_gid is kept by the caller)."""
+        m = self.copy()
+        for owner, n, attempts, sealed, _ in m.groups.values():
+            if owner == Owner.ADMITTED and n is not None:
+                for i in range(n):
+                    if i not in sealed:
+                        attempts[i] += 1
+        return m
 
     def copy(self) -> "RolloutModel":
         m = RolloutModel()
@@ -131,6 +145,8 @@ class RolloutMachine(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="oj-rollouts-")
         self.j = Journal.open(self.dir, sync="none", segment_bytes=4096)
         self.model = RolloutModel()
+        self.at_checkpoint = RolloutModel()  # the model as of the last committed checkpoint
+        self.step = 0
 
     def teardown(self):
         self.j.close()
@@ -183,6 +199,31 @@ class RolloutMachine(RuleBasedStateMachine):
         self.j.close()
         assert_matches(Reader(self.dir, "strict").fold(), self.model)
         self.j = Journal.open(self.dir, sync="none", segment_bytes=4096)
+
+    @rule()
+    def checkpoint(self):
+        self.step += 1
+        self.j.begin_checkpoint(step=self.step)
+        self.j.commit_checkpoint(step=self.step)
+        self.at_checkpoint = self.model.copy()
+
+    @rule()
+    def crash_restore_resume(self):
+        """Whatever came after the last committed checkpoint is a dead tail: restore goes back
+        to it, hands out the unsealed rollouts with their next attempt, and the resume records
+        exactly that (a late seal of the old attempt is then stale)."""
+        self.j.close()
+        state = restore(self.dir)
+        expected = self.at_checkpoint.resumed()
+        expected.next_gid = self.model.next_gid  # ids of the dead tail are never handed out again
+        for g in state.admitted:
+            _, n, attempts, sealed, locators = expected.groups[g.group_id]
+            if n is not None:
+                assert [(r.index, r.attempt, r.sealed, r.locator) for r in g.rollouts] == \
+                    [(i, attempts[i], i in sealed, locators.get(i)) for i in range(n)]
+        self.j = Journal.open(self.dir, sync="none", segment_bytes=4096, resume=state)
+        self.model = expected
+        self.at_checkpoint = expected.copy()
 
     @invariant()
     def writer_matches(self):
