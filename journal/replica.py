@@ -93,7 +93,12 @@ class Bucket:
 
     def list(self) -> dict[str, int]:
         """name -> size of every object under the prefix (paginated LIST)."""
-        return {m["path"]: m["size"] for batch in self._ob.list(self.store) for m in batch}
+        try:
+            return {m["path"]: m["size"] for batch in self._ob.list(self.store) for m in batch}
+        except self._exc.InvalidPathError as exc:
+            raise ReplicaError(f"replica {self.where}: the bucket holds an object whose name is not "
+                               f"a plain path (a '..', '.' or empty part), so nothing in it is "
+                               f"used: {str(exc).splitlines()[0]}; remove that object") from None
 
     def get(self, name: str) -> bytes:
         return bytes(self._ob.get(self.store, name).bytes())
@@ -173,7 +178,7 @@ class Lease:
         else:
             e_tag = None
         body = self._body()
-        new = self.bucket.lease_put(body, e_tag)
+        new = self.bucket.lease_put(body, e_tag) or self._ours_after_all()
         if new is None:
             raise JournalLocked(f"replica {self.bucket.where}: another writer took its lease "
                                 f"({layout.LEASE_NAME}) at the same moment; try again")
@@ -185,8 +190,14 @@ class Lease:
             raise LeaseLost(f"replica {self.bucket.where}: this writer lost its lease "
                             f"({layout.LEASE_NAME} was replaced by another writer)", object=layout.LEASE_NAME)
 
+    def _ours_after_all(self) -> str | None:
+        """The lease's ETag if it holds our token: a write of ours whose answer was lost (its
+        retry then failed its precondition) still made the lease ours."""
+        current = self.bucket.lease_get()
+        return current[1] if current is not None and current[0].get("holder") == self.token else None
+
     def renew(self, *, released: bool = False) -> None:
-        new = self.bucket.lease_put(self._body(released), self.e_tag)
+        new = self.bucket.lease_put(self._body(released), self.e_tag) or self._ours_after_all()
         if new is None:
             raise LeaseLost(f"replica {self.bucket.where}: renewing the lease failed: another "
                             f"writer replaced {layout.LEASE_NAME}", object=layout.LEASE_NAME)
@@ -227,13 +238,13 @@ class Inventory:
     def has_history(self) -> bool:
         return bool(self.by_key)
 
-    def shipped_prefix(self, timeline: int, first_lsn: int) -> tuple[int, int]:
-        """(end offset, last LSN) of the contiguous pieces of a segment from offset 0; (0, first-1)
-        when there are none."""
-        offset, lsn = 0, first_lsn - 1
+    def shipped_pieces(self, timeline: int, first_lsn: int) -> list[layout.ReplicaObject]:
+        """The contiguous pieces of a segment from offset 0."""
+        out, offset = [], 0
         while (obj := self.by_key.get(("piece", timeline, first_lsn, offset))) is not None:
-            offset, lsn = offset + self.sizes[obj.name], obj.to_lsn
-        return offset, lsn
+            out.append(obj)
+            offset += self.sizes[obj.name]
+        return out
 
 
 class Replica:
@@ -345,7 +356,7 @@ class Replica:
             with self._cv:
                 while True:
                     if self._stopped is not None:
-                        self._wake_flushers()
+                        self._cv.notify_all()
                         return
                     wanted = self._requested
                     now = time.monotonic()
@@ -356,7 +367,9 @@ class Replica:
                         break
                     if self.lease.renew_due():
                         break
-                    self._cv.wait(max(due - now, 0.0) if self._has_news() else self.ship_interval)
+                    renew_in = self.lease.renewed + LEASE_SECONDS / 3 - now
+                    self._cv.wait(max(min(due - now if self._has_news() else self.ship_interval,
+                                          renew_in), 0.0))
                     if not self._has_news() and self._cuts_changed():
                         self._last_pass = 0.0
                         self._requested += 1
@@ -380,12 +393,7 @@ class Replica:
                                         f"{type(exc).__name__}: {exc}"))
                 return
             if closing:
-                with self._cv:
-                    self._wake_flushers()
                 return
-
-    def _wake_flushers(self) -> None:
-        self._cv.notify_all()
 
     def _has_news(self) -> bool:
         return self._note is not None and self._note[0] > self._shipped_lsn
@@ -394,11 +402,11 @@ class Replica:
         return self._list_cuts() != self._cuts_seen
 
     def _stop(self, exc: BaseException) -> None:
+        if isinstance(exc, LeaseLost):  # the journal fails before any flush hears of it
+            self._on_lost(exc)
         with self._cv:
             self._stopped = exc
             self._cv.notify_all()
-        if isinstance(exc, LeaseLost):
-            self._on_lost(exc)
 
     def _retrying(self, fn: Callable[[], Any], what: str):
         """`fn()`, retried with backoff on any failure of the store; our own verdicts (a conflict,
@@ -445,16 +453,18 @@ class Replica:
         key = Inventory.key(obj)
         known = self.inventory.by_key.get(key)
         if known is not None and known.name != obj.name:
-            raise ReplicaConflict(
-                f"replica {self.where}: object {known.name} is in the bucket where this journal "
-                f"{self.path} ships {obj.name} (other bytes for the same {obj.kind} of timeline "
-                f"{obj.timeline}, LSN {obj.from_lsn}): shipping stopped. The bucket holds another "
-                "history here: use another replica URL, or restore from the bucket and resume",
-                object=known.name)
+            raise self._conflict(known.name, f"this journal ships {obj.name}, other bytes for "
+                                 f"the same {obj.kind} of timeline {obj.timeline}, LSN {obj.from_lsn}")
         if known is None:
             self._retrying(lambda: self.bucket.create(obj.name, data), f"upload {obj.name}")
             self.inventory.sizes[obj.name] = len(data)
             self.inventory.add(obj)
+
+    def _conflict(self, name: str, detail: str) -> ReplicaConflict:
+        return ReplicaConflict(
+            f"replica {self.where}: object {name} is in the bucket, but {detail} (journal "
+            f"{self.path}): shipping stopped. The bucket holds another history here: use another "
+            "replica URL, or restore from the bucket and resume", object=name)
 
     def _ship_sealed(self, active: tuple[int, int]) -> None:
         segs = [s for s in list_segments(self.path) if (s.timeline, s.first_lsn) < active]
@@ -480,7 +490,7 @@ class Replica:
 
     def _ship_active(self, tl: int, first: int, path: str, end: int, lsn: int) -> None:
         if self._active is None or self._active[:2] != (tl, first):
-            self._active = (tl, first, *self.inventory.shipped_prefix(tl, first))
+            self._active = (tl, first, *self._adopt_pieces(tl, first, path))
         _, _, offset, shipped = self._active
         if end <= offset or lsn <= shipped:
             return
@@ -489,6 +499,19 @@ class Replica:
         name = layout.piece_name(tl, first, offset, shipped + 1, lsn, sha256_hex(data))
         self._upload(layout.parse_replica_object(name), data)
         self._active = (tl, first, offset + len(data), lsn)
+
+    def _adopt_pieces(self, tl: int, first: int, path: str) -> tuple[int, int]:
+        """(end offset, last LSN) of what the bucket holds of the active segment, once its bytes
+        are checked to be the local ones (else another history wrote there: a conflict)."""
+        offset, lsn = 0, first - 1
+        with open(path, "rb") as f:
+            for piece in self.inventory.shipped_pieces(tl, first):
+                size = self.inventory.sizes[piece.name]
+                if not sha256_hex(os.pread(f.fileno(), size, offset)).startswith(piece.sha):
+                    raise self._conflict(piece.name, f"bytes {offset}..{offset + size} of {path} "
+                                         "are other bytes for the same piece")
+                offset, lsn = offset + size, piece.to_lsn
+        return offset, lsn
 
     def _list_cuts(self) -> tuple:
         snapshots = os.path.join(self.path, layout.SNAPSHOTS_DIR)

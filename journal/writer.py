@@ -29,7 +29,7 @@ from . import format as fmt
 from . import layout, leftovers, locks
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalWarning, TransactionClosed)
+                     JournalWarning, ReplicaError, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained, commit_encoder)
@@ -225,6 +225,9 @@ class Journal:
                                          ship_interval=ship_interval, on_lost=self._lose_lease)
         self._replica.acquire(takeover=resuming)
         _replica.refuse_foreign_history(self._replica, bool(list_segments(self.path)), resuming)
+        status = os.path.join(self.path, layout.REPLICA_DIR)
+        with _io_step("create the replica status directory", status):
+            self.fs.makedirs(status)  # from now on retention retires shipped segments only
         self._timeline_floor = self._replica.inventory.max_timeline()
 
     def _note_durable(self) -> None:
@@ -251,8 +254,11 @@ class Journal:
         (lost lease) when shipping stopped."""
         self.replica_lag()  # refuses a journal without a replica
         self.flush()
-        self._replica.flush(timeout)
-        self._check_usable()
+        try:
+            self._replica.flush(timeout)
+        except ReplicaError:
+            self._check_usable()  # a lost lease failed the journal: JournalFailed
+            raise
 
     def _remove_leftovers(self) -> None:
         """Remove what crashes left that is provably garbage (see `leftovers`): torn/ duplicates

@@ -23,6 +23,7 @@ import os
 import time
 
 from journal import layout
+from journal.errors import ReplicaError
 from journal.replica import BACKOFF_FIRST, BACKOFF_MAX, Bucket, describe, open_store
 from snapshot import RestoreError
 from snapshot.manifest import decode as decode_manifest
@@ -42,7 +43,7 @@ class ReplicaCorrupt(RestoreError):
     """An object's bytes do not match its name (truncated, replaced), or two objects claim the
     same part of a segment."""
 
-    def __init__(self, message: str, *, object: str):
+    def __init__(self, message: str, *, object: str | None):
         super().__init__(message)
         self.object = object
 
@@ -58,6 +59,8 @@ def _retry(fn, what: str, where: str):
             return fn()
         except (FileNotFoundError, FileExistsError):
             raise
+        except ReplicaError as exc:  # the bucket's content, not the network: final
+            raise ReplicaCorrupt(str(exc), object=exc.object) from None
         except Exception as exc:
             if attempt == FETCH_ATTEMPTS - 1:
                 raise ReplicaUnreachable(f"replica {where}: {what} failed {FETCH_ATTEMPTS} times, "
