@@ -434,11 +434,15 @@ class Replica:
             note = self._note
         if note is not None:
             self._retrying(self.lease.check, "check the lease")
+            # cuts the bucket's history reaches, and a resume's base cut (the history on disk
+            # starts after it), before the segments that continue from them
+            local = list_segments(self.path)
+            self._ship_cuts(max(self._shipped_lsn, local[0].first_lsn - 1 if local else 0))
             lsn, active_path, end = note
             tl, first, _ = layout.parse_segment_name(os.path.basename(active_path))
             self._ship_sealed((tl, first))
             self._ship_active(tl, first, active_path, end, lsn)
-        self._ship_cuts()
+        self._ship_cuts(None)
         if note is not None:
             with self._cv:
                 self._shipped_lsn = max(self._shipped_lsn, note[0])
@@ -521,11 +525,13 @@ class Replica:
             return ()
         return tuple(sorted(n for n in names if layout.parse_cut_dir_name(n) is not None))
 
-    def _ship_cuts(self) -> None:
+    def _ship_cuts(self, upto: int | None) -> None:
+        """Ship the cuts on disk not in the bucket yet (those at or before LSN `upto`)."""
         cuts = self._list_cuts()
         for cut in cuts:
             manifest = layout.cut_object_name(cut, layout.MANIFEST_NAME)
-            if manifest in self.inventory.cut_files:
+            if manifest in self.inventory.cut_files or upto is not None and \
+                    layout.parse_cut_dir_name(cut)[1] > upto:
                 continue
             root = os.path.join(self.path, layout.SNAPSHOTS_DIR, cut)
             files = []
@@ -534,7 +540,8 @@ class Replica:
                     files.append(os.path.relpath(os.path.join(base, n), root).replace(os.sep, "/"))
             for rel in sorted(files, key=lambda r: r == layout.MANIFEST_NAME):  # manifest last
                 self._upload_cut_file(layout.cut_object_name(cut, rel), os.path.join(root, rel))
-        self._cuts_seen = cuts
+        if upto is None:
+            self._cuts_seen = cuts
 
     def _upload_cut_file(self, name: str, local: str) -> None:
         if name in self.inventory.cut_files:

@@ -220,6 +220,20 @@ def test_restore_from_bucket_alone_then_continue_on_a_new_timeline(s3, prefix, t
         wait_for(lambda: j.taken([GroupRef(idx=7)]) and False, "the zombie to fail", timeout=10)
 
 
+def test_a_resume_ships_its_base_cut_before_the_new_timeline(s3, proxy, prefix, tmp_path):
+    j = open_replica(tmp_path / "node1", s3, prefix)
+    train(j, 3)
+    j.close()
+    state = restore(S3.url(prefix), replica_options=options(s3.endpoint))
+    j2 = open_replica(tmp_path / "node2", proxy.endpoint, prefix, resume=state)
+    j2.flush_replica(timeout=30)
+    puts = [path for method, path in proxy.requests() if method == "PUT" and not path.endswith("LEASE")]
+    first_tail = next(i for i, p in enumerate(puts) if f"/tail/{j2.timeline:08d}-" in p)
+    manifest = next(i for i, p in enumerate(puts) if p.endswith("/" + layout.MANIFEST_NAME))
+    assert manifest < first_tail  # a crash in between leaves a bucket that restores
+    j2.close()
+
+
 def test_restore_of_an_empty_prefix_is_the_empty_state(s3, prefix):
     state = restore(S3.url(prefix), replica_options=options(s3.endpoint))
     assert state.lsn == 0 and state.loader_state is None
@@ -389,7 +403,10 @@ def test_truncated_or_replaced_object_is_refused(s3, prefix, shipped):
 def test_missing_middle_object_is_a_gap_naming_the_range(s3, prefix, shipped):
     objects, sealed = shipped
     gone = layout.parse_replica_object(sealed[1])
-    s3.delete(prefix, sealed[1])
+    for name in objects:  # the sealed segment and the pieces it was shipped as while active
+        obj = layout.parse_replica_object(name)
+        if obj is not None and obj.kind != "cut" and obj.seg_first_lsn == gone.seg_first_lsn:
+            s3.delete(prefix, name)
     with pytest.raises(ReplicaGap, match=f"LSNs {gone.from_lsn}..{gone.to_lsn} of timeline 1") as info:
         restore(S3.url(prefix), replica_options=options(s3.endpoint))
     assert (info.value.first_lsn, info.value.last_lsn) == (gone.from_lsn, gone.to_lsn)
