@@ -29,6 +29,7 @@ here, and only when a replica is opened.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
@@ -57,6 +58,7 @@ class ReplicaLag(NamedTuple):
     lsns: int                 # durable LSNs not yet in the bucket
     shipped_lsn: int          # everything up to this LSN is in the bucket
     error: str | None         # the last failure (retrying), or why shipping stopped
+    requests: dict            # requests made so far, by kind (LIST pages, GET, HEAD, PUT)
 
 
 class LeaseLost(ReplicaError):
@@ -90,22 +92,30 @@ class Bucket:
         from obstore import exceptions
         self._ob, self._exc = obstore, exceptions
         self.store, self.where = store, where
+        self.requests: collections.Counter = collections.Counter()  # by kind; not the client's retries
 
     def list(self) -> dict[str, int]:
         """name -> size of every object under the prefix (paginated LIST)."""
+        out, pages = {}, 0
         try:
-            return {m["path"]: m["size"] for batch in self._ob.list(self.store) for m in batch}
+            for batch in self._ob.list(self.store):
+                pages += 1
+                out.update((m["path"], m["size"]) for m in batch)
+            self.requests["LIST"] += max(pages, 1)  # an empty listing is one request too
+            return out
         except self._exc.InvalidPathError as exc:
             raise ReplicaError(f"replica {self.where}: the bucket holds an object whose name is not "
                                f"a plain path (a '..', '.' or empty part), so nothing in it is "
                                f"used: {str(exc).splitlines()[0]}; remove that object") from None
 
     def get(self, name: str) -> bytes:
+        self.requests["GET"] += 1
         return bytes(self._ob.get(self.store, name).bytes())
 
     def download(self, name: str, path: str) -> tuple[int, str]:
         """Stream object `name` into the new file `path`; (size, sha256 hex)."""
         digest, size = hashlib.sha256(), 0
+        self.requests["GET"] += 1
         with open(path, "xb") as f:
             for chunk in self._ob.get(self.store, name):
                 view = memoryview(chunk)
@@ -116,6 +126,7 @@ class Bucket:
 
     def create(self, name: str, data) -> bool:
         """Put `data` (bytes or a Path) as `name` unless it exists; False if it existed."""
+        self.requests["PUT"] += 1
         try:
             self._ob.put(self.store, name, data, mode="create")
         except self._exc.AlreadyExistsError:
@@ -123,6 +134,7 @@ class Bucket:
         return True
 
     def lease_get(self) -> tuple[dict, str] | None:
+        self.requests["GET"] += 1
         try:
             got = self._ob.get(self.store, layout.LEASE_NAME)
         except FileNotFoundError:
@@ -134,6 +146,7 @@ class Bucket:
             return {"holder": "?", "renewed": 0.0, "ttl": 0.0}, got.meta["e_tag"]
 
     def lease_etag(self) -> str | None:
+        self.requests["HEAD"] += 1
         try:
             return self._ob.head(self.store, layout.LEASE_NAME)["e_tag"]
         except FileNotFoundError:
@@ -143,6 +156,7 @@ class Bucket:
         """Create the lease (`e_tag` None) or swap it for `body` if its ETag is still `e_tag`;
         the new ETag, None when the precondition failed."""
         mode = "create" if e_tag is None else {"e_tag": e_tag}
+        self.requests["PUT"] += 1
         try:
             return self._ob.put(self.store, layout.LEASE_NAME, json.dumps(body).encode(), mode=mode)["e_tag"]
         except (self._exc.AlreadyExistsError, self._exc.PreconditionError):
@@ -313,7 +327,8 @@ class Replica:
             since = self._unshipped_since
             error = str(self._stopped) if self._stopped is not None else self._error
             return ReplicaLag(time.monotonic() - since if since is not None else 0.0,
-                              max(0, durable - self._shipped_lsn), self._shipped_lsn, error)
+                              max(0, durable - self._shipped_lsn), self._shipped_lsn, error,
+                              dict(self.bucket.requests))
 
     def flush(self, timeout: float | None) -> None:
         """Wait until everything durable now (and every cut on disk now) is in the bucket."""
