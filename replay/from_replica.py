@@ -19,12 +19,17 @@ The chain of checksums across objects and segments is the local reader's check.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import time
+from typing import Iterator
 
 from journal import layout
 from journal.errors import ReplicaError
 from journal.replica import BACKOFF_FIRST, BACKOFF_MAX, Bucket, describe, open_store
+
+describe_replica = describe  # how messages and reports name a replica (its URL)
 from snapshot import RestoreError
 from snapshot.manifest import decode as decode_manifest
 
@@ -197,6 +202,23 @@ def fetch_replica(replica, options: dict | None, into: str, *, at_end: bool) -> 
         _fetch_segment(bucket, key, objs, names, into, where)
     for cut, files in sorted(cuts.items()):
         _fetch_cut(bucket, cut, files, into, where)
+
+
+@contextlib.contextmanager
+def fetched(replica, options: dict | None, *, at_end: bool) -> Iterator[str]:
+    """A temporary journal directory holding the replica's history (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="oj-replica-") as tmp:
+        fetch_replica(replica, options, tmp, at_end=at_end)
+        yield tmp
+
+
+def report_of_replica(fn, replica, options: dict | None, at_end: bool, *args, **kwargs):
+    """`fn(directory, *args, **kwargs)` (verify, audit) on the replica's history, its report
+    naming the replica."""
+    with fetched(replica, options, at_end=at_end) as tmp:
+        report = fn(tmp, *args, **kwargs)
+    report.path = describe_replica(replica)
+    return report
 
 
 def is_replica(path) -> bool:

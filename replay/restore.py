@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import itertools
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import journal
 from journal import LoaderStateError, Owner, Reader, State, list_segments
-from journal.layout import DirKind, describe_entries, dir_kind
+from journal.layout import CUTS_PREFIX, DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
-from .from_replica import fetch_replica, is_replica
+from .from_replica import describe_replica, fetched, is_replica
 from .recovered import RecoveredState, base_cut_writer
 from .recovery import DeadTail, read_dead_tail, recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
@@ -189,12 +188,10 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
 def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredState:
     """`restore` of a replica: its objects fetched into a temporary journal directory (removed
     afterwards), restored with every local check."""
-    with tempfile.TemporaryDirectory(prefix="oj-replica-") as tmp:
-        fetch_replica(replica, options, tmp, at_end=at == "end")
+    with fetched(replica, options, at_end=at == "end") as tmp:
         if not os.listdir(tmp):
             return _empty_state()
         result = restore(tmp, at, **kwargs)
     if result.base_cut is not None:
-        where = replica if isinstance(replica, str) else repr(replica)
-        result.base_cut = f"{where}/cuts/{os.path.basename(result.base_cut)}"
+        result.base_cut = f"{describe_replica(replica)}/{CUTS_PREFIX}{os.path.basename(result.base_cut)}"
     return result

@@ -19,7 +19,7 @@ import pytest
 from journal import (GroupRef, Journal, JournalFailed, JournalLocked, Reader, Taken, Trained, layout,
                      list_segments)
 from journal.errors import JournalError, ReplicaConflict, ReplicaTimeout
-from replay import restore
+from replay import audit, restore, verify
 from replay.from_replica import ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, fetch_replica
 from s3_support import S3, FaultProxy, fault_options, options
 from snapshot import compact
@@ -273,6 +273,23 @@ def test_node_loss_kills(s3, prefix, tmp_path):
     fetch_replica(S3.url(prefix), opts, final, at_end=False)
     done = trained_idx(final)
     assert done == list(range(len(done))) and len(done) > kills  # 0 twice, 0 lost, in order
+
+
+def test_verify_and_audit_read_the_bucket_alone(s3, prefix, tmp_path):
+    j = open_replica(tmp_path / "j", s3, prefix, segment_bytes=4096)
+    train(j, 30)
+    compact(j.path, at="latest-checkpoint", journal=j, retention="delete")
+    j.flush_replica(timeout=30)
+    j.close()
+    shutil.rmtree(j.path)
+    url, opts = S3.url(prefix), options(s3.endpoint)
+    report = verify(url, replica_options=opts)
+    assert report.clean and report.path == url and report.checks
+    audited = audit(url, replica_options=opts)
+    assert audited.clean and audited.path == url and audited.totals["trained_once"] == 30
+    s3.put(prefix, max(n for n in s3.keys(prefix) if n.startswith("tail/")), b"garbage")  # the active tail
+    with pytest.raises(ReplicaCorrupt):
+        verify(url, replica_options=opts)
 
 
 # -- fencing ----------------------------------------------------------------------------------
