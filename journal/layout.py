@@ -12,7 +12,7 @@ A journal directory holds:
     snapshots/.tmp-<cut>-<hex>               a cut being written
     snapshots/.tmp-del-<cut>-<hex>           a cut being deleted
     snapshots/<cut>.replaced-<seconds>       a cut set aside by a resume that wrote a new one
-    replica/<segment stem>.shipped           the segment is in the replica's bucket (retention may retire it)
+    replica/<segment stem>.shipped           the segment is in the bucket its content names (retention may retire it)
 
 A cut directory holds MANIFEST.json and the files named below (`CUT_FILES`).
 A directory whose name starts with `.tmp-` is never read as a cut.

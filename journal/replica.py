@@ -69,7 +69,11 @@ def open_store(replica: Any, options: dict | None = None):
     """The obstore store for `replica`: a URL (`s3://`, `gs://`, `az://`, `file://`,
     `memory://`) opened with `obstore.store.from_url(replica, **options)`, or a store object."""
     if isinstance(replica, str):
-        from obstore.store import from_url
+        try:
+            from obstore.store import from_url
+        except ImportError as exc:
+            raise JournalError(f"replica {replica!r} needs the obstore package: pip install "
+                               "'ownership-journal[replica]'") from exc
         return from_url(replica, **(options or {}))
     if options:
         raise ValueError("replica_options= applies to a replica URL, not to a store object")
@@ -139,11 +143,7 @@ class Bucket:
             got = self._ob.get(self.store, layout.LEASE_NAME)
         except FileNotFoundError:
             return None
-        data = bytes(got.bytes())
-        try:
-            return json.loads(data), got.meta["e_tag"]
-        except ValueError:
-            return {"holder": "?", "renewed": 0.0, "ttl": 0.0}, got.meta["e_tag"]
+        return _lease_fields(bytes(got.bytes())), got.meta["e_tag"]
 
     def lease_etag(self) -> str | None:
         self.requests["HEAD"] += 1
@@ -161,6 +161,18 @@ class Bucket:
             return self._ob.put(self.store, layout.LEASE_NAME, json.dumps(body).encode(), mode=mode)["e_tag"]
         except (self._exc.AlreadyExistsError, self._exc.PreconditionError):
             return None
+
+
+def _lease_fields(data: bytes) -> dict:
+    """The lease's JSON; one that does not parse, or has no numeric `renewed` and `ttl`, counts as
+    expired (a writer may replace it)."""
+    try:
+        body = json.loads(data)
+        if isinstance(body, dict) and all(isinstance(body.get(k), (int, float)) for k in ("renewed", "ttl")):
+            return body
+    except ValueError:
+        pass
+    return {"holder": None, "renewed": 0.0, "ttl": 0.0}
 
 
 class Lease:
@@ -181,12 +193,12 @@ class Lease:
         current = self.bucket.lease_get()
         if current is not None:
             holder, e_tag = current
-            age = time.time() - float(holder.get("renewed", 0.0))
-            if not takeover and age < float(holder.get("ttl", 0.0)):
+            age = time.time() - holder["renewed"]
+            if not takeover and age < holder["ttl"]:
                 raise JournalLocked(
                     f"replica {self.bucket.where}: another writer holds its lease ({layout.LEASE_NAME}: "
                     f"host {holder.get('host')!r}, pid {holder.get('pid')}, renewed {age:.1f} s ago, "
-                    f"valid for {float(holder.get('ttl', 0.0)):.0f} s). Stop that writer, wait for the "
+                    f"valid for {holder['ttl']:.0f} s). Stop that writer, wait for the "
                     "lease to expire, or take it over with a resume: state = restore(URL, ...); "
                     "Journal.open(path, resume=state, replica=URL)")
         else:
@@ -487,9 +499,12 @@ class Replica:
 
     def _ship_sealed(self, active: tuple[int, int]) -> None:
         segs = [s for s in list_segments(self.path) if (s.timeline, s.first_lsn) < active]
+        mark = f"{self.where}\n".encode()
         for i, seg in enumerate(segs):
             key = (seg.timeline, seg.first_lsn)
-            if key in self._sealed_done:
+            marker = os.path.join(self.path, layout.shipped_marker_name(*key))
+            if key in self._sealed_done or _holds(marker, mark):
+                self._sealed_done.add(key)
                 continue
             nxt = segs[i + 1] if i + 1 < len(segs) else None
             if nxt is not None and nxt.timeline == seg.timeline:
@@ -501,10 +516,7 @@ class Replica:
             data = read_segment_bytes(seg)
             name = layout.sealed_object_name(seg.timeline, seg.first_lsn, last, sha256_hex(data))
             self._upload(layout.parse_replica_object(name), data)
-            marker = os.path.join(self.path, layout.shipped_marker_name(*key))
-            if not os.path.exists(marker):
-                self.fs.makedirs(os.path.dirname(marker))
-                self.fs.write_file(marker, b"")
+            self.fs.replace_file(marker, mark)
             self._sealed_done.add(key)
 
     def _ship_active(self, tl: int, first: int, path: str, end: int, lsn: int) -> None:
@@ -570,6 +582,14 @@ class Replica:
                 raise ReplicaConflict(f"replica {self.where}: cut file {name} in the bucket differs "
                                       f"from {local}: shipping stopped", object=name)
         self.inventory.cut_files.add(name)
+
+
+def _holds(path: str, data: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read() == data
+    except FileNotFoundError:
+        return False
 
 
 class _GaveUp(Exception):

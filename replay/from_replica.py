@@ -81,7 +81,7 @@ class _Segment:
         self.sealed: list[layout.ReplicaObject] = []
         self.pieces: list[layout.ReplicaObject] = []
 
-    def objects(self, sizes: dict[str, int], where: str, at_end: bool) -> tuple[list, int, tuple | None]:
+    def objects(self, sizes: dict[str, int], where: str) -> tuple[list, int, tuple | None]:
         """(objects to concatenate, last LSN, the gap (first, last LSN) that ends it, if any)."""
         if len(self.sealed) > 1:
             names = ", ".join(o.name for o in self.sealed)
@@ -125,7 +125,7 @@ def _plan(names: dict[str, int], where: str, at_end: bool) -> tuple[dict, dict]:
         if tl in previous and first != previous[tl] + 1:
             gap, objs = (previous[tl] + 1, first - 1), []
         else:
-            objs, previous[tl], gap = segments[key].objects(names, where, at_end)
+            objs, previous[tl], gap = segments[key].objects(names, where)
             if objs:
                 chosen[key] = objs
         if gap is not None:
@@ -222,5 +222,7 @@ def report_of_replica(fn, replica, options: dict | None, at_end: bool, *args, **
 
 
 def is_replica(path) -> bool:
-    """Whether `restore`'s `path` names a replica (a URL or a store object), not a directory."""
-    return not isinstance(path, (str, os.PathLike)) or "://" in os.fspath(path)
+    """Whether `restore`'s `path` names a replica (a URL or an obstore store), not a directory."""
+    if isinstance(path, str):
+        return "://" in path
+    return type(path).__module__.split(".")[0] == "obstore"

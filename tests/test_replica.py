@@ -183,6 +183,34 @@ def test_conflicting_object_stops_shipping_and_is_reported(s3, prefix, tmp_path)
     b.close()
 
 
+def test_markers_name_their_replica_and_another_replica_gets_everything(s3, prefix, tmp_path):
+    j = open_replica(tmp_path / "j", s3, prefix, segment_bytes=4096)
+    train(j, 20)
+    j.flush_replica(timeout=30)
+    j.close()
+    sealed = list_segments(j.path)[:-1]
+    marker = os.path.join(j.path, layout.shipped_marker_name(sealed[0].timeline, sealed[0].first_lsn))
+    with open(marker) as f:
+        assert f.read() == S3.url(prefix) + "\n"
+    other = S3.prefix()
+    j = open_replica(tmp_path / "j", s3, other)
+    j.flush_replica(timeout=30)
+    j.close()
+    assert len([n for n in s3.keys(other) if n.startswith("wal/")]) == len(sealed)
+    with open(marker) as f:
+        assert f.read() == S3.url(other) + "\n"
+
+
+def test_a_store_object_as_replica(tmp_path):
+    from obstore.store import MemoryStore
+    store = MemoryStore()
+    j = Journal.open(str(tmp_path / "j"), replica=store, ship_interval=SHIP)
+    train(j, 3)
+    j.flush_replica(timeout=30)
+    j.close()
+    assert restore(store).step == 3
+
+
 def test_new_history_into_a_bucket_holding_one_is_refused(s3, prefix, tmp_path):
     j = open_replica(tmp_path / "a", s3, prefix)
     train(j, 1)
