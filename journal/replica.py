@@ -74,7 +74,12 @@ def open_store(replica: Any, options: dict | None = None):
         except ImportError as exc:
             raise JournalError(f"replica {replica!r} needs the obstore package: pip install "
                                "'ownership-journal[replica]'") from exc
-        return from_url(replica, **(options or {}))
+        try:
+            return from_url(replica, **(options or {}))
+        except Exception as exc:  # a bad URL or option: obstore's own classes, not ours
+            raise ReplicaError(f"replica {replica!r} cannot be opened with replica_options keys "
+                               f"{sorted(options or {})}: {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0]}") from exc
     if options:
         raise ValueError("replica_options= applies to a replica URL, not to a store object")
     return replica
@@ -183,16 +188,23 @@ class Lease:
         self.token = os.urandom(8).hex()
         self.e_tag: str | None = None
         self.renewed = 0.0
+        self.reserved = 0  # the timeline a new branch of this writer takes
 
     def _body(self, released: bool = False) -> dict:
         return {"holder": self.token, "host": socket.gethostname(), "pid": os.getpid(),
-                "renewed": time.time(), "ttl": 0.0 if released else LEASE_SECONDS}
+                "renewed": time.time(), "ttl": 0.0 if released else LEASE_SECONDS,
+                "reserved": self.reserved}
 
-    def acquire(self, *, takeover: bool) -> None:
-        """Take the lease; `takeover` (a resume) takes it from a live holder too."""
+    def acquire(self, *, takeover: bool, floor: int) -> None:
+        """Take the lease; `takeover` (a resume) takes it from a live holder too. The lease
+        reserves a timeline above `floor` and above the one its previous holder reserved: a
+        holder that was taken over before its first upload could otherwise pick the same
+        number as the writer that took over, and their objects would share names."""
         current = self.bucket.lease_get()
+        previous = 0
         if current is not None:
             holder, e_tag = current
+            previous = holder.get("reserved") if isinstance(holder.get("reserved"), int) else 0
             age = time.time() - holder["renewed"]
             if not takeover and age < holder["ttl"]:
                 raise JournalLocked(
@@ -203,6 +215,7 @@ class Lease:
                     "Journal.open(path, resume=state, replica=URL)")
         else:
             e_tag = None
+        self.reserved = max(previous, floor) + 1
         body = self._body()
         new = self.bucket.lease_put(body, e_tag) or self._ours_after_all()
         if new is None:
@@ -302,8 +315,11 @@ class Replica:
 
     # -- called by the writer ---------------------------------------------------------------
 
-    def acquire(self, *, takeover: bool) -> None:
-        self._on_open(lambda: self.lease.acquire(takeover=takeover), "take the lease")
+    def acquire(self, *, takeover: bool, local_timeline: int) -> None:
+        """Take the lease, reserving a timeline above every one in the bucket, on disk
+        (`local_timeline`) and reserved by the previous holder (`Lease.reserved`)."""
+        floor = max(self.inventory.max_timeline(), local_timeline)
+        self._on_open(lambda: self.lease.acquire(takeover=takeover, floor=floor), "take the lease")
 
     def _on_open(self, fn: Callable[[], Any], what: str):
         """`fn()` retried for at most OPEN_SECONDS: an open fails rather than hang on a store

@@ -200,7 +200,7 @@ class Journal:
         self._open_warning: str | None = None
         self._disk_segment: _SegmentPlan | None = None
         self._replica = None         # journal.replica.Replica, with replica=
-        self._timeline_floor = 0     # a new timeline is above every timeline in the replica
+        self._timeline_floor = 0     # a new timeline is above every timeline a replica knows of
 
     def _release_after_failed_open(self) -> None:
         """Close what a failed open had opened: the segment it reached, then the lock."""
@@ -223,12 +223,13 @@ class Journal:
         from . import replica as _replica
         self._replica = _replica.Replica(replica, options, journal_path=self.path, fs=self.fs,
                                          ship_interval=ship_interval, on_lost=self._lose_lease)
-        self._replica.acquire(takeover=resuming)
-        _replica.refuse_foreign_history(self._replica, bool(list_segments(self.path)), resuming)
+        on_disk = list_segments(self.path)
+        self._replica.acquire(takeover=resuming, local_timeline=max((s.timeline for s in on_disk), default=0))
+        _replica.refuse_foreign_history(self._replica, bool(on_disk), resuming)
         status = os.path.join(self.path, layout.REPLICA_DIR)
         with _io_step("create the replica status directory", status):
             self.fs.makedirs(status)  # from now on retention retires shipped segments only
-        self._timeline_floor = self._replica.inventory.max_timeline()
+        self._timeline_floor = self._replica.lease.reserved - 1
 
     def _note_durable(self) -> None:
         """Tell the shipper what is durable now (journal lock held)."""

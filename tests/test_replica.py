@@ -18,7 +18,7 @@ import pytest
 
 from journal import (GroupRef, Journal, JournalFailed, JournalLocked, Reader, Taken, Trained, layout,
                      list_segments)
-from journal.errors import JournalError, ReplicaConflict, ReplicaTimeout
+from journal.errors import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
 from replay import audit, restore, verify
 from replay.from_replica import ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, fetch_replica
 from s3_support import S3, FaultProxy, fault_options, options
@@ -211,6 +211,14 @@ def test_a_store_object_as_replica(tmp_path):
     assert restore(store).step == 3
 
 
+def test_a_bad_replica_option_is_a_replica_error_and_leaves_the_directory_usable(s3, prefix, tmp_path):
+    with pytest.raises(ReplicaError, match="cannot be opened with replica_options keys") as info:
+        Journal.open(str(tmp_path / "j"), replica=S3.url(prefix),
+                     replica_options={**options(s3.endpoint), "no_such_option": 1})
+    assert "no_such_option" in str(info.value)
+    Journal.open(str(tmp_path / "j")).close()  # the writer lock was released
+
+
 def test_new_history_into_a_bucket_holding_one_is_refused(s3, prefix, tmp_path):
     j = open_replica(tmp_path / "a", s3, prefix)
     train(j, 1)
@@ -344,6 +352,21 @@ def test_second_writer_is_locked_and_takeover_fences_the_zombie(s3, prefix, tmp_
                        layout.parse_replica_object(n).kind == "cut" or
                        layout.parse_replica_object(n).timeline == heir.timeline for n in new - {layout.LEASE_NAME})
     zombie.close()
+
+
+def test_a_takeover_branches_above_the_timeline_the_previous_holder_reserved(s3, prefix, tmp_path):
+    j = open_replica(tmp_path / "a", s3, prefix)
+    train(j, 2)
+    j.close()
+    lease = json.loads(s3.keys(prefix)[layout.LEASE_NAME])
+    assert lease["reserved"] == 1
+    # a holder that reserved timeline 7 and was taken over before it uploaded anything
+    s3.put(prefix, layout.LEASE_NAME, json.dumps({**lease, "holder": "zombie", "reserved": 7,
+                                                  "renewed": time.time()}).encode())
+    state = restore(S3.url(prefix), replica_options=options(s3.endpoint))
+    heir = open_replica(tmp_path / "b", s3, prefix, resume=state)
+    assert heir.timeline == 8
+    heir.close()
 
 
 def test_expired_or_released_lease_is_taken_by_a_plain_open(s3, prefix, tmp_path):
