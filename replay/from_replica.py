@@ -53,6 +53,14 @@ class ReplicaCorrupt(RestoreError):
         self.object = object
 
 
+class ReplicaChanged(RestoreError):
+    """An object listed a moment ago is gone (something deleted it while the restore ran)."""
+
+    def __init__(self, message: str, *, object: str):
+        super().__init__(message)
+        self.object = object
+
+
 class ReplicaUnreachable(RestoreError):
     """The store kept failing while the replica was read."""
 
@@ -145,7 +153,12 @@ def _download(bucket: Bucket, name: str, path: str, where: str) -> tuple[int, st
         if os.path.exists(path):
             os.unlink(path)
         return bucket.download(name, path)
-    return _retry(once, f"download {name}", where)
+    try:
+        return _retry(once, f"download {name}", where)
+    except FileNotFoundError:
+        raise ReplicaChanged(f"replica {where}: object {name} was listed but is gone (deleted while "
+                             "the restore ran, e.g. by retention or a lifecycle rule); nothing was "
+                             "restored: restore again", object=name) from None
 
 
 def _fetch_object(bucket: Bucket, obj: layout.ReplicaObject, size: int, path: str, where: str) -> None:

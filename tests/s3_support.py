@@ -4,7 +4,8 @@
 test takes a fresh prefix of one bucket (`S3.url()`). `FaultProxy` forwards HTTP requests to
 it, logging each (method, path) and, when armed, failing the N-th matching request once or
 from then on: an HTTP 500 or 503, a connection reset after half of the request body was read
-(mid-upload), a slow answer, or a lost answer (the request is done, the client gets a 503). No traffic goes to any address but 127.0.0.1.
+(mid-upload), a slow answer, a lost answer (the request is done, the client gets a 503), or an object
+that vanishes (deleted just before the request reaches it). No traffic goes to any address but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class FaultProxy:
         self.nth = 0
         self.persistent = False
         self.methods: set[str] | None = None
+        self.path_contains = ""
         self.matched = 0
         self.injected = 0
         self._lock = threading.Lock()
@@ -122,19 +124,24 @@ class FaultProxy:
         self.endpoint = f"http://{HOST}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def arm(self, kind: str, nth: int = 1, *, persistent: bool = False, methods=None) -> None:
+    def arm(self, kind: str, nth: int = 1, *, persistent: bool = False, methods=None,
+            path_contains: str = "") -> None:
+        """Fail the `nth` request (of `methods`, whose path contains `path_contains`) once, or
+        every one from it on (`persistent`)."""
         with self._lock:
             self.kind, self.nth, self.persistent = kind, nth, persistent
             self.methods = set(methods) if methods else None
+            self.path_contains = path_contains
             self.matched = self.injected = 0
 
     def heal(self) -> None:
         with self._lock:
             self.kind = None
 
-    def _fault_for(self, method: str) -> str | None:
+    def _fault_for(self, method: str, path: str) -> str | None:
         with self._lock:
-            if self.kind is None or (self.methods is not None and method not in self.methods):
+            if self.kind is None or (self.methods is not None and method not in self.methods) \
+                    or self.path_contains not in path:
                 return None
             self.matched += 1
             if self.matched == self.nth or (self.persistent and self.matched > self.nth):
@@ -144,7 +151,7 @@ class FaultProxy:
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         length = int(h.headers.get("Content-Length") or 0)
-        fault = self._fault_for(h.command)
+        fault = self._fault_for(h.command, h.path)
         if fault == "reset":
             h.rfile.read(length // 2)
             h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -161,6 +168,8 @@ class FaultProxy:
             return
         if fault == "slow":
             time.sleep(1.5)
+        if fault == "vanish":  # the object is deleted just before this request reaches it
+            self._forward_as(h, "DELETE", b"")
         if fault == "lost-answer":  # the store does the request, the client never hears back
             self._forward(h, body)
             h.send_response(503)
@@ -169,13 +178,19 @@ class FaultProxy:
             return
         self._forward(h, body, answer=True)
 
-    def _forward(self, h: BaseHTTPRequestHandler, body: bytes, answer: bool = False) -> None:
+    def _forward_as(self, h: BaseHTTPRequestHandler, method: str, body: bytes):
         conn = http.client.HTTPConnection(HOST, self.upstream_port, timeout=30)
         headers = {k: v for k, v in h.headers.items() if k.lower() != "connection"}
-        conn.request(h.command, h.path, body=body, headers=headers)
+        if method != h.command:
+            headers = {k: v for k, v in headers.items() if k.lower().startswith(("host", "authorization", "x-amz-date"))}
+        conn.request(method, h.path, body=body, headers=headers)
         resp = conn.getresponse()
         data = resp.read()
         conn.close()
+        return resp, data
+
+    def _forward(self, h: BaseHTTPRequestHandler, body: bytes, answer: bool = False) -> None:
+        resp, data = self._forward_as(h, h.command, body)
         if not answer:
             return
         h.send_response(resp.status)

@@ -20,7 +20,7 @@ from journal import (GroupRef, Journal, JournalFailed, JournalLocked, Reader, Ta
                      list_segments)
 from journal.errors import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
 from replay import audit, restore, verify
-from replay.from_replica import ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, fetch_replica
+from replay.from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, fetch_replica
 from s3_support import S3, FaultProxy, fault_options, options
 from snapshot import compact
 
@@ -438,6 +438,17 @@ def test_restore_survives_a_fault_once_and_reports_a_persistent_one(s3, proxy, p
     proxy.arm("reset", 3, persistent=True)
     with pytest.raises(ReplicaUnreachable, match="failed 5 times"):
         restore(url, replica_options=opts)
+
+
+def test_an_object_deleted_while_a_restore_runs_is_a_clear_error(s3, proxy, prefix, tmp_path):
+    j = open_replica(tmp_path / "j", s3, prefix, segment_bytes=4096)
+    train(j, 20)
+    j.flush_replica(timeout=30)
+    j.close()
+    proxy.arm("vanish", 1, methods={"GET"}, path_contains="/wal/")  # the first segment downloaded
+    with pytest.raises(ReplicaChanged, match="was listed but is gone") as info:
+        restore(S3.url(prefix), replica_options=fault_options(proxy.endpoint))
+    assert info.value.object.startswith("wal/00000001-")
 
 
 # -- hostile bucket content ----------------------------------------------------------------
