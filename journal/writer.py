@@ -224,7 +224,8 @@ class Journal:
         self._replica = _replica.Replica(replica, options, journal_path=self.path, fs=self.fs,
                                          ship_interval=ship_interval, on_lost=self._lose_lease)
         on_disk = list_segments(self.path)
-        self._replica.acquire(takeover=resuming, local_timeline=max((s.timeline for s in on_disk), default=0))
+        self._replica.acquire(takeover=resuming,
+                              local_timeline=max((s.timeline for s in on_disk), default=0))
         _replica.refuse_foreign_history(self._replica, bool(on_disk), resuming)
         status = os.path.join(self.path, layout.REPLICA_DIR)
         with _io_step("create the replica status directory", status):

@@ -120,7 +120,8 @@ def _plan(names: dict[str, int], where: str, at_end: bool) -> tuple[dict, dict]:
         if obj.kind == "cut":
             cuts.setdefault(obj.cut, {})[obj.rel] = name
             continue
-        seg = segments.setdefault((obj.timeline, obj.seg_first_lsn), _Segment(obj.timeline, obj.seg_first_lsn))
+        key = (obj.timeline, obj.seg_first_lsn)
+        seg = segments.setdefault(key, _Segment(*key))
         (seg.sealed if obj.kind == "sealed" else seg.pieces).append(obj)
     chosen: dict[tuple[int, int], list] = {}
     ended: set[int] = set()

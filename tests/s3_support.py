@@ -182,7 +182,8 @@ class FaultProxy:
         conn = http.client.HTTPConnection(HOST, self.upstream_port, timeout=30)
         headers = {k: v for k, v in h.headers.items() if k.lower() != "connection"}
         if method != h.command:
-            headers = {k: v for k, v in headers.items() if k.lower().startswith(("host", "authorization", "x-amz-date"))}
+            kept = ("host", "authorization", "x-amz-date")
+            headers = {k: v for k, v in headers.items() if k.lower().startswith(kept)}
         conn.request(method, h.path, body=body, headers=headers)
         resp = conn.getresponse()
         data = resp.read()
