@@ -20,6 +20,9 @@ REGISTRY: dict[str, tuple[str, str]] = {
                                  "peak RSS vs the 300 MB target"),
     "replay": ("bench.replay", "tail replay throughput vs a decode-only loop; restore of a cut of "
                                "100k live groups + a 1M-event tail: time and peak RSS"),
+    "replica": ("bench.replica", "the replica on a local S3 server: lag p50/p99 at 1,000 commits/s, "
+                                 "throughput with the shipper, requests idle and per 1M commits, "
+                                 "restore from the bucket vs local"),
     "snapshot": ("bench.snapshot", "cut time and size at 1k/10k/100k live groups vs the ledger's "
                                    "torch.save, history independence, memory per group"),
 }

@@ -23,6 +23,7 @@ function that checked each commit before it was written.
 
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
                      JournalLocked, JournalWarning, OwnershipError, StaleAttempt, TransactionClosed)
+from .errors import ReplicaConflict, ReplicaError, ReplicaTimeout
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, RolloutFailed,
                      RolloutRef, RolloutSealed, Taken,
@@ -46,4 +47,5 @@ __all__ = [
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",
     "Diverted", "Admitted", "Finished", "Trained", "Discarded", "CheckpointBegun",
     "CheckpointCommitted", "Blob", "TORN_DIR", "LOCK_NAME",
+    "ReplicaError", "ReplicaConflict", "ReplicaTimeout",
 ]

@@ -28,13 +28,13 @@ from . import format as fmt
 from . import layout, leftovers, locks
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalWarning, TransactionClosed)
+                     JournalWarning, ReplicaError, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained, commit_encoder)
 from .events import commit_decoder as _commit_decoder
 from .fold import Group, State, Undo, apply, taken_next_id
-from .reader import Reader
+from .reader import Reader, list_segments
 from .resume import ResumePlan
 from .vfs import DEFAULT_FS, OsFileSystem
 
@@ -123,7 +123,8 @@ class Journal:
     @classmethod
     def open(cls, path: str, *, sync: str = "always", sync_interval: float = 0.05,
              segment_bytes: int = DEFAULT_SEGMENT_BYTES, resume: ResumePlan | State | None = None,
-             fs: OsFileSystem | None = None) -> "Journal":
+             fs: OsFileSystem | None = None, replica: Any = None, replica_options: dict | None = None,
+             ship_interval: float = 1.0) -> "Journal":
         """Open (creating if missing) the journal at `path` for writing.
 
         `path` is a journal directory, an empty one or one that does not exist; anything else
@@ -141,6 +142,12 @@ class Journal:
         `checkpoint_begun` (LSN 0 when none was committed) holds an event other than a
         checkpoint marker, this warns (`JournalWarning`): after a crash, a restart must
         `restore()` and pass `resume=`, or it continues the crashed run's history.
+
+        `replica` (a URL such as `s3://bucket/runs/42`, or an obstore store; `replica_options`
+        are `obstore.store.from_url`'s keyword arguments) ships the journal to object storage
+        (`journal/replica.py`): the open takes the writer's lease there (`JournalLocked` while
+        another writer holds it; a resume takes it over), then a background thread uploads
+        what is durable at least every `ship_interval` seconds.
         """
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
@@ -154,6 +161,8 @@ class Journal:
             self.fs.makedirs(self.path)
         self._lock_fd = locks.acquire_writer_lock(self.path, self.fs)
         try:
+            if replica is not None:
+                self._open_replica(replica, replica_options, ship_interval, resume is not None)
             with _io_step("open and repair the journal", self.path):
                 self._remove_leftovers()
                 self._recover(resume)
@@ -165,6 +174,9 @@ class Journal:
         if sync == "batch":
             self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
             self._syncer.start()
+        if self._replica is not None:
+            self._note_durable()
+            self._replica.start()
         return self
 
     def _init_fields(self, path: str, fs: OsFileSystem, sync: str, sync_interval: float,
@@ -186,6 +198,8 @@ class Journal:
         self._sealed: list = []  # sync="none": sealed segments not fsynced yet (flush() does it)
         self._open_warning: str | None = None
         self._disk_segment: _SegmentPlan | None = None
+        self._replica = None         # journal.replica.Replica, with replica=
+        self._timeline_floor = 0     # a new timeline is above every timeline a replica knows of
 
     def _release_after_failed_open(self) -> None:
         """Close what a failed open had opened: the segment it reached, then the lock."""
@@ -195,7 +209,57 @@ class Journal:
                 seg.file.close()
             except OSError:
                 pass
+        if self._replica is not None:
+            self._replica.close(release=True)
         os.close(self._lock_fd)
+
+    # -- replica (journal/replica.py) ---------------------------------------------------
+
+    def _open_replica(self, replica: Any, options: dict | None, ship_interval: float,
+                      resuming: bool) -> None:
+        """Take the replica's lease before anything is written; refuse to start a new history
+        in a bucket that holds one."""
+        from . import replica as _replica
+        self._replica = _replica.Replica(replica, options, journal_path=self.path, fs=self.fs,
+                                         ship_interval=ship_interval, on_lost=self._lose_lease)
+        on_disk = list_segments(self.path)
+        self._replica.acquire(takeover=resuming,
+                              local_timeline=max((s.timeline for s in on_disk), default=0))
+        _replica.refuse_foreign_history(self._replica, bool(on_disk), resuming)
+        status = os.path.join(self.path, layout.REPLICA_DIR)
+        with _io_step("create the replica status directory", status):
+            self.fs.makedirs(status)  # from now on retention retires shipped segments only
+        self._timeline_floor = self._replica.lease.reserved - 1
+
+    def _note_durable(self) -> None:
+        """Tell the shipper what is durable now (journal lock held)."""
+        seg = self._disk_segment
+        self._replica.note_durable(self._durable_lsn, seg.path, seg.file.offset)
+
+    def _lose_lease(self, exc: BaseException) -> None:
+        """Another writer took the replica's lease: fail-stop, so this one writes nothing more."""
+        with self._cond:
+            if self._failed is None:
+                self._failed = exc
+            self._cond.notify_all()
+
+    def replica_lag(self):
+        """`journal.replica.ReplicaLag`: seconds and LSNs acknowledged but not yet in the bucket."""
+        if self._replica is None:
+            raise JournalError(f"journal {self.path} has no replica (open it with replica=URL)")
+        return self._replica.lag()
+
+    def flush_replica(self, timeout: float | None = None) -> None:
+        """Wait until every commit acknowledged so far and every cut written so far is in the
+        bucket; `ReplicaTimeout` after `timeout` seconds, `ReplicaConflict` or `JournalFailed`
+        (lost lease) when shipping stopped."""
+        self.replica_lag()  # refuses a journal without a replica
+        self.flush()
+        try:
+            self._replica.flush(timeout)
+        except ReplicaError:
+            self._check_usable()  # a lost lease failed the journal: JournalFailed
+            raise
 
     def _remove_leftovers(self) -> None:
         """Remove what crashes left that is provably garbage (see `leftovers`): torn/ duplicates
@@ -297,7 +361,8 @@ class Journal:
             # old timeline past the resume point.
             parent = next((tl.timeline for tl in reversed(lineage) if tl.branch_lsn < state.lsn),
                           lineage[0].timeline) if lineage else 0
-            self.timeline = (max(reader.timelines) if lineage else state.timeline) + 1
+            self.timeline = max(max(reader.timelines) if lineage else state.timeline,
+                                self._timeline_floor) + 1
             return self._create_segment(fmt.SegmentHeader(
                 self.run_id, self.timeline, parent, state.lsn + 1, state.chain), publish=False,
                 opening=True)
@@ -613,6 +678,8 @@ class Journal:
                 raise JournalFailed(f"journal {self.path}: writing LSNs {batch[0].lsn}..{batch[-1].lsn} "
                                     f"failed: {error!r}; the journal now refuses every call") from error
             self._durable_lsn = batch[-1].lsn
+            if self._replica is not None and self.sync == "always":
+                self._note_durable()
             _wake(batch)
             self._pass_lead()
 
@@ -706,6 +773,8 @@ class Journal:
                 raise JournalFailed(f"journal {self.path}: fsync failed: {error!r}; the journal now "
                                     "refuses every call") from error
             self._dirty = False
+            if self._replica is not None:
+                self._note_durable()
             sealed, self._sealed = self._sealed, []
             for f in sealed:
                 f.close()
@@ -733,6 +802,8 @@ class Journal:
                         f.close()
                     except OSError:
                         pass
+            if self._replica is not None:
+                self._replica.close(release=self._failed is None)
             os.close(self._lock_fd)
             if self._syncer is not None and self._syncer is not threading.current_thread():
                 self._syncer.join(timeout=5)

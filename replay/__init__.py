@@ -15,6 +15,7 @@ from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalCorr
                      ManifestMissing, MissingFile, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
+from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from .audit import audit
 from .fingerprint import fingerprint
 from .rehydrate import ROW_CHANGED_POLICIES
@@ -30,4 +31,5 @@ __all__ = [
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
     "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
+    "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
 ]

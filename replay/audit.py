@@ -57,6 +57,7 @@ from snapshot import RestoreError, anchor_problem, cut_dirs, read_cut
 from snapshot.row_ledger import Bytes, RowLedger, Rows
 
 from .cut_status import is_journal
+from .from_replica import is_replica, report_of_replica
 from .reports import AuditReport, NotAJournal
 from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records,
                    history_bytes, no_progress, tracked, unique_problems)
@@ -384,11 +385,14 @@ def _rows_of(rows: Rows) -> tuple[int, list[tuple[int, int, int, int]]]:
 
 
 def audit(path: str, mode: str = "strict", *, progress: Progress = no_progress,
-          reader: Reader | None = None) -> AuditReport:
+          reader: Reader | None = None, replica_options: dict | None = None) -> AuditReport:
     """The exactly-once audit of the journal at `path`, read in `mode` (see `journal.MODES`).
     Strict mode raises on damage; the other modes read what they can and list the rest in
     `not_covered`. `progress(label, total_bytes)` makes one bar per pass; `reader`: an open
-    reader of `path` to use."""
+    reader of `path` to use. A replica URL (with `replica_options`) is audited from the
+    bucket alone."""
+    if is_replica(path):
+        return report_of_replica(audit, path, replica_options, mode != "strict", mode, progress=progress)
     if reader is None:
         if not os.path.isdir(path) or not is_journal(path):
             raise NotAJournal(f"{path}: not a journal directory (no segment files *.wal or "

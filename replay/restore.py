@@ -17,11 +17,12 @@ from typing import Any, Callable
 
 import journal
 from journal import LoaderStateError, Owner, Reader, State, list_segments
-from journal.layout import DirKind, describe_entries, dir_kind
+from journal.layout import CUTS_PREFIX, DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 from snapshot.row_ledger import RowLedger
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
+from .from_replica import describe_replica, fetched, is_replica
 from .recovered import RecoveredState, base_cut_writer
 from .recovery import DeadTail, read_dead_tail, recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
@@ -153,12 +154,20 @@ def _kind_of(path: str, at, step: int | None) -> DirKind | None:
 
 def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None = None,
             dataset: Any = None, collate_fn: Callable | None = None, on_row_changed: str = "error",
-            data_plane: DataPlane | None = None, salvage: bool = False) -> RecoveredState:
+            data_plane: DataPlane | None = None, salvage: bool = False,
+            replica_options: dict | None = None) -> RecoveredState:
     """Rebuild the state to resume from. `path` is a journal directory or a cut directory;
     `at` is "latest-checkpoint" (default), "end" (forensics) or an LSN; `step=S` picks the
     committed checkpoint of step S. Raises a `RestoreError` subclass naming what failed. A
     path that does not exist yet restores to the empty state, as an empty journal does
-    (restore never creates it)."""
+    (restore never creates it).
+
+    `path` may also be a replica (a URL such as `s3://bucket/runs/42` with `replica_options`,
+    or an obstore store): the bucket alone is read (`replay/from_replica.py`)."""
+    if is_replica(path):
+        return _restore_replica(path, replica_options, at, step=step, dataset=dataset,
+                                collate_fn=collate_fn, on_row_changed=on_row_changed,
+                                data_plane=data_plane, salvage=salvage)
     if not (at in ("latest-checkpoint", "end") or isinstance(at, int) and not isinstance(at, bool)):
         raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
     if on_row_changed not in ROW_CHANGED_POLICIES:
@@ -188,4 +197,16 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, state.dataset_size, state.row_sample,
                                                on_row_changed)
+    return result
+
+
+def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredState:
+    """`restore` of a replica: its objects fetched into a temporary journal directory (removed
+    afterwards), restored with every local check."""
+    with fetched(replica, options, at_end=at == "end") as tmp:
+        if not os.listdir(tmp):
+            return _empty_state()
+        result = restore(tmp, at, **kwargs)
+    if result.base_cut is not None:
+        result.base_cut = f"{describe_replica(replica)}/{CUTS_PREFIX}{os.path.basename(result.base_cut)}"
     return result

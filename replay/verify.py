@@ -28,6 +28,7 @@ from journal import Owner, ProblemKind, Reader, State, history
 from snapshot import CHECKS, read_cut
 
 from .cut_status import check_one_cut, is_cut, is_journal, list_cuts
+from .from_replica import is_replica, report_of_replica
 from .reports import Check, Finding, NotAJournal, VerifyReport
 from .walk import Progress, no_progress, span_bytes, tracked, unique_problems
 
@@ -66,9 +67,13 @@ def _differs(cut_state: State, fold: State) -> str | None:
     return None
 
 
-def verify(path: str, *, progress: Progress = no_progress) -> VerifyReport:
+def verify(path: str, *, progress: Progress = no_progress,
+           replica_options: dict | None = None) -> VerifyReport:
     """Every check restore relies on, over the journal or cut directory at `path`; raises
-    `NotAJournal` when it is neither. `progress(label, total_bytes)` makes the scan's bar."""
+    `NotAJournal` when it is neither. `progress(label, total_bytes)` makes the scan's bar.
+    A replica URL (with `replica_options`) is verified from the bucket alone."""
+    if is_replica(path):
+        return report_of_replica(verify, path, replica_options, False, progress=progress)
     full = os.path.abspath(path)
     if is_cut(full):
         return _verify_cut(full)

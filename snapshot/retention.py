@@ -16,6 +16,7 @@ import zstandard
 
 from journal import JournalIOError, OsFileSystem, Reader, history, read_segment_bytes
 from journal.layout import REPLACE_TMP_SUFFIX, archive_name
+from journal.replica import shipped_filter
 
 from .io_errors import io_step, remove_quietly
 
@@ -27,14 +28,15 @@ def retirable_segments(reader: Reader, boundary_lsn: int) -> list:
     """Segments of the active history whose every commit is at or before `boundary_lsn`.
 
     The last segment of a timeline is never retired (it may still grow, or it
-    holds a dead tail kept for forensics)."""
+    holds a dead tail kept for forensics), nor, in a journal with a replica, a segment not
+    yet in the bucket (`journal.replica.shipped_filter`)."""
     out = []
     for tl, limit in history.spans(reader.timelines):
         for seg, nxt in zip(tl.segments, tl.segments[1:]):
             last_lsn = nxt.first_lsn - 1
             if last_lsn <= boundary_lsn and (limit is None or last_lsn <= limit):
                 out.append(seg)
-    return out
+    return shipped_filter(reader.path, out)
 
 
 def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> list[str]:

@@ -1,0 +1,642 @@
+"""Shipping a journal to object storage, and the writer's lease there (DESIGN 9).
+
+`Journal.open(path, replica=URL, ...)` makes a `Replica`: it takes the writer's lease in the
+bucket, then one background thread (the shipper) uploads what is durable on disk:
+
+* every sealed segment, whole (`layout.sealed_object_name`), after which the local marker
+  `replica/<segment>.shipped` tells retention it may retire the segment;
+* the durable tail of the active segment, as immutable pieces named by byte offset and LSN
+  range (`layout.piece_name`), at most `ship_interval` seconds after a commit is durable;
+* every cut in `<journal>/snapshots/`, its MANIFEST.json last (the cut's commit marker).
+
+Objects are immutable. Names carry the first 16 hex digits of the bytes' sha256, so an
+identical re-upload has the same name (`put(mode="create")` answering "exists" counts as
+done) and other bytes for the same segment or offset have another name, which the inventory
+(one LIST when the replica opens, then the shipper's own uploads) shows as a conflict: shipping
+stops and `ReplicaConflict` is reported. Cut files have plain names: an existing one is read
+back and compared.
+
+The lease (`LEASE`, JSON) is created with `mode="create"` and renewed by compare-and-swap on
+its ETag (`mode={"e_tag": ...}`), every `LEASE_SECONDS / 3`. Before every pass that uploads,
+the shipper checks (HEAD) that the ETag is still its own: a writer that lost the lease uploads
+nothing more and the journal fails (`JournalFailed`). An idle journal makes no LIST and no GET:
+only the renewals.
+
+Every request is retried with exponential backoff while the store is unreachable or failing;
+the journal keeps committing locally meanwhile and `lag()` grows. `obstore` is imported only
+here, and only when a replica is opened.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+from . import layout
+from .errors import JournalError, JournalLocked, ReplicaConflict, ReplicaError, ReplicaTimeout
+from .reader import Reader, Segment, list_segments, read_segment_bytes
+from .vfs import OsFileSystem
+
+LEASE_SECONDS = 30.0        # a lease not renewed for this long may be taken by another writer
+BACKOFF_FIRST = 0.05        # seconds before the first retry of a failed request
+BACKOFF_MAX = 2.0
+CLOSE_SECONDS = 5.0         # how long close() keeps trying to ship the rest
+OPEN_SECONDS = 30.0         # how long open keeps trying to list the bucket and take the lease
+
+
+class ReplicaLag(NamedTuple):
+    """`Journal.replica_lag()`: how far the bucket is behind what the journal acknowledged."""
+
+    seconds: float            # age of the oldest durable commit not yet in the bucket (0: none)
+    lsns: int                 # durable LSNs not yet in the bucket
+    shipped_lsn: int          # everything up to this LSN is in the bucket
+    error: str | None         # the last failure (retrying), or why shipping stopped
+    requests: dict            # requests made so far, by kind (LIST pages, GET, HEAD, PUT)
+
+
+class LeaseLost(ReplicaError):
+    """Another writer holds the lease now: this one must stop."""
+
+
+def open_store(replica: Any, options: dict | None = None):
+    """The obstore store for `replica`: a URL (`s3://`, `gs://`, `az://`, `file://`,
+    `memory://`) opened with `obstore.store.from_url(replica, **options)`, or a store object."""
+    if isinstance(replica, str):
+        try:
+            from obstore.store import from_url
+        except ImportError as exc:
+            raise JournalError(f"replica {replica!r} needs the obstore package: pip install "
+                               "'ownership-journal[replica]'") from exc
+        try:
+            return from_url(replica, **(options or {}))
+        except Exception as exc:  # a bad URL or option: obstore's own classes, not ours
+            raise ReplicaError(f"replica {replica!r} cannot be opened with replica_options keys "
+                               f"{sorted(options or {})}: {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0]}") from exc
+    if options:
+        raise ValueError("replica_options= applies to a replica URL, not to a store object")
+    return replica
+
+
+def describe(replica: Any) -> str:
+    return replica if isinstance(replica, str) else repr(replica)
+
+
+def sha256_hex(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Bucket:
+    """The requests the journal makes, each raising the store's own exception on failure."""
+
+    def __init__(self, store, where: str):
+        import obstore
+        from obstore import exceptions
+        self._ob, self._exc = obstore, exceptions
+        self.store, self.where = store, where
+        self.requests: collections.Counter = collections.Counter()  # by kind; not the client's retries
+
+    def list(self) -> dict[str, int]:
+        """name -> size of every object under the prefix (paginated LIST)."""
+        out, pages = {}, 0
+        try:
+            for batch in self._ob.list(self.store):
+                pages += 1
+                out.update((m["path"], m["size"]) for m in batch)
+            self.requests["LIST"] += max(pages, 1)  # an empty listing is one request too
+            return out
+        except self._exc.InvalidPathError as exc:
+            raise ReplicaError(f"replica {self.where}: the bucket holds an object whose name is not "
+                               f"a plain path (a '..', '.' or empty part), so nothing in it is "
+                               f"used: {str(exc).splitlines()[0]}; remove that object") from None
+
+    def get(self, name: str) -> bytes:
+        self.requests["GET"] += 1
+        return bytes(self._ob.get(self.store, name).bytes())
+
+    def download(self, name: str, path: str) -> tuple[int, str]:
+        """Stream object `name` into the new file `path`; (size, sha256 hex)."""
+        digest, size = hashlib.sha256(), 0
+        self.requests["GET"] += 1
+        with open(path, "xb") as f:
+            for chunk in self._ob.get(self.store, name):
+                view = memoryview(chunk)
+                digest.update(view)
+                f.write(view)
+                size += len(view)
+        return size, digest.hexdigest()
+
+    def create(self, name: str, data) -> bool:
+        """Put `data` (bytes or a Path) as `name` unless it exists; False if it existed."""
+        self.requests["PUT"] += 1
+        try:
+            self._ob.put(self.store, name, data, mode="create")
+        except self._exc.AlreadyExistsError:
+            return False
+        return True
+
+    def lease_get(self) -> tuple[dict, str] | None:
+        self.requests["GET"] += 1
+        try:
+            got = self._ob.get(self.store, layout.LEASE_NAME)
+        except FileNotFoundError:
+            return None
+        return _lease_fields(bytes(got.bytes())), got.meta["e_tag"]
+
+    def lease_etag(self) -> str | None:
+        self.requests["HEAD"] += 1
+        try:
+            return self._ob.head(self.store, layout.LEASE_NAME)["e_tag"]
+        except FileNotFoundError:
+            return None
+
+    def lease_put(self, body: dict, e_tag: str | None) -> str | None:
+        """Create the lease (`e_tag` None) or swap it for `body` if its ETag is still `e_tag`;
+        the new ETag, None when the precondition failed."""
+        mode = "create" if e_tag is None else {"e_tag": e_tag}
+        self.requests["PUT"] += 1
+        try:
+            return self._ob.put(self.store, layout.LEASE_NAME, json.dumps(body).encode(), mode=mode)["e_tag"]
+        except (self._exc.AlreadyExistsError, self._exc.PreconditionError):
+            return None
+
+
+def _lease_fields(data: bytes) -> dict:
+    """The lease's JSON; one that does not parse, or has no numeric `renewed` and `ttl`, counts as
+    expired (a writer may replace it)."""
+    try:
+        body = json.loads(data)
+        if isinstance(body, dict) and all(isinstance(body.get(k), (int, float)) for k in ("renewed", "ttl")):
+            return body
+    except ValueError:
+        pass
+    return {"holder": None, "renewed": 0.0, "ttl": 0.0}
+
+
+class Lease:
+    """The writer's lease object: who writes this replica now."""
+
+    def __init__(self, bucket: Bucket):
+        self.bucket = bucket
+        self.token = os.urandom(8).hex()
+        self.e_tag: str | None = None
+        self.renewed = 0.0
+        self.reserved = 0  # the timeline a new branch of this writer takes
+
+    def _body(self, released: bool = False) -> dict:
+        return {"holder": self.token, "host": socket.gethostname(), "pid": os.getpid(),
+                "renewed": time.time(), "ttl": 0.0 if released else LEASE_SECONDS,
+                "reserved": self.reserved}
+
+    def acquire(self, *, takeover: bool, floor: int) -> None:
+        """Take the lease; `takeover` (a resume) takes it from a live holder too. The lease
+        reserves a timeline above `floor` and above the one its previous holder reserved: a
+        holder that was taken over before its first upload could otherwise pick the same
+        number as the writer that took over, and their objects would share names."""
+        current = self.bucket.lease_get()
+        previous = 0
+        if current is not None:
+            holder, e_tag = current
+            previous = holder.get("reserved") if isinstance(holder.get("reserved"), int) else 0
+            age = time.time() - holder["renewed"]
+            if not takeover and age < holder["ttl"]:
+                raise JournalLocked(
+                    f"replica {self.bucket.where}: another writer holds its lease ({layout.LEASE_NAME}: "
+                    f"host {holder.get('host')!r}, pid {holder.get('pid')}, renewed {age:.1f} s ago, "
+                    f"valid for {holder['ttl']:.0f} s). Stop that writer, wait for the "
+                    "lease to expire, or take it over with a resume: state = restore(URL, ...); "
+                    "Journal.open(path, resume=state, replica=URL)")
+        else:
+            e_tag = None
+        self.reserved = max(previous, floor) + 1
+        body = self._body()
+        new = self.bucket.lease_put(body, e_tag) or self._ours_after_all()
+        if new is None:
+            raise JournalLocked(f"replica {self.bucket.where}: another writer took its lease "
+                                f"({layout.LEASE_NAME}) at the same moment; try again")
+        self.e_tag, self.renewed = new, time.monotonic()
+
+    def check(self) -> None:
+        """LeaseLost unless the lease's ETag is still ours (one HEAD)."""
+        if self.bucket.lease_etag() != self.e_tag:
+            raise LeaseLost(f"replica {self.bucket.where}: this writer lost its lease "
+                            f"({layout.LEASE_NAME} was replaced by another writer)", object=layout.LEASE_NAME)
+
+    def _ours_after_all(self) -> str | None:
+        """The lease's ETag if it holds our token: a write of ours whose answer was lost (its
+        retry then failed its precondition) still made the lease ours."""
+        current = self.bucket.lease_get()
+        return current[1] if current is not None and current[0].get("holder") == self.token else None
+
+    def renew(self, *, released: bool = False) -> None:
+        new = self.bucket.lease_put(self._body(released), self.e_tag) or self._ours_after_all()
+        if new is None:
+            raise LeaseLost(f"replica {self.bucket.where}: renewing the lease failed: another "
+                            f"writer replaced {layout.LEASE_NAME}", object=layout.LEASE_NAME)
+        self.e_tag, self.renewed = new, time.monotonic()
+
+    def renew_due(self) -> bool:
+        return time.monotonic() - self.renewed >= LEASE_SECONDS / 3
+
+
+class Inventory:
+    """What the bucket holds, as far as this writer knows: the objects listed when the replica
+    opened, plus its own uploads. Keys: ("sealed", tl, first) and ("piece", tl, first, offset)."""
+
+    def __init__(self, names: dict[str, int]):
+        self.by_key: dict[tuple, layout.ReplicaObject] = {}
+        self.cut_files: set[str] = set()
+        self.sizes = dict(names)
+        for name in names:
+            obj = layout.parse_replica_object(name)
+            if obj is not None:
+                self.add(obj)
+
+    @staticmethod
+    def key(obj: layout.ReplicaObject) -> tuple:
+        if obj.kind == "sealed":
+            return ("sealed", obj.timeline, obj.seg_first_lsn)
+        return ("piece", obj.timeline, obj.seg_first_lsn, obj.offset)
+
+    def add(self, obj: layout.ReplicaObject) -> None:
+        if obj.kind == "cut":
+            self.cut_files.add(obj.name)
+        else:
+            self.by_key[self.key(obj)] = obj
+
+    def max_timeline(self) -> int:
+        return max((k[1] for k in self.by_key), default=0)
+
+    def has_history(self) -> bool:
+        return bool(self.by_key)
+
+    def shipped_pieces(self, timeline: int, first_lsn: int) -> list[layout.ReplicaObject]:
+        """The contiguous pieces of a segment from offset 0."""
+        out, offset = [], 0
+        while (obj := self.by_key.get(("piece", timeline, first_lsn, offset))) is not None:
+            out.append(obj)
+            offset += self.sizes[obj.name]
+        return out
+
+
+class Replica:
+    """A journal's replica: the lease, the inventory and the shipper thread."""
+
+    def __init__(self, replica: Any, options: dict | None, *, journal_path: str, fs: OsFileSystem,
+                 ship_interval: float, on_lost: Callable[[BaseException], None]):
+        if not ship_interval > 0:
+            raise ValueError(f"ship_interval must be a number of seconds > 0, not {ship_interval!r}")
+        self.where = describe(replica)
+        self.bucket = Bucket(open_store(replica, options), self.where)
+        self.path, self.fs, self.ship_interval, self._on_lost = journal_path, fs, ship_interval, on_lost
+        self._cv = threading.Condition()
+        self._note: tuple[int, str, int] | None = None   # (durable LSN, its segment, end offset)
+        self._unshipped_since: float | None = None       # when the oldest unshipped note came
+        self._shipped_lsn = 0
+        self._error: str | None = None
+        self._stopped: BaseException | None = None       # conflict or lost lease: no more shipping
+        self._closing = False
+        self._deadline: float | None = None               # close(): give up retrying after it
+        self._requested = self._completed = 0             # flush generations
+        self._last_pass = 0.0
+        self._cuts_seen: tuple = ()
+        self._sealed_done: set[tuple[int, int]] = set()
+        self._active: tuple[int, int, int, int] | None = None  # (tl, first, shipped offset, lsn)
+        self._thread: threading.Thread | None = None
+        self.inventory = Inventory(self._on_open(self.bucket.list, "list the bucket"))
+        self.lease = Lease(self.bucket)
+
+    # -- called by the writer ---------------------------------------------------------------
+
+    def acquire(self, *, takeover: bool, local_timeline: int) -> None:
+        """Take the lease, reserving a timeline above every one in the bucket, on disk
+        (`local_timeline`) and reserved by the previous holder (`Lease.reserved`)."""
+        floor = max(self.inventory.max_timeline(), local_timeline)
+        self._on_open(lambda: self.lease.acquire(takeover=takeover, floor=floor), "take the lease")
+
+    def _on_open(self, fn: Callable[[], Any], what: str):
+        """`fn()` retried for at most OPEN_SECONDS: an open fails rather than hang on a store
+        that cannot be reached."""
+        self._deadline = time.monotonic() + OPEN_SECONDS
+        try:
+            return self._retrying(fn, what)
+        except _GaveUp as exc:
+            raise ReplicaError(f"replica {self.where}: could not {what} within {OPEN_SECONDS:.0f} s "
+                               f"({exc}); check the URL, the options and that the store is reachable, "
+                               "then open again") from exc
+        finally:
+            self._deadline = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="journal-shipper", daemon=True)
+        self._thread.start()
+
+    def note_durable(self, lsn: int, segment_path: str, end_offset: int) -> None:
+        """Commits up to `lsn` are durable; the active segment ends at `end_offset` (cheap: the
+        writer calls it under its lock)."""
+        with self._cv:
+            if self._note is not None and self._note[0] == lsn:
+                return
+            self._note = (lsn, segment_path, end_offset)
+            if self._unshipped_since is None and lsn > self._shipped_lsn:
+                self._unshipped_since = time.monotonic()
+            self._cv.notify_all()
+
+    def lag(self) -> ReplicaLag:
+        with self._cv:
+            durable = self._note[0] if self._note is not None else 0
+            since = self._unshipped_since
+            error = str(self._stopped) if self._stopped is not None else self._error
+            return ReplicaLag(time.monotonic() - since if since is not None else 0.0,
+                              max(0, durable - self._shipped_lsn), self._shipped_lsn, error,
+                              dict(self.bucket.requests))
+
+    def flush(self, timeout: float | None) -> None:
+        """Wait until everything durable now (and every cut on disk now) is in the bucket."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            self._requested += 1
+            wanted = self._requested
+            self._cv.notify_all()
+            while self._completed < wanted and self._stopped is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise ReplicaTimeout(
+                        f"replica {self.where}: not everything acknowledged was shipped within "
+                        f"{timeout} s (shipped through LSN {self._shipped_lsn}, last error: "
+                        f"{self._error or 'none'}); the journal keeps it locally and goes on shipping")
+                self._cv.wait(left)
+            if self._stopped is not None:
+                raise self._stopped
+
+    def close(self, *, release: bool) -> None:
+        """Ship what is left (trying for at most CLOSE_SECONDS), stop the thread, and give the
+        lease up (`release`) so the next writer need not wait for it to expire."""
+        with self._cv:
+            self._closing = True
+            self._deadline = time.monotonic() + CLOSE_SECONDS
+            self._requested += 1
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(CLOSE_SECONDS + 1)
+        if release and self._stopped is None and self.lease.e_tag is not None:
+            try:
+                self.lease.renew(released=True)
+            except Exception:  # the lease then expires on its own
+                pass
+
+    # -- the shipper thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    if self._stopped is not None:
+                        self._cv.notify_all()
+                        return
+                    wanted = self._requested
+                    now = time.monotonic()
+                    due = self._last_pass + self.ship_interval
+                    if wanted > self._completed or self._closing:
+                        break
+                    if self._has_news() and now >= due:
+                        break
+                    if self.lease.renew_due():
+                        break
+                    renew_in = self.lease.renewed + LEASE_SECONDS / 3 - now
+                    self._cv.wait(max(min(due - now if self._has_news() else self.ship_interval,
+                                          renew_in), 0.0))
+                    if not self._has_news() and self._cuts_changed():
+                        self._last_pass = 0.0
+                        self._requested += 1
+                closing = self._closing
+            try:
+                if self.lease.renew_due():
+                    self._retrying(self.lease.renew, "renew the lease")
+                if self._has_news() or wanted > self._completed:
+                    self._last_pass = time.monotonic()
+                    self._ship_pass()
+                with self._cv:
+                    self._completed = max(self._completed, wanted)
+                    self._cv.notify_all()
+            except (ReplicaConflict, LeaseLost) as exc:
+                self._stop(exc)
+                return
+            except _GaveUp:
+                return
+            except Exception as exc:  # reading the local files failed: nothing more can be shipped
+                self._stop(ReplicaError(f"replica {self.where}: shipping from {self.path} stopped: "
+                                        f"{type(exc).__name__}: {exc}"))
+                return
+            if closing:
+                return
+
+    def _has_news(self) -> bool:
+        return self._note is not None and self._note[0] > self._shipped_lsn
+
+    def _cuts_changed(self) -> bool:
+        return self._list_cuts() != self._cuts_seen
+
+    def _stop(self, exc: BaseException) -> None:
+        if isinstance(exc, LeaseLost):  # the journal fails before any flush hears of it
+            self._on_lost(exc)
+        with self._cv:
+            self._stopped = exc
+            self._cv.notify_all()
+
+    def _retrying(self, fn: Callable[[], Any], what: str):
+        """`fn()`, retried with backoff on any failure of the store; our own verdicts (a conflict,
+        a lost or held lease) are final. Past the deadline (set by open and close), gives up
+        (`_GaveUp`)."""
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                out = fn()
+            except (ReplicaError, JournalLocked):
+                raise
+            except Exception as exc:
+                self._error = f"{what}: {type(exc).__name__}: {exc}"
+                deadline = self._deadline
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    raise _GaveUp(self._error) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            self._error = None
+            return out
+
+    def _ship_pass(self) -> None:
+        with self._cv:
+            note = self._note
+        if note is not None:
+            self._retrying(self.lease.check, "check the lease")
+            # cuts the bucket's history reaches, and a resume's base cut (the history on disk
+            # starts after it), before the segments that continue from them
+            local = list_segments(self.path)
+            self._ship_cuts(max(self._shipped_lsn, local[0].first_lsn - 1 if local else 0))
+            lsn, active_path, end = note
+            tl, first, _ = layout.parse_segment_name(os.path.basename(active_path))
+            self._ship_sealed((tl, first))
+            self._ship_active(tl, first, active_path, end, lsn)
+        self._ship_cuts(None)
+        if note is not None:
+            with self._cv:
+                self._shipped_lsn = max(self._shipped_lsn, note[0])
+                if self._note[0] <= self._shipped_lsn:
+                    self._unshipped_since = None
+                else:  # commits came during the pass: their age counts from now at the latest
+                    self._unshipped_since = time.monotonic()
+
+    def _upload(self, obj: layout.ReplicaObject, data) -> None:
+        """Upload an immutable segment object unless the bucket already has it; a different
+        object under the same key is a conflict."""
+        key = Inventory.key(obj)
+        known = self.inventory.by_key.get(key)
+        if known is not None and known.name != obj.name:
+            raise self._conflict(known.name, f"this journal ships {obj.name}, other bytes for "
+                                 f"the same {obj.kind} of timeline {obj.timeline}, LSN {obj.from_lsn}")
+        if known is None:
+            self._retrying(lambda: self.bucket.create(obj.name, data), f"upload {obj.name}")
+            self.inventory.sizes[obj.name] = len(data)
+            self.inventory.add(obj)
+
+    def _conflict(self, name: str, detail: str) -> ReplicaConflict:
+        return ReplicaConflict(
+            f"replica {self.where}: object {name} is in the bucket, but {detail} (journal "
+            f"{self.path}): shipping stopped. The bucket holds another history here: use another "
+            "replica URL, or restore from the bucket and resume", object=name)
+
+    def _ship_sealed(self, active: tuple[int, int]) -> None:
+        segs = [s for s in list_segments(self.path) if (s.timeline, s.first_lsn) < active]
+        mark = f"{self.where}\n".encode()
+        for i, seg in enumerate(segs):
+            key = (seg.timeline, seg.first_lsn)
+            marker = os.path.join(self.path, layout.shipped_marker_name(*key))
+            if key in self._sealed_done or _holds(marker, mark):
+                self._sealed_done.add(key)
+                continue
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            if nxt is not None and nxt.timeline == seg.timeline:
+                last = nxt.first_lsn - 1
+            elif seg.timeline == active[0]:
+                last = active[1] - 1
+            else:
+                last = _last_lsn(self.path, seg)
+            data = read_segment_bytes(seg)
+            name = layout.sealed_object_name(seg.timeline, seg.first_lsn, last, sha256_hex(data))
+            self._upload(layout.parse_replica_object(name), data)
+            self.fs.replace_file(marker, mark)
+            self._sealed_done.add(key)
+
+    def _ship_active(self, tl: int, first: int, path: str, end: int, lsn: int) -> None:
+        if self._active is None or self._active[:2] != (tl, first):
+            self._active = (tl, first, *self._adopt_pieces(tl, first, path))
+        _, _, offset, shipped = self._active
+        if end <= offset or lsn <= shipped:
+            return
+        with open(path, "rb") as f:
+            data = os.pread(f.fileno(), end - offset, offset)
+        name = layout.piece_name(tl, first, offset, shipped + 1, lsn, sha256_hex(data))
+        self._upload(layout.parse_replica_object(name), data)
+        self._active = (tl, first, offset + len(data), lsn)
+
+    def _adopt_pieces(self, tl: int, first: int, path: str) -> tuple[int, int]:
+        """(end offset, last LSN) of what the bucket holds of the active segment, once its bytes
+        are checked to be the local ones (else another history wrote there: a conflict)."""
+        offset, lsn = 0, first - 1
+        with open(path, "rb") as f:
+            for piece in self.inventory.shipped_pieces(tl, first):
+                size = self.inventory.sizes[piece.name]
+                if not sha256_hex(os.pread(f.fileno(), size, offset)).startswith(piece.sha):
+                    raise self._conflict(piece.name, f"bytes {offset}..{offset + size} of {path} "
+                                         "are other bytes for the same piece")
+                offset, lsn = offset + size, piece.to_lsn
+        return offset, lsn
+
+    def _list_cuts(self) -> tuple:
+        snapshots = os.path.join(self.path, layout.SNAPSHOTS_DIR)
+        try:
+            names = os.listdir(snapshots)
+        except FileNotFoundError:
+            return ()
+        return tuple(sorted(n for n in names if layout.parse_cut_dir_name(n) is not None))
+
+    def _ship_cuts(self, upto: int | None) -> None:
+        """Ship the cuts on disk not in the bucket yet (those at or before LSN `upto`)."""
+        cuts = self._list_cuts()
+        for cut in cuts:
+            manifest = layout.cut_object_name(cut, layout.MANIFEST_NAME)
+            if manifest in self.inventory.cut_files or upto is not None and \
+                    layout.parse_cut_dir_name(cut)[1] > upto:
+                continue
+            root = os.path.join(self.path, layout.SNAPSHOTS_DIR, cut)
+            files = []
+            for base, _, names in os.walk(root):
+                for n in names:
+                    files.append(os.path.relpath(os.path.join(base, n), root).replace(os.sep, "/"))
+            for rel in sorted(files, key=lambda r: r == layout.MANIFEST_NAME):  # manifest last
+                self._upload_cut_file(layout.cut_object_name(cut, rel), os.path.join(root, rel))
+        if upto is None:
+            self._cuts_seen = cuts
+
+    def _upload_cut_file(self, name: str, local: str) -> None:
+        if name in self.inventory.cut_files:
+            return
+        created = self._retrying(lambda: self.bucket.create(name, Path(local)), f"upload {name}")
+        if not created:
+            with open(local, "rb") as f:
+                mine = f.read()
+            theirs = self._retrying(lambda: self.bucket.get(name), f"read back {name}")
+            if theirs != mine:
+                raise ReplicaConflict(f"replica {self.where}: cut file {name} in the bucket differs "
+                                      f"from {local}: shipping stopped", object=name)
+        self.inventory.cut_files.add(name)
+
+
+def _holds(path: str, data: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read() == data
+    except FileNotFoundError:
+        return False
+
+
+class _GaveUp(Exception):
+    """close() ran out of time while the store kept failing."""
+
+
+def _last_lsn(journal_path: str, seg: Segment) -> int:
+    """The LSN of the last commit in `seg` (the last segment of a timeline that is not active)."""
+    last = seg.first_lsn - 1
+    reader = Reader(journal_path, "strict")
+    match = next(s for s in reader.segments if (s.timeline, s.first_lsn) == (seg.timeline, seg.first_lsn))
+    for rec in reader.segment_records(match, last=True):
+        last = rec.commit.lsn
+    return last
+
+
+def shipped_filter(journal_path: str, segments: list) -> list:
+    """The `segments` retention may retire: all of them without a replica, else only those
+    whose `replica/<segment>.shipped` marker says they are in the bucket."""
+    if not os.path.isdir(os.path.join(journal_path, layout.REPLICA_DIR)):
+        return segments
+    return [s for s in segments if os.path.exists(
+        os.path.join(journal_path, layout.shipped_marker_name(s.timeline, s.first_lsn)))]
+
+
+def refuse_foreign_history(replica: "Replica", has_local_history: bool, resuming: bool) -> None:
+    """A new journal (no history on disk, no resume) must not ship into a bucket that holds a
+    history already: that is a lost node's run, to be restored first."""
+    if not has_local_history and not resuming and replica.inventory.has_history():
+        raise JournalError(
+            f"replica {replica.where} already holds a journal history (up to timeline "
+            f"{replica.inventory.max_timeline()}) and {replica.path} holds none: to continue it "
+            "after losing the node, state = replay.restore(URL, replica_options=...); "
+            "Journal.open(path, resume=state, replica=URL); to start a new run, use another URL")

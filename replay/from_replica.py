@@ -1,0 +1,242 @@
+"""Restoring from a replica alone: the bucket's objects laid out as a local journal directory.
+
+`restore(URL, replica_options=...)` calls `fetch_replica` into a temporary directory, then
+restores that directory with every local check. Before a byte is used:
+
+* names are parsed (`journal.layout.parse_replica_object`): anything else, also a name with
+  `..`, `.` or empty parts, is never turned into a local path;
+* every segment object's bytes (streamed to disk, never held whole) must hash to the sha256
+  prefix in its name and have the listed size: a truncated object or other bytes under a
+  valid name is `ReplicaCorrupt` naming it;
+* the objects of each timeline must be contiguous in byte offset and LSN: the first gap is
+  `ReplicaGap` naming the missing LSN range, or, with `at="end"`, the end of that timeline
+  (the point-in-time end; what follows the gap is not used);
+* a cut's files are fetched only when its MANIFEST.json (uploaded last, so present only for
+  a complete cut) decodes and names safe paths; the local checks then verify every sha256.
+
+The chain of checksums across objects and segments is the local reader's check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from typing import Iterator
+
+from journal import layout
+from journal.errors import ReplicaError
+from journal.replica import BACKOFF_FIRST, BACKOFF_MAX, Bucket, describe, open_store
+
+describe_replica = describe  # how messages and reports name a replica (its URL)
+from snapshot import RestoreError
+from snapshot.manifest import decode as decode_manifest
+
+FETCH_ATTEMPTS = 5
+
+
+class ReplicaGap(RestoreError):
+    """The bucket lacks the objects of an LSN range that the history needs."""
+
+    def __init__(self, message: str, *, timeline: int, first_lsn: int, last_lsn: int):
+        super().__init__(message)
+        self.timeline, self.first_lsn, self.last_lsn = timeline, first_lsn, last_lsn
+
+
+class ReplicaCorrupt(RestoreError):
+    """An object's bytes do not match its name (truncated, replaced), or two objects claim the
+    same part of a segment."""
+
+    def __init__(self, message: str, *, object: str | None):
+        super().__init__(message)
+        self.object = object
+
+
+class ReplicaChanged(RestoreError):
+    """An object listed a moment ago is gone (something deleted it while the restore ran)."""
+
+    def __init__(self, message: str, *, object: str):
+        super().__init__(message)
+        self.object = object
+
+
+class ReplicaUnreachable(RestoreError):
+    """The store kept failing while the replica was read."""
+
+
+def _retry(fn, what: str, where: str):
+    delay = BACKOFF_FIRST
+    for attempt in range(FETCH_ATTEMPTS):
+        try:
+            return fn()
+        except (FileNotFoundError, FileExistsError):
+            raise
+        except ReplicaError as exc:  # the bucket's content, not the network: final
+            raise ReplicaCorrupt(str(exc), object=exc.object) from None
+        except Exception as exc:
+            if attempt == FETCH_ATTEMPTS - 1:
+                raise ReplicaUnreachable(f"replica {where}: {what} failed {FETCH_ATTEMPTS} times, "
+                                         f"last with {type(exc).__name__}: {exc}; check that the "
+                                         "store is reachable and retry the restore") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+
+class _Segment:
+    def __init__(self, timeline: int, first_lsn: int):
+        self.timeline, self.first_lsn = timeline, first_lsn
+        self.sealed: list[layout.ReplicaObject] = []
+        self.pieces: list[layout.ReplicaObject] = []
+
+    def objects(self, sizes: dict[str, int], where: str) -> tuple[list, int, tuple | None]:
+        """(objects to concatenate, last LSN, the gap (first, last LSN) that ends it, if any)."""
+        if len(self.sealed) > 1:
+            names = ", ".join(o.name for o in self.sealed)
+            raise ReplicaCorrupt(f"replica {where}: two objects claim segment {self.timeline}/"
+                                 f"{self.first_lsn}: {names}", object=self.sealed[1].name)
+        if self.sealed:
+            return self.sealed, self.sealed[0].to_lsn, None
+        out, offset, lsn = [], 0, self.first_lsn - 1
+        for piece in sorted(self.pieces, key=lambda p: p.offset):
+            if piece.offset < offset or (piece.offset == offset and piece.from_lsn != lsn + 1):
+                raise ReplicaCorrupt(f"replica {where}: {piece.name} overlaps the bytes before it "
+                                     f"(offset {piece.offset}, expected {offset})", object=piece.name)
+            if piece.offset > offset:
+                return out, lsn, (lsn + 1, piece.from_lsn - 1)
+            out.append(piece)
+            offset, lsn = offset + sizes[piece.name], piece.to_lsn
+        return out, lsn, None
+
+
+def _plan(names: dict[str, int], where: str, at_end: bool) -> tuple[dict, dict]:
+    """({(timeline, first LSN): objects} of the segments to fetch, {cut: {rel: name}})."""
+    segments: dict[tuple[int, int], _Segment] = {}
+    cuts: dict[str, dict[str, str]] = {}
+    for name in names:
+        obj = layout.parse_replica_object(name)
+        if obj is None:
+            continue
+        if obj.kind == "cut":
+            cuts.setdefault(obj.cut, {})[obj.rel] = name
+            continue
+        key = (obj.timeline, obj.seg_first_lsn)
+        seg = segments.setdefault(key, _Segment(*key))
+        (seg.sealed if obj.kind == "sealed" else seg.pieces).append(obj)
+    chosen: dict[tuple[int, int], list] = {}
+    ended: set[int] = set()
+    previous: dict[int, int] = {}  # timeline -> last LSN of its segment before
+    for key in sorted(segments):
+        tl, first = key
+        if tl in ended:
+            continue
+        gap = None
+        if tl in previous and first != previous[tl] + 1:
+            gap, objs = (previous[tl] + 1, first - 1), []
+        else:
+            objs, previous[tl], gap = segments[key].objects(names, where)
+            if objs:
+                chosen[key] = objs
+        if gap is not None:
+            if not at_end:
+                raise ReplicaGap(
+                    f"replica {where}: LSNs {gap[0]}..{gap[1]} of timeline {tl} are not in the "
+                    f"bucket (no object holds them, but objects after them exist): the history "
+                    f"cannot be restored past LSN {gap[0] - 1}; restore(URL, at='end') restores up "
+                    "to the gap", timeline=tl, first_lsn=gap[0], last_lsn=gap[1])
+            ended.add(tl)
+    return chosen, cuts
+
+
+def _download(bucket: Bucket, name: str, path: str, where: str) -> tuple[int, str]:
+    """Object `name` streamed into `path` (retried from the start); (size, sha256 hex)."""
+    def once():
+        if os.path.exists(path):
+            os.unlink(path)
+        return bucket.download(name, path)
+    try:
+        return _retry(once, f"download {name}", where)
+    except FileNotFoundError:
+        raise ReplicaChanged(f"replica {where}: object {name} was listed but is gone (deleted while "
+                             "the restore ran, e.g. by retention or a lifecycle rule); nothing was "
+                             "restored: restore again", object=name) from None
+
+
+def _fetch_object(bucket: Bucket, obj: layout.ReplicaObject, size: int, path: str, where: str) -> None:
+    got, sha = _download(bucket, obj.name, path, where)
+    if got != size or not sha.startswith(obj.sha):
+        raise ReplicaCorrupt(f"replica {where}: object {obj.name} holds {got} bytes with sha256 "
+                             f"{sha[:16]}..., not the bytes its name says ({size} listed, sha256 "
+                             f"{obj.sha}...): it is truncated or was replaced; nothing of it is used",
+                             object=obj.name)
+
+
+def _fetch_segment(bucket: Bucket, key: tuple[int, int], objs: list, sizes: dict[str, int],
+                   into: str, where: str) -> None:
+    final = os.path.join(into, layout.segment_name(*key))
+    part = final + ".part"
+    with open(final, "wb") as out:
+        for obj in objs:
+            _fetch_object(bucket, obj, sizes[obj.name], part, where)
+            with open(part, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    out.write(chunk)
+            os.unlink(part)
+
+
+def _fetch_cut(bucket: Bucket, cut: str, files: dict[str, str], into: str, where: str) -> None:
+    """The cut's manifest, and the files it names when it decodes and names only safe paths
+    (else the local checks report the manifest, and the restore skips the cut)."""
+    if layout.MANIFEST_NAME not in files:
+        return  # not complete: the manifest is uploaded last
+    cut_dir = os.path.join(into, layout.SNAPSHOTS_DIR, cut)
+    os.makedirs(cut_dir)
+    manifest_path = os.path.join(cut_dir, layout.MANIFEST_NAME)
+    _download(bucket, files[layout.MANIFEST_NAME], manifest_path, where)
+    with open(manifest_path, "rb") as f:
+        data = f.read()
+    try:
+        manifest = decode_manifest(data, f"{where}/{layout.CUTS_PREFIX}{cut}")
+    except RestoreError:
+        return
+    for rel in manifest.files:
+        if rel in files and rel != layout.MANIFEST_NAME:
+            local = os.path.join(cut_dir, *rel.split("/"))
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            _download(bucket, files[rel], local, where)
+
+
+def fetch_replica(replica, options: dict | None, into: str, *, at_end: bool) -> None:
+    """Lay the replica's history out in the empty directory `into` as a journal directory."""
+    where = describe(replica)
+    bucket = Bucket(open_store(replica, options), where)
+    names = _retry(bucket.list, "list the bucket", where)
+    segments, cuts = _plan(names, where, at_end)
+    for key, objs in sorted(segments.items()):
+        _fetch_segment(bucket, key, objs, names, into, where)
+    for cut, files in sorted(cuts.items()):
+        _fetch_cut(bucket, cut, files, into, where)
+
+
+@contextlib.contextmanager
+def fetched(replica, options: dict | None, *, at_end: bool) -> Iterator[str]:
+    """A temporary journal directory holding the replica's history (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="oj-replica-") as tmp:
+        fetch_replica(replica, options, tmp, at_end=at_end)
+        yield tmp
+
+
+def report_of_replica(fn, replica, options: dict | None, at_end: bool, *args, **kwargs):
+    """`fn(directory, *args, **kwargs)` (verify, audit) on the replica's history, its report
+    naming the replica."""
+    with fetched(replica, options, at_end=at_end) as tmp:
+        report = fn(tmp, *args, **kwargs)
+    report.path = describe_replica(replica)
+    return report
+
+
+def is_replica(path) -> bool:
+    """Whether `restore`'s `path` names a replica (a URL or an obstore store), not a directory."""
+    if isinstance(path, str):
+        return "://" in path
+    return type(path).__module__.split(".")[0] == "obstore"
