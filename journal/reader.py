@@ -31,7 +31,7 @@ import zstandard
 from . import format as fmt
 from . import history, layout
 from .errors import JournalCorrupt
-from .events import Commit, Taken, commit_decoder
+from .events import Commit, RolloutFailed, RolloutSealed, Taken, commit_decoder
 from .fold import State, fold_records
 from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame
 
@@ -569,6 +569,24 @@ class Reader:
                     if type(ev) is Taken and ev.groups:
                         top = max(top, ev.groups[-1].group_id)
         return top
+
+    def attempts_used(self, rollouts: set) -> dict[tuple[int, int], int]:
+        """For each (group, index) of `rollouts` that any timeline names: the highest attempt it
+        was ever dispatched in (a seal names its attempt; a failure of attempt a is followed by
+        a dispatch of a+1). Attempts are never reused, like group ids: a resume raises the
+        attempt of an unsealed rollout above this, so no worker of a dead run can seal."""
+        used: dict[tuple[int, int], int] = {}
+        for t in self.timelines:
+            for rec in self.timeline_records(t):
+                for ev in rec.commit.events:
+                    kind = type(ev)
+                    if kind is RolloutSealed or kind is RolloutFailed:
+                        bump = kind is RolloutFailed
+                        for ref in ev.rollouts:
+                            key = (ref.group_id, ref.index)
+                            if key in rollouts:
+                                used[key] = max(used.get(key, 0), ref.attempt + bump)
+        return used
 
 
 def open_reader(path: str, mode: str = "strict") -> Reader:

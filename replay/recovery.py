@@ -11,8 +11,10 @@ The rules, in the order they apply:
    REPLAY group, or a sealed rollout of any group) is regenerated under a fresh group id:
    the old id is dropped (`rows_lost_on_restore`), the new one admitted for the same step,
    its surviving rollouts sealed again; the lost rollouts are reported.
-3. **Fencing**: every unsealed rollout of a recovered ADMITTED group gets the next attempt,
-   so a worker of the dead run that answers late cannot seal into the resumed history.
+3. **Fencing**: every unsealed rollout of a recovered ADMITTED group gets an attempt above
+   every attempt any history ever dispatched it in (the next one, unless a dead tail went
+   further: restoring the same checkpoint twice must not hand out an attempt a dead run's
+   worker may still hold), so a worker of a dead run that answers late cannot seal.
 
 `first_commit` is the list of events the resume writes first, so that the journal says
 exactly what the trainer was handed.
@@ -103,7 +105,7 @@ class _Plan:
         self.next_free_id = next_free_id
         self.out = Recovery([], [], [], [], [], [], [], [], [])
         self.salvage_events: list = []
-        self.fence: list[RolloutRef] = []
+        self.fenced: list[RecoveredGroup] = []  # admitted groups whose pending rollouts get new attempts
         self.demotion_events: list = []
 
     def salvage_rollouts(self, g: RecoveredGroup) -> int:
@@ -168,10 +170,8 @@ class _Plan:
         elif completed:   # its last rollouts were salvaged: finished, as on the dead tail
             self.salvage_events.append(Finished([g.group_id]))
         else:
-            for r in g.pending:
-                self.fence.append(RolloutRef(g.group_id, r.index, r.attempt))
-                r.attempt += 1
             self.out.admitted.append(g)
+            self.fenced.append(g)
             return
         g.owner = Owner.REPLAY
         self.out.salvaged.append(g)
@@ -183,10 +183,29 @@ class _Plan:
             self.out.replay.append(g)
 
 
+def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -> list:
+    """Raise the attempt of every pending rollout of `groups` above every attempt it was ever
+    dispatched in; the `rollout_failed` events that record it, one round per step up (a
+    failure raises an attempt by one)."""
+    pending = {(g.group_id, r.index): r for g in groups for r in g.pending}
+    if not pending:
+        return []
+    used = attempts_used(set(pending))
+    start = {key: r.attempt for key, r in pending.items()}
+    for key, r in pending.items():
+        r.attempt = max(r.attempt, used.get(key, 0)) + 1
+    rounds = max(r.attempt - start[key] for key, r in pending.items())
+    return [RolloutFailed([RolloutRef(gid, index, start[(gid, index)] + k)
+                           for (gid, index), r in pending.items() if start[(gid, index)] + k < r.attempt],
+                          ABANDONED) for k in range(rounds)]
+
+
 def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,
-            recommit: list[int], next_free_id: Callable[[], int]) -> Recovery:
+            recommit: list[int], next_free_id: Callable[[], int],
+            attempts_used: Callable[[set], dict]) -> Recovery:
     """Apply the rules to every live group of `state` (the state at the restore point).
-    `next_free_id()` hands out the ids of demoted groups (beyond every id ever used)."""
+    `next_free_id()` hands out the ids of demoted groups (beyond every id ever used);
+    `attempts_used(rollouts)` says how far any history took each rollout's attempts."""
     plan = _Plan(state, step, tail, data_plane, next_free_id)
     out = plan.out
     for g in map(RecoveredGroup.of, state.groups()):
@@ -200,8 +219,6 @@ def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane
             out.spare.append(g)
     out.replay += out.salvaged
     out.admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
-    events = [CheckpointCommitted(s) for s in recommit] + plan.salvage_events
-    if plan.fence:
-        events.append(RolloutFailed(plan.fence, ABANDONED))
-    out.first_commit = events + plan.demotion_events
+    out.first_commit = ([CheckpointCommitted(s) for s in recommit] + plan.salvage_events
+                        + _fence(plan.fenced, attempts_used) + plan.demotion_events)
     return out

@@ -183,7 +183,9 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
                       key=state.pending_checkpoints.get)
     marks = recommit + ([r.step] if r.step in state.pending_checkpoints and r.step not in recommit else [])
     groups = recover(state, r.step, tail=r.tail, data_plane=data_plane, recommit=marks,
-                     next_free_id=_id_allocator(state, r.reader))
+                     next_free_id=_id_allocator(state, r.reader),
+                     attempts_used=(lambda keys: _wrap_journal_errors(r.reader.attempts_used, keys))
+                     if r.reader is not None else (lambda keys: {}))
     result = RecoveredState(
         loader_state=_decode_loader(state, path),
         reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,

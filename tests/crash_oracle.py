@@ -380,8 +380,23 @@ def resume_first_commit(run: Run, rs) -> list:
     _, at, step = model_at(run, history_keys(reader, end))
     if (rs.lsn, rs.step) != (at.lsn, step):
         raise Violation(f"restore at LSN {rs.lsn} step {rs.step}, the model at {at.lsn} step {step}")
-    fence = [RolloutRef(g, i, a) for g, i, a in at.unsealed()]
-    return [CheckpointCommitted(step)] + ([RolloutFailed(fence, ABANDONED)] if fence else [])
+    rounds = at.fence_rounds(attempts_on_disk(run.root))
+    return [CheckpointCommitted(step)] + [RolloutFailed([RolloutRef(*ref) for ref in refs], ABANDONED)
+                                          for refs in rounds]
+
+
+def attempts_on_disk(path: str) -> dict[tuple[int, int], int]:
+    """(gid, index) -> the highest attempt any timeline on disk dispatched it in: a seal names
+    its attempt, a failure of attempt a is followed by a dispatch of a+1."""
+    reader, used = Reader(path), {}
+    for t in reader.timelines:
+        for rec in reader.timeline_records(t):
+            for ev in rec.commit.events:
+                if type(ev) in (RolloutSealed, RolloutFailed):
+                    for r in ev.rollouts:
+                        key = (r.group_id, r.index)
+                        used[key] = max(used.get(key, 0), r.attempt + (type(ev) is RolloutFailed))
+    return used
 
 
 def w_rollouts(run: Run) -> None:
@@ -511,17 +526,18 @@ def check_restore(path: str, model: Model, step: int | None) -> None:
         raise Violation("restore returned a loader state where the model has none")
     if rs.fold_state is not None and rs.fold_state.next_group_id < model.next_gid:
         raise Violation(f"next group id {rs.fold_state.next_group_id} < model's {model.next_gid}")
+    used = attempts_on_disk(path)
     for g in rs.groups:
         have = None if g.rollouts is None else [
             (r.index, r.attempt, r.sealed, r.locator, r.policy_version) for r in g.rollouts]
-        if have != model.recovered_rollouts(g.group_id):
+        if have != model.recovered_rollouts(g.group_id, used):
             raise Violation(f"restored rollouts of group {g.group_id} {have} != model "
-                            f"{model.recovered_rollouts(g.group_id)}")
-    fenced = [(r.group_id, r.index, r.attempt) for e in rs.first_commit if type(e) is RolloutFailed
-              for r in e.rollouts]
-    if fenced != model.unsealed():
-        raise Violation(f"the resume would fence rollouts {fenced}, the model's unsealed ones are "
-                        f"{model.unsealed()}")
+                            f"{model.recovered_rollouts(g.group_id, used)}")
+    fenced = [[(r.group_id, r.index, r.attempt) for r in e.rollouts] for e in rs.first_commit
+              if type(e) is RolloutFailed]
+    if fenced != model.fence_rounds(used):
+        raise Violation(f"the resume would fence rollouts {fenced}, the model's rounds are "
+                        f"{model.fence_rounds(used)}")
 
 
 def _check_unsynced_damage(path: str, run: Run, point: int) -> dict:

@@ -74,19 +74,34 @@ class Model:
 
     def unsealed(self) -> list[tuple[int, int, int]]:
         """(gid, index, attempt) of every unsealed rollout of an ADMITTED group, by gid and index:
-        the rollouts a resume at this state fences (their attempt goes up by one)."""
+        the rollouts a resume at this state fences."""
         return [(g, i, a) for g in sorted(self.rollouts) if self.owners[g] == A
                 for i, a in enumerate(self.rollouts[g][0]) if i not in self.rollouts[g][1]]
 
-    def recovered_rollouts(self, gid: int) -> list[tuple] | None:
+    def fenced_attempt(self, gid: int, index: int, used: dict) -> int:
+        """The attempt a resume at this state hands an unsealed rollout of an ADMITTED group:
+        above its attempt here and above every attempt any history dispatched it in (`used`:
+        (gid, index) -> highest attempt, as read off the disk)."""
+        return max(self.rollouts[gid][0][index], used.get((gid, index), 0)) + 1
+
+    def recovered_rollouts(self, gid: int, used: dict) -> list[tuple] | None:
         """What restore hands back for `gid`'s rollouts: (index, attempt, sealed, locator,
         policy_version), an unsealed rollout of an ADMITTED group with its attempt fenced."""
         if gid not in self.rollouts:
             return None
         attempts, sealed = self.rollouts[gid]
-        raised = 1 if self.owners[gid] == A else 0
-        return [(i, a, True, *sealed[i]) if i in sealed else (i, a + raised, False, None, None)
+        admitted = self.owners[gid] == A
+        return [(i, a, True, *sealed[i]) if i in sealed else
+                (i, self.fenced_attempt(gid, i, used) if admitted else a, False, None, None)
                 for i, a in enumerate(attempts)]
+
+    def fence_rounds(self, used: dict) -> list[list[tuple[int, int, int]]]:
+        """The `rollout_failed` rounds a resume at this state writes, each as (gid, index,
+        attempt) in gid and index order: round k fails attempt a+k of every unsealed rollout
+        whose fenced attempt is above a+k (a failure raises an attempt by one)."""
+        targets = [(g, i, a, self.fenced_attempt(g, i, used)) for g, i, a in self.unsealed()]
+        rounds = max((new - a for _, _, a, new in targets), default=0)
+        return [[(g, i, a + k) for g, i, a, new in targets if a + k < new] for k in range(rounds)]
 
     def _rollout(self, kind: str, ref: list, seen: set) -> list:
         """The rollout record `ref` ([gid, index, attempt, ...]) names, if `kind` may change it."""

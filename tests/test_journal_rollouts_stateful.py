@@ -33,15 +33,16 @@ class RolloutModel:
         self.groups: dict[int, list] = {}
         self.next_gid = 0
 
-    def resumed(self) -> "RolloutModel":
+    def resumed(self, used: dict) -> "RolloutModel":
         """The model a restore-and-resume at this point leaves: every unsealed rollout of an
-        ADMITTED group gets the next attempt (ids stay used: next_gid is kept by the caller)."""
+        ADMITTED group gets an attempt above every attempt any history dispatched it in
+        (`used`; ids stay used too: next_gid is kept by the caller)."""
         m = self.copy()
-        for owner, n, attempts, sealed, _ in m.groups.values():
+        for gid, (owner, n, attempts, sealed, _) in m.groups.items():
             if owner == Owner.ADMITTED and n is not None:
                 for i in range(n):
                     if i not in sealed:
-                        attempts[i] += 1
+                        attempts[i] = max(attempts[i], used.get((gid, i), 0)) + 1
         return m
 
     def copy(self) -> "RolloutModel":
@@ -147,6 +148,7 @@ class RolloutMachine(RuleBasedStateMachine):
         self.model = RolloutModel()
         self.at_checkpoint = RolloutModel()  # the model as of the last committed checkpoint
         self.step = 0
+        self.used: dict[tuple[int, int], int] = {}  # (group, index) -> highest attempt dispatched, any history
 
     def teardown(self):
         self.j.close()
@@ -160,6 +162,13 @@ class RolloutMachine(RuleBasedStateMachine):
         except Illegal as exc:
             return None, exc.stale
         return m, False
+
+    def _dispatched(self, ops) -> None:
+        """Note the attempts the ops dispatched: a seal its own, a failure the next one."""
+        for op in ops:
+            if op[0] in ("seal", "fail"):
+                key = (op[1], op[2])
+                self.used[key] = max(self.used.get(key, 0), op[3] + (op[0] == "fail"))
 
     @rule(data=st.data())
     def single(self, data):
@@ -175,6 +184,7 @@ class RolloutMachine(RuleBasedStateMachine):
             return
         run(self.j, op, self.j)
         self.model = new
+        self._dispatched([op])
 
     @rule(data=st.data())
     def transaction(self, data):
@@ -193,6 +203,7 @@ class RolloutMachine(RuleBasedStateMachine):
             for op in ops:
                 run(tx, op, self.j)
         self.model = new
+        self._dispatched(ops)
 
     @rule()
     def reopen(self):
@@ -214,7 +225,7 @@ class RolloutMachine(RuleBasedStateMachine):
         exactly that (a late seal of the old attempt is then stale)."""
         self.j.close()
         state = restore(self.dir)
-        expected = self.at_checkpoint.resumed()
+        expected = self.at_checkpoint.resumed(self.used)
         expected.next_gid = self.model.next_gid  # ids of the dead tail are never handed out again
         for g in state.admitted:
             _, n, attempts, sealed, locators = expected.groups[g.group_id]
@@ -224,6 +235,10 @@ class RolloutMachine(RuleBasedStateMachine):
         self.j = Journal.open(self.dir, sync="none", segment_bytes=4096, resume=state)
         self.model = expected
         self.at_checkpoint = expected.copy()
+        for gid, (owner, n, attempts, sealed, _) in expected.groups.items():
+            for i in range(n or 0):
+                if owner == Owner.ADMITTED and i not in sealed:
+                    self.used[(gid, i)] = max(self.used.get((gid, i), 0), attempts[i])
 
     @invariant()
     def writer_matches(self):

@@ -53,9 +53,11 @@ def test_restore_keeps_the_sealed_rollouts_and_fences_the_rest(killed_run):
     assert (state.lsn, state.step) == (lsn, CHECKPOINT_STEP)
     (r21,) = state.admitted
     assert r21.group_id == g21 and r21.target_step == 8
-    # 2 sealed (kept: rows in the data plane), 2 pending with attempt 1 (the dead run's 0 fenced)
+    # 2 sealed (kept: rows in the data plane), 2 pending: rollout 2 with attempt 1 (the dead
+    # run's 0 fenced); rollout 3 with attempt 2, since the dead run failed attempt 0 and may
+    # have dispatched attempt 1 (attempts are never handed out twice)
     assert _rollouts(r21) == [(0, 0, True, _loc(g21, 0)), (1, 0, True, _loc(g21, 1)),
-                              (2, 1, False, None), (3, 1, False, None)]
+                              (2, 1, False, None), (3, 2, False, None)]
     assert [r.index for r in r21.pending] == [2, 3]
     assert [g.group_id for g in state.replay] == [g20] and len(state.replay[0].rollouts) == 4
     assert state.salvaged_rollouts == [] and state.lost_rollouts == []
@@ -67,7 +69,7 @@ def test_salvage_keeps_the_rollout_sealed_after_the_checkpoint(killed_run):
     (r21,) = state.admitted
     assert _rollouts(r21)[:3] == [(0, 0, True, _loc(g21, 0)), (1, 0, True, _loc(g21, 1)),
                                   (2, 0, True, _loc(g21, 2))]
-    assert [(r.index, r.attempt) for r in r21.pending] == [(3, 1)]
+    assert [(r.index, r.attempt) for r in r21.pending] == [(3, 2)]
     assert state.salvaged_rollouts == [(g21, 2)]
 
 
@@ -81,10 +83,10 @@ def test_after_resume_a_late_seal_of_the_dead_run_is_rejected(killed_run, salvag
     (r21,) = state.admitted
     assert [(i, rec.attempts[i], rec.is_sealed(i), rec.locators[i]) for i in range(4)] == _rollouts(r21)
     # a worker of the dead run answers late with attempt 0 of a pending rollout: fenced
-    index = r21.pending[0].index
+    index, current = r21.pending[0].index, r21.pending[0].attempt
     with pytest.raises(StaleAttempt) as info:
         j.rollout_sealed([RolloutRef(g21, index, 0, "tq/late")])
-    assert (info.value.attempt, info.value.current, info.value.index) == (0, 1, index)
+    assert (info.value.attempt, info.value.current, info.value.index) == (0, current, index)
     for r in r21.pending:  # the redispatched attempts seal, and the group finishes
         j.rollout_sealed([RolloutRef(g21, r.index, r.attempt, _loc(g21, r.index))], policy_version=7)
     j.finished([g21])
@@ -92,9 +94,29 @@ def test_after_resume_a_late_seal_of_the_dead_run_is_rejected(killed_run, salvag
     j.close()
     first = next(iter(Reader(path).records(start_lsn=lsn + 1)))
     fences = [ev for ev in first.commit.events if type(ev) is RolloutFailed]
-    assert [(ref.group_id, ref.index, ref.attempt) for ev in fences for ref in ev.rollouts] == \
-        [(g21, r.index, r.attempt - 1) for r in r21.pending]
+    # one round per step up: rollout 2 from 0 to 1; rollout 3 from 0 to 1 to 2
+    raised = sorted((ref.group_id, ref.index, ref.attempt) for ev in fences for ref in ev.rollouts)
+    assert raised == sorted((g21, r.index, a) for r in r21.pending for a in range(r.attempt))
     assert {ev.reason for ev in fences} == {"abandoned_on_restore"}
+
+
+def test_restoring_the_same_checkpoint_twice_never_hands_out_an_attempt_again(killed_run):
+    """The resumed run dispatched attempt 1 and died too: the next restore of the same
+    checkpoint must not hand attempt 1 out again (that run's worker may still answer)."""
+    path, dp, (g20, g21, g22), lsn = killed_run
+    first = restore(path, data_plane=dp)
+    Journal.open(path, sync="none", resume=first).close()          # ... and that run is killed
+    (r21,) = first.admitted
+    second = restore(path, data_plane=dp)
+    (again,) = second.admitted
+    assert second.lsn == first.lsn == lsn
+    for before, now in zip(r21.pending, again.pending):
+        assert now.index == before.index and now.attempt > before.attempt
+    j = Journal.open(path, sync="none", resume=second)
+    late = r21.pending[0]
+    with pytest.raises(StaleAttempt):   # the first resumed run's worker answers late
+        j.rollout_sealed([RolloutRef(g21, late.index, late.attempt, "tq/late")])
+    j.close()
 
 
 def test_a_rollout_whose_row_was_lost_regenerates_under_a_fresh_id(killed_run):
