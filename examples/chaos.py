@@ -11,8 +11,8 @@ checkpoint, while compaction runs in the background, while it restores, and at r
 moments of training. It restarts the child after each kill, and once the kills are spent
 lets it run to the end of `--epochs`. Then it audits the final history:
 
-* the journal run: `journal-inspect audit --json` on the journal (the active history: what
-  the surviving model was trained on), cross-checked row for row against the trainer's own
+* the journal run: `replay.audit` of the journal, in-process (what `journal-inspect audit`
+  prints; the active history: what the surviving model was trained on), cross-checked row for row against the trainer's own
   ledger (`examples.bookkeeping`). Exit status 1 on any prompt trained twice or lost.
 * `--baseline`: the trainer's ledger only (there is no journal). It shows how many prompts
   an async trainer that saves its loader state at checkpoint time loses or repeats.
@@ -39,7 +39,6 @@ import os
 import queue
 import random
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -312,14 +311,10 @@ def _tail(path: str, n: int = 25) -> str:
         return ""
 
 
-def cli_audit(journal_dir: str) -> dict:
-    """`journal-inspect audit --json` on the journal (the console script when it is on PATH)."""
-    exe = shutil.which("journal-inspect")
-    cmd = [exe] if exe else [sys.executable, "-c", "import sys; from replay.cli import main; sys.exit(main())"]
-    r = subprocess.run(cmd + ["audit", "--json", journal_dir], capture_output=True, text=True)
-    if r.returncode not in (0, 1):   # 1: problems found, reported in the document
-        raise RuntimeError(f"journal-inspect audit failed ({r.returncode}): {r.stderr.strip()}")
-    return json.loads(r.stdout)
+def audit_report(journal_dir: str) -> dict:
+    """`replay.audit` of the journal, as the document `journal-inspect audit --json` prints."""
+    from replay import audit
+    return audit(journal_dir).to_dict()
 
 
 def report_from_cli(cli: dict, dataset_size: int, epochs: int) -> dict:
@@ -391,9 +386,9 @@ def run(o: Options) -> dict:
         audit = ledger_report
         summary["audit_source"] = "ledger"
     else:
-        cli = cli_audit(os.path.join(out, "journal"))
+        cli = audit_report(os.path.join(out, "journal"))
         audit = report_from_cli(cli, o.dataset_size, o.epochs)
-        summary["audit_source"] = "journal-inspect audit --json"
+        summary["audit_source"] = "replay.audit"
         summary["cli_audit"] = cli
         summary["ledger_mismatches"] = compare_reports(audit, ledger_report)
         summary["cli_clean"] = bool(cli.get("clean"))
