@@ -317,10 +317,10 @@ def audit_report(journal_dir: str) -> dict:
     return audit(journal_dir).to_dict()
 
 
-def report_from_cli(cli: dict, dataset_size: int, epochs: int) -> dict:
-    """The CLI's audit in the shape of `History.report`; a row the loader never handed out in an
+def report_from_audit(doc: dict, dataset_size: int, epochs: int) -> dict:
+    """The audit in the shape of `History.report`; a row the loader never handed out in an
     epoch the run finished is lost too (the journal only knows rows that were taken)."""
-    by_epoch = {e["epoch"]: e for e in cli["epochs"]}
+    by_epoch = {e["epoch"]: e for e in doc["epochs"]}
     per_epoch, tot = [], Counter()
     reasons_total: Counter = Counter()
     for ep in range(epochs):
@@ -337,7 +337,7 @@ def report_from_cli(cli: dict, dataset_size: int, epochs: int) -> dict:
             tot[k] += row[k]
         reasons_total.update(e["dropped"])
     extra = sorted(set(by_epoch) - set(range(epochs)))
-    return {"source": "journal-inspect audit", "epochs": per_epoch, "trained_once": tot["trained_once"],
+    return {"source": "replay.audit", "epochs": per_epoch, "trained_once": tot["trained_once"],
             "trained_twice": tot["trained_twice"], "dropped": tot["dropped"],
             "dropped_reasons": dict(reasons_total), "lost": tot["lost"], "in_flight": tot["in_flight"],
             "unexpected_epochs": extra}
@@ -387,7 +387,7 @@ def run(o: Options) -> dict:
         summary["audit_source"] = "ledger"
     else:
         cli = audit_report(os.path.join(out, "journal"))
-        audit = report_from_cli(cli, o.dataset_size, o.epochs)
+        audit = report_from_audit(cli, o.dataset_size, o.epochs)
         summary["audit_source"] = "replay.audit"
         summary["cli_audit"] = cli
         summary["ledger_mismatches"] = compare_reports(audit, ledger_report)
