@@ -66,6 +66,14 @@ class Fold:
             return False
         return True
 
+    def add_all(self, records: Iterable[Record]) -> None:
+        """Fold every record: strict, in one `fold_records` call; tolerant, one by one."""
+        if not self.tolerant:
+            fold_records(self.state, records)
+            return
+        for rec in records:
+            self.add(rec)
+
 
 def active_lineage(reader: Reader) -> list:
     return history.lineage(reader.timelines)
