@@ -78,11 +78,7 @@ class Base:
         return self.cut.lsn if self.cut is not None else 0
 
     def fold(self, tolerant: bool) -> Fold:
-        if self.cut is None:
-            return Fold(tolerant=tolerant)
-        state = self.cut.state.copy()
-        state.timeline = self.cut.manifest.timeline  # the anchor's (the cut's state lacks it)
-        return Fold(state, tolerant=tolerant)
+        return Fold(self.cut.state.copy() if self.cut is not None else None, tolerant=tolerant)
 
 
 def audit_base(reader: Reader, path: str) -> Base:
