@@ -185,6 +185,9 @@ class _JournalVerification:
         return end_state
 
     def _scan_timeline(self, t: int, records) -> State | None:
+        """Fold timeline `t`'s own commits one by one (its children's start states and the cut
+        comparisons are taken at given LSNs, and the frames are still counted after the fold
+        stops at its first fault) and report it; returns the state at its end (None: stopped)."""
         rep, tl = self.rep, self.tls[t]
         state, seed_expected = self.starts[t]
         first_seg = tl.segments[0]
