@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from journal import Admitted, Owner, Taken
+from journal import Admitted, Taken
+from journal.fold import TRANSITIONS
 
 from ..walk import dead_branches, dead_bytes, dead_records, history_bytes
 from . import render
@@ -23,9 +24,9 @@ DESCRIPTION = (
 EPILOG = ("examples:\n  journal-inspect group runs/exp1/journal 4711\n"
           "  journal-inspect group runs/exp1/journal 4711 --json")
 
-# the owner an event moves its groups to
-_TO = {"taken": Owner.RESERVED, "diverted": Owner.SPARE, "admitted": Owner.ADMITTED,
-       "finished": Owner.REPLAY, "trained": Owner.TRAINED, "discarded": Owner.DROPPED}
+# the owner an event moves its groups to (from the fold's table; a rollout event keeps its
+# group ADMITTED and a checkpoint marker names none, so neither moves one)
+_TO = {t.event: t.to for t in TRANSITIONS.values() if t.to is not None and t.from_owners != {t.to}}
 
 
 def add_arguments(parser) -> None:
