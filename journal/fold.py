@@ -324,13 +324,8 @@ def apply(state: State, commit: Commit, *, chain: int = 0, timeline: int = 0,
     """
     undo = Undo.__new__(Undo)
     undo.records = []
-    _apply_commit(state, commit, chain, timeline, blobs, undo)
-    return undo
-
-
-def _apply_commit(state: State, commit: Commit, chain: int, timeline: int, blobs, undo: Undo) -> None:
-    """`apply` with positional arguments and the undo record to fill."""
     fold_records(state, ((commit, chain, timeline, None, None, blobs),), undo)
+    return undo
 
 
 def taken_next_id(groups, nxt: int, lsn: int | None) -> int:
@@ -352,7 +347,9 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
     """Fold `(commit, chain, timeline, segment, offset, blobs)` tuples (the `Record`s a reader
     yields) into `state`, each commit atomically as `apply` does (an error leaves the state
     after the last whole commit). One undo record is refilled by every commit (its list is
-    cleared first); this is the loop every replay runs, once per commit.
+    cleared first); this is the loop every replay runs, once per commit, and the only fold
+    loop: `apply`, `fold`, `Reader.fold`, `state_at`, verify and the inspection fold all
+    hand their commits to it (a caller that acts between two commits hands it one `(rec,)`).
 
     With `log` (a list or deque), every commit gets its own undo record instead, appended as
     `(lsn, undo)` once the commit is folded: a caller that may have to go back to an earlier
@@ -677,10 +674,9 @@ def _refused(event, ref, r: Rollouts | None, seen: set | None, lsn: int) -> Owne
 def fold(commits: Iterable[Commit], state: State | None = None) -> State:
     """Fold commits (each `lsn` following the last) into a new or given state.
 
-    For commits without loader-state blobs (tests, models); readers use `apply`
-    with the chain and blob table of each frame."""
+    For commits outside a journal (tests, models): chain and timeline 0, each commit's blobs
+    its own; readers fold their `Record`s with `fold_records`."""
     state = State() if state is None else state
-    for c in commits:
-        apply(state, c, blobs={b.digest: b.data for b in c.blobs})
-    return state
+    return fold_records(state, ((c, 0, 0, None, None, {b.digest: b.data for b in c.blobs})
+                                for c in commits))
 

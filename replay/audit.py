@@ -79,11 +79,7 @@ class Base:
         return self.cut.lsn if self.cut is not None else 0
 
     def fold(self, tolerant: bool) -> Fold:
-        if self.cut is None:
-            return Fold(tolerant=tolerant)
-        state = self.cut.state.copy()
-        state.timeline = self.cut.manifest.timeline  # the anchor's (the cut's state lacks it)
-        return Fold(state, tolerant=tolerant)
+        return Fold(self.cut.state.copy() if self.cut is not None else None, tolerant=tolerant)
 
 
 def audit_base(reader: Reader, path: str) -> Base:
@@ -119,6 +115,16 @@ def audit_base(reader: Reader, path: str) -> Base:
                     + passed)
     return Base(None, None, [f"{retired}: no usable cut at or after LSN {need} under "
                              f"{os.path.join(path, 'snapshots')}, so nothing is audited"] + passed)
+
+
+class _Epochs(dict):
+    """epoch -> its audit entry, made empty on first use."""
+
+    def __missing__(self, epoch) -> dict:
+        d = self[epoch] = {"epoch": epoch, "rows_taken": 0, "trained_once": 0, "trained_more": [],
+                           "trained_more_count": 0, "in_flight": 0, "dropped": {}, "lost": [],
+                           "lost_count": 0, "pending_retake": 0, "trained_and_live_again": []}
+        return d
 
 
 class Audit:
@@ -234,23 +240,26 @@ class Audit:
     # -- classification ------------------------------------------------------------------------------
 
     def classify(self) -> dict:
-        live_rows: dict[tuple, int] = {}
+        live_rows: dict[tuple, int] = {}  # (epoch, task, idx) -> live groups holding the row
         for g in self.fold.state.live.values():
             key = (g.epoch, g.task_name, g.idx)
             live_rows[key] = live_rows.get(key, 0) + 1
-        epochs: dict = {}
-        unknown: dict[tuple[int, int], int] = {}  # (timeline, divergence) -> rows neither lost nor pending
+        epochs = _Epochs()
+        self._classify_active(epochs, live_rows)
+        self._classify_live_again(epochs, live_rows)
+        unknown = self._classify_dead_only(epochs)
+        order = sorted(epochs, key=lambda e: (e is None, e if e is not None else 0))
+        self.base.not_covered += [
+            f"{n} row(s) taken only on the dead tail of timeline {tl}, which left the active history "
+            f"at LSN {div}, before the audit's base cut at LSN {self.base.lsn}: whether the resumed "
+            "run took them again in time is not known (neither lost nor pending is counted)"
+            for (tl, div), n in sorted(unknown.items())]
+        return {"epochs": [epochs[e] for e in order]}
 
-        def ep(e) -> dict:
-            d = epochs.get(e)
-            if d is None:
-                d = epochs[e] = {"epoch": e, "rows_taken": 0, "trained_once": 0, "trained_more": [],
-                                 "trained_more_count": 0, "in_flight": 0, "dropped": {}, "lost": [],
-                                 "lost_count": 0, "pending_retake": 0, "trained_and_live_again": []}
-            return d
-
+    def _classify_active(self, epochs: "_Epochs", live_rows: dict[tuple, int]) -> None:
+        """Each row the active history took: trained once or more, in flight, dropped, or lost."""
         for (epoch, task), rows in self.tables.items():
-            d = ep(epoch)
+            d = epochs[epoch]
             plain, other = _rows_of(rows)
             d["rows_taken"] += plain
             d["trained_once"] += plain
@@ -273,13 +282,21 @@ class Audit:
                     d["lost_count"] += 1
                     d["lost"].append({**row, "where": "active history",
                                       "why": "taken, never trained, not dropped, not live"})
+
+    def _classify_live_again(self, epochs: "_Epochs", live_rows: dict[tuple, int]) -> None:
+        """Rows trained already and held by a live group again."""
         for (epoch, task, idx), live in sorted(live_rows.items(), key=lambda kv: repr(kv[0])):
             tab = self.tables.get((epoch, task))
             if tab is not None and tab.trained.get(idx):
-                ep(epoch)["trained_and_live_again"].append(
+                epochs[epoch]["trained_and_live_again"].append(
                     {"epoch": epoch, "task_name": task, "idx": idx, "live_groups": live})
+
+    def _classify_dead_only(self, epochs: "_Epochs") -> dict[tuple[int, int], int]:
+        """Rows only a dead tail took: pending a retake, or lost once the resumed run moved past
+        them; returns (timeline, divergence) -> rows that left before the base (neither)."""
+        unknown: dict[tuple[int, int], int] = {}
         for (epoch, task, idx), (tl, lsn, gid, p, div) in self.dead_only.items():
-            d = ep(epoch)
+            d = epochs[epoch]
             d["rows_taken"] += 1
             if div < self.base.lsn:
                 unknown[(tl, div)] = unknown.get((tl, div), 0) + 1
@@ -297,13 +314,7 @@ class Audit:
                            f"(the dead tail had taken it as its new row #{p + 1})"))
             d["lost"].append({"epoch": epoch, "task_name": task, "idx": idx, "where": "dead tail",
                               "timeline": tl, "lsn": lsn, "group_id": gid, "why": why})
-        order = sorted(epochs, key=lambda e: (e is None, e if e is not None else 0))
-        self.base.not_covered += [
-            f"{n} row(s) taken only on the dead tail of timeline {tl}, which left the active history "
-            f"at LSN {div}, before the audit's base cut at LSN {self.base.lsn}: whether the resumed "
-            "run took them again in time is not known (neither lost nor pending is counted)"
-            for (tl, div), n in sorted(unknown.items())]
-        return {"epochs": [epochs[e] for e in order]}
+        return unknown
 
     # -- pass 3 (only with problems): which groups made the problem rows ---------------------------
 

@@ -6,7 +6,7 @@ per timeline; returns a `VerifyReport`.
    seeds (read as salvage reads, so all damage is found, not just the first).
 3. Each branch continues its parent's history: its first segment's chain seed
    is the chain after its branch LSN.
-4. The ownership rules (the journal's own `apply`) over the active history and
+4. The ownership rules (the journal's own fold) over the active history and
    every dead tail: each timeline's own commits are folded once, starting from
    a copy of the state at its branch point taken while its parent was folded.
 5. Every cut: every check of the chain (`snapshot.CHECKS`, via `cut_status`), and a valid cut's live
@@ -190,6 +190,9 @@ class _JournalVerification:
         return end_state
 
     def _scan_timeline(self, t: int, records) -> State | None:
+        """Fold timeline `t`'s own commits one by one (its children's start states and the cut
+        comparisons are taken at given LSNs, and the frames are still counted after the fold
+        stops at its first fault) and report it; returns the state at its end (None: stopped)."""
         rep, tl = self.rep, self.tls[t]
         state, seed_expected = self.starts[t]
         first_seg = tl.segments[0]
@@ -207,13 +210,14 @@ class _JournalVerification:
             lo = lsn if lo is None else lo
             hi = lsn
             if state is not None and lsn > state.lsn:
+                # a gap is frames the salvage read skipped (reported as damage), not an ownership
+                # fault, so it is told apart before the fold, which would refuse it too
                 if lsn != state.lsn + 1:
                     broken = f"LSNs {state.lsn + 1}..{lsn - 1} unreadable"
                     state = None
                 else:
                     try:
-                        journal.apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline,
-                                      blobs=rec.blobs)
+                        journal.fold_records(state, (rec,))
                     except (journal.OwnershipError, journal.JournalCorrupt) as exc:
                         rep.problem("ownership", str(exc), rec.segment, rec.offset, lsn)
                         broken = f"stopped at LSN {lsn}"

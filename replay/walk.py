@@ -2,10 +2,10 @@
 a scan reads, and progress over it. Which timelines are active and where each dead tail
 leaves the active history is `journal.history`'s.
 
-`Fold` applies records with the journal's own `apply` (so the ownership rules
-are the writer's). Strict, it raises on the first violation; tolerant (the
-`salvage` mode), it skips a commit that cannot be applied, steps over LSN gaps
-left by skipped frames, and records each skip in `skipped`.
+`Fold` hands each record to the journal's own fold (`fold_records`, so the
+ownership rules are the writer's). Strict, it raises on the first violation;
+tolerant (the `salvage` mode), it skips a commit that cannot be applied, steps
+over LSN gaps left by skipped frames, and records each skip in `skipped`.
 
 A scan reports progress to a `Bar` made by a `Progress` factory (label, total
 bytes) - one bar per pass, its total the bytes of the segments that pass reads;
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol
 
 import journal
-from journal import Reader, Record, State, apply, history
+from journal import Reader, Record, State, fold_records, history
 from journal.history import Branch
 
 
@@ -36,7 +36,8 @@ class Skip(NamedTuple):
 
 
 class Fold:
-    """A `State` being folded record by record."""
+    """A `State` being folded record by record: its callers act between two commits (count,
+    tabulate, show), and tolerant it goes on past a commit `fold_records` refuses."""
 
     def __init__(self, state: State | None = None, *, tolerant: bool = False):
         self.state = state if state is not None else State()
@@ -55,7 +56,7 @@ class Fold:
                                      f"LSNs {state.lsn + 1}..{commit.lsn - 1} are missing"))
             state.lsn = commit.lsn - 1
         try:
-            apply(state, commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
+            fold_records(state, (rec,))
         except (journal.OwnershipError, journal.JournalCorrupt) as exc:
             if not self.tolerant:
                 raise
@@ -64,6 +65,14 @@ class Fold:
             state.lsn, state.chain, state.timeline = commit.lsn, rec.chain, rec.timeline
             return False
         return True
+
+    def add_all(self, records: Iterable[Record]) -> None:
+        """Fold every record: strict, in one `fold_records` call; tolerant, one by one."""
+        if not self.tolerant:
+            fold_records(self.state, records)
+            return
+        for rec in records:
+            self.add(rec)
 
 
 def active_lineage(reader: Reader) -> list:

@@ -163,11 +163,6 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
 
 
 def _from(cut: Cut | None) -> State:
-    """A state to fold on: a copy of the cut's (with its anchor timeline), or an empty one."""
-    if cut is None:
-        return State()
-    state = cut.state.copy()
-    # a state read from a cut does not carry the anchor's timeline, and a resume or a new cut
-    # at exactly this LSN (no tail folded on top) must name the right one
-    state.timeline = cut.manifest.timeline
-    return state
+    """A state to fold on: a copy of the cut's (`read_cut` gives it the anchor's timeline), or
+    an empty one."""
+    return cut.state.copy() if cut is not None else State()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from journal import Admitted, Owner, Taken
+from journal import Admitted, Taken
+from journal.fold import TRANSITIONS
 
 from ..walk import dead_branches, dead_bytes, dead_records, history_bytes
 from . import render
@@ -23,13 +24,53 @@ DESCRIPTION = (
 EPILOG = ("examples:\n  journal-inspect group runs/exp1/journal 4711\n"
           "  journal-inspect group runs/exp1/journal 4711 --json")
 
-# the owner an event moves its groups to
-_TO = {"taken": Owner.RESERVED, "diverted": Owner.SPARE, "admitted": Owner.ADMITTED,
-       "finished": Owner.REPLAY, "trained": Owner.TRAINED, "discarded": Owner.DROPPED}
+# the owner an event moves its groups to (from the fold's table; a rollout event keeps its
+# group ADMITTED and a checkpoint marker names none, so neither moves one)
+_TO = {t.event: t.to for t in TRANSITIONS.values() if t.to is not None and t.from_owners != {t.to}}
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("group_id", type=int, metavar="ID", help="the group id")
+
+
+class _GroupScan:
+    """What the records say of one group: its events (as `event_dict`s and as lines), its row,
+    its owner at the end of the active history, and the spares that replaced it."""
+
+    def __init__(self, gid: int):
+        self.gid = gid
+        self.events: list[dict] = []
+        self.lines: list[str] = []
+        self.row = None
+        self.owner = None
+        self.replaced_by: list[dict] = []
+
+    def scan(self, records, active: bool) -> None:
+        gid = self.gid
+        for rec in records:
+            branch = "active" if active else f"dead tail of timeline {rec.timeline}"
+            for i, ev in enumerate(rec.commit.events):
+                t = type(ev)
+                if t is Admitted and ev.replaces == gid:
+                    self.replaced_by.append({"group_id": ev.groups[0] if ev.groups else None,
+                                             "lsn": rec.commit.lsn, "timeline": rec.timeline,
+                                             "branch": branch})
+                if not names_group(ev, gid):
+                    continue
+                d = event_dict(rec, i, ev)
+                d["branch"] = branch
+                if t is Taken:
+                    g = next(g for g in ev.groups if g.group_id == gid)
+                    self.row = {"idx": g.idx, "task_name": g.task_name, "epoch": g.epoch,
+                                "fingerprint": g.fingerprint.hex() if g.fingerprint else None}
+                    d["rows"] = [x for x in d["rows"] if x["group_id"] == gid]
+                    d["groups"] = [gid]
+                elif "rollouts" in d and d["kind"] != "admitted":
+                    d["rollouts"] = [r for r in d["rollouts"] if r["group_id"] == gid]
+                if branch == "active":
+                    self.owner = _TO.get(d["kind"], self.owner)
+                self.events.append(d)
+                self.lines.append(event_line(rec, ev, note="" if branch == "active" else f"[{branch}]"))
 
 
 def run(args) -> int:
@@ -37,56 +78,32 @@ def run(args) -> int:
     reader = src.reader
     out = sys.stdout
     gid = args.group_id
-    events: list[dict] = []
-    lines: list[str] = []
-    row = None
-    owner = None
-    replaced_by = []
-
-    def scan(records, active: bool) -> None:
-        nonlocal row, owner
-        for rec in records:
-            branch = "active" if active else f"dead tail of timeline {rec.timeline}"
-            for i, ev in enumerate(rec.commit.events):
-                t = type(ev)
-                if t is Admitted and ev.replaces == gid:
-                    replaced_by.append({"group_id": ev.groups[0] if ev.groups else None,
-                                        "lsn": rec.commit.lsn, "timeline": rec.timeline, "branch": branch})
-                if not names_group(ev, gid):
-                    continue
-                d = event_dict(rec, i, ev)
-                d["branch"] = branch
-                if t is Taken:
-                    g = next(g for g in ev.groups if g.group_id == gid)
-                    row = {"idx": g.idx, "task_name": g.task_name, "epoch": g.epoch,
-                           "fingerprint": g.fingerprint.hex() if g.fingerprint else None}
-                    d["rows"] = [x for x in d["rows"] if x["group_id"] == gid]
-                    d["groups"] = [gid]
-                elif "rollouts" in d and d["kind"] != "admitted":
-                    d["rollouts"] = [r for r in d["rollouts"] if r["group_id"] == gid]
-                if branch == "active":
-                    owner = _TO.get(d["kind"], owner)
-                events.append(d)
-                lines.append(event_line(rec, ev, note="" if branch == "active" else f"[{branch}]"))
-
-    scan(src.scan("group: active history", reader.records(), history_bytes(reader)), True)
+    found = _GroupScan(gid)
+    found.scan(src.scan("group: active history", reader.records(), history_bytes(reader)), True)
     branches = dead_branches(reader)
     dead = (rec for b in branches for rec in dead_records(reader, b))
-    scan(src.scan("group: dead tails", dead, dead_bytes(reader, branches)), False)
-    if not events:
+    found.scan(src.scan("group: dead tails", dead, dead_bytes(reader, branches)), False)
+    if not found.events:
         sys.stderr.write(f"journal-inspect: group {gid} does not appear in {src.path}\n")
         if args.json:
             render.json_document({"group_id": gid, "found": False, "events": []}, out)
         return PROBLEMS
-    rollouts = rollout_attempts(e for e in events if e["branch"] == "active")
-    doc = {"group_id": gid, "found": True, "row": row,
+    owner = found.owner
+    rollouts = rollout_attempts(e for e in found.events if e["branch"] == "active")
+    doc = {"group_id": gid, "found": True, "row": found.row,
            "owner": owner.name if owner is not None else None,
-           "on_active_history": owner is not None, "replaced_by": replaced_by, "rollouts": rollouts,
-           "events": events}
+           "on_active_history": owner is not None, "replaced_by": found.replaced_by, "rollouts": rollouts,
+           "events": found.events}
     if args.json:
         render.json_document(doc, out)
-        return 0
-    head = [("group", gid),
+    else:
+        render.text(_text(found, rollouts), out)
+    return 0
+
+
+def _text(found: _GroupScan, rollouts: list[dict] | None) -> list[str]:
+    row, owner, replaced_by = found.row, found.owner, found.replaced_by
+    head = [("group", found.gid),
             ("row", ", ".join(f"{k}={v}" for k, v in (row or {}).items() if v is not None) or "unknown "
              "(its taken event was not read)"),
             ("owner", (owner.name + " (end of the active history)") if owner is not None
@@ -94,14 +111,13 @@ def run(args) -> int:
     if replaced_by:
         head.append(("replaced by", ", ".join(f"group {r['group_id']} at LSN {r['lsn']} ({r['branch']})"
                                               for r in replaced_by)))
-    text = render.keyvalues(head) + ["", LINE_HEADER] + lines
+    text = render.keyvalues(head) + ["", LINE_HEADER] + found.lines
     if rollouts is not None:
         text += ["", f"rollouts ({len(rollouts)}, on the active history)"]
         text += render.table(["index", "sealed", "attempt", "attempts"],
                              [[r["index"], "yes" if r["sealed"] else "no", r["attempt"],
                                "; ".join(map(_attempt_text, r["attempts"]))] for r in rollouts], indent="  ")
-    render.text(text, out)
-    return 0
+    return text
 
 
 def rollout_attempts(events) -> list[dict] | None:

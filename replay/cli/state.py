@@ -111,8 +111,7 @@ def _reading_point(src: Source, at, step):
         raise InspectError(f"{exc} (the history read in {src.mode} mode)") from None
     fold = Fold(tolerant=tolerant)
     if target:
-        for rec in reader.records(stop_lsn=target):
-            fold.add(rec)
+        fold.add_all(reader.records(stop_lsn=target))
     return fold.state, target_step, end, None, [], fold.skipped
 
 

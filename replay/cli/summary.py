@@ -75,25 +75,62 @@ def summarize(src: Source) -> dict:
     if src.kind == "cut":
         return _cut_summary(src)
     reader = src.reader
-    tolerant = src.mode == "salvage"
     lineage = active_lineage(reader)
     first_lsn = lineage[0].segments[0].first_lsn if lineage else 1
-    base_cut = None
-    state = State()
-    if first_lsn > 1:
-        skipped: list[Skipped] = []
-        covering = [c for c in usable_cuts(reader, src.path, skipped) if c.lsn >= first_lsn - 1]
-        if not covering:
-            raise InspectError(f"{src.path}: the segments before LSN {first_lsn} were retired and no "
-                               "valid cut covers them, so the owner counts cannot be rebuilt",
-                               PROBLEMS)
-        base_cut = min(covering, key=lambda c: c.lsn)
-        state = base_cut.state.copy()
-    fold = Fold(state, tolerant=tolerant)
+    state, base_cut = _start(src, first_lsn)
+    fold = Fold(state, tolerant=src.mode == "salvage")
+    scanned_from = state.lsn + 1
+    events, commits, lsn_range = _scan_active(src, fold)
+    tails = _dead_tails(src)
+    state = fold.state
+    live = [s for s in reader.segments if not s.archived]
+    arch = [s for s in reader.segments if s.archived]
+    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False)
+    newest = next((c for c in cuts if c["status"] == "valid"), None)
+    return {
+        "path": src.path, "kind": "journal", "mode": src.mode,
+        "run_id": reader.run_id.hex() if reader.run_id else None,
+        "active": {"timeline": lineage[-1].timeline if lineage else None, "first_lsn": first_lsn,
+                   "end_lsn": state.lsn, "scanned_from_lsn": scanned_from, "commits_scanned": commits,
+                   "base_cut": base_cut.path if base_cut else None, "events": events},
+        "timelines": _timelines(reader, lineage, lsn_range, tails), "dead_tails": tails,
+        "segments": {"live": len(live), "live_bytes": sum(s.size for s in live),
+                     "archived": len(arch), "archived_bytes": sum(s.size for s in arch)},
+        "disk": _disk(src.path),
+        "cuts": {**tally(cuts), "newest_valid_lsn": newest["lsn"] if newest else None,
+                 "restore_base": next((c["name"] for c in cuts if c["restore_base"]), None)},
+        "checkpoints": _checkpoints(state),
+        "owners": {o.name: state.counts[o] for o in Owner},
+        "live_groups": len(state.live), "next_group_id": state.next_group_id,
+        "loader_state": state.loader is not None,
+        "problems": problem_dicts(reader),
+        "skipped_commits": [s._asdict() for s in fold.skipped],
+    }
+
+
+def _start(src: Source, first_lsn: int) -> tuple[State, object]:
+    """(state to fold on, the cut it came from or None): empty when the history starts at LSN 1,
+    else the oldest usable cut covering the retired segments; InspectError when there is none."""
+    if first_lsn <= 1:
+        return State(), None
+    skipped: list[Skipped] = []
+    covering = [c for c in usable_cuts(src.reader, src.path, skipped) if c.lsn >= first_lsn - 1]
+    if not covering:
+        raise InspectError(f"{src.path}: the segments before LSN {first_lsn} were retired and no "
+                           "valid cut covers them, so the owner counts cannot be rebuilt",
+                           PROBLEMS)
+    base_cut = min(covering, key=lambda c: c.lsn)
+    return base_cut.state.copy(), base_cut
+
+
+def _scan_active(src: Source, fold: Fold) -> tuple[dict[str, int], int, dict[int, list[int]]]:
+    """Fold the active history after `fold`'s state; (events by kind, commits, timeline ->
+    [first, last] LSN of the active history it holds)."""
+    reader = src.reader
     events = {k: 0 for k in EVENT_KINDS}
     commits = 0
     lsn_range: dict[int, list[int]] = {}
-    scanned_from = state.lsn + 1
+    scanned_from = fold.state.lsn + 1
     for rec in src.scan("summary: active history", reader.records(start_lsn=scanned_from),
                         history_bytes(reader, scanned_from)):
         fold.add(rec)
@@ -105,8 +142,11 @@ def summarize(src: Source) -> dict:
             lsn_range[rec.timeline] = [rec.commit.lsn, rec.commit.lsn]
         else:
             r[1] = rec.commit.lsn
-    tails = _dead_tails(src)
-    state = fold.state
+    return events, commits, lsn_range
+
+
+def _timelines(reader, lineage: list, lsn_range: dict[int, list[int]], tails: list[dict]) -> list[dict]:
+    """One row per timeline: parent, branch point, segments, its active LSNs and dead tail."""
     on_active = {tl.timeline for tl in lineage}
     timelines = []
     for t, tl in sorted(reader.timelines.items()):
@@ -119,35 +159,17 @@ def summarize(src: Source) -> dict:
             "bytes": sum(s.size for s in segs),
             "active_lsns": r, "status": "active" if t in on_active and r else "dead",
             "dead_tail": None if tail is None else [tail["first_lsn"], tail["last_lsn"], tail["commits"]]})
-    live = [s for s in reader.segments if not s.archived]
-    arch = [s for s in reader.segments if s.archived]
-    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False)
-    newest = next((c for c in cuts if c["status"] == "valid"), None)
+    return timelines
+
+
+def _checkpoints(state: State) -> dict:
     latest = state.latest_committed_checkpoint()
     return {
-        "path": src.path, "kind": "journal", "mode": src.mode,
-        "run_id": reader.run_id.hex() if reader.run_id else None,
-        "active": {"timeline": lineage[-1].timeline if lineage else None, "first_lsn": first_lsn,
-                   "end_lsn": state.lsn, "scanned_from_lsn": scanned_from, "commits_scanned": commits,
-                   "base_cut": base_cut.path if base_cut else None, "events": events},
-        "timelines": timelines, "dead_tails": tails,
-        "segments": {"live": len(live), "live_bytes": sum(s.size for s in live),
-                     "archived": len(arch), "archived_bytes": sum(s.size for s in arch)},
-        "disk": _disk(src.path),
-        "cuts": {**tally(cuts), "newest_valid_lsn": newest["lsn"] if newest else None,
-                 "restore_base": next((c["name"] for c in cuts if c["restore_base"]), None)},
-        "checkpoints": {
-            "committed": [{"step": s, "lsn": l} for s, l in sorted(state.committed_checkpoints.items(),
-                                                                   key=lambda kv: kv[1])],
-            "pending": [{"step": s, "lsn": l} for s, l in sorted(state.pending_checkpoints.items(),
-                                                                 key=lambda kv: kv[1])],
-            "latest_committed": None if latest is None else {"step": latest[0], "lsn": latest[1]}},
-        "owners": {o.name: state.counts[o] for o in Owner},
-        "live_groups": len(state.live), "next_group_id": state.next_group_id,
-        "loader_state": state.loader is not None,
-        "problems": problem_dicts(reader),
-        "skipped_commits": [s._asdict() for s in fold.skipped],
-    }
+        "committed": [{"step": s, "lsn": l} for s, l in sorted(state.committed_checkpoints.items(),
+                                                               key=lambda kv: kv[1])],
+        "pending": [{"step": s, "lsn": l} for s, l in sorted(state.pending_checkpoints.items(),
+                                                             key=lambda kv: kv[1])],
+        "latest_committed": None if latest is None else {"step": latest[0], "lsn": latest[1]}}
 
 
 def _dead_tails(src: Source) -> list[dict]:
@@ -172,14 +194,40 @@ def _latest(state: State) -> int | None:
 
 def render_summary(s: dict, show_all: bool = False) -> list[str]:
     if s["kind"] == "cut":
-        lines = render.keyvalues([
-            ("cut", s["path"]), ("run", s["run_id"]), ("timeline", s["timeline"]), ("LSN", s["lsn"]),
-            ("checkpoint step", s["step"]), ("next group id", s["next_group_id"]),
-            ("loader state", s["loader_state"]), ("size on disk", render.size(s["disk_bytes"]))])
-        lines += ["", "owners"] + render.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
-        lines += ["", "files"] + render.table(["file", "size", "sha256"], [
-            [k, v["size"], v["sha256"][:16] + "..."] for k, v in sorted(s["files"].items())], indent="  ")
-        return lines
+        return _render_cut(s)
+    a = s["active"]
+    lines = _journal_keyvalues(s, show_all)
+    lines += ["", "owners at the end of the active history"]
+    lines += render.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
+    lines += ["", f"events on the active history (LSN {a['scanned_from_lsn']}..{a['end_lsn']})"]
+    ev = {k: v for k, v in a["events"].items()}
+    lines += render.table(list(ev), [list(ev.values())], indent="  ")
+    lines += ["", "timelines"]
+    rows = []
+    for t in s["timelines"]:
+        act = t["active_lsns"]
+        tail = t["dead_tail"]
+        rows.append([t["timeline"], t["parent"], t["branch_lsn"], t["segments"], t["archived"],
+                     render.size(t["bytes"]), f"{act[0]}..{act[1]}" if act else "-",
+                     f"{tail[0]}..{tail[1]} ({tail[2]} commits)" if tail and tail[2] else "-"])
+    lines += render.capped_table(["timeline", "parent", "branched at", "segments", "archived", "bytes",
+                                  "active LSNs", "dead tail"], rows, show_all, indent="  ")
+    return lines + _problem_lines(s, show_all)
+
+
+def _render_cut(s: dict) -> list[str]:
+    lines = render.keyvalues([
+        ("cut", s["path"]), ("run", s["run_id"]), ("timeline", s["timeline"]), ("LSN", s["lsn"]),
+        ("checkpoint step", s["step"]), ("next group id", s["next_group_id"]),
+        ("loader state", s["loader_state"]), ("size on disk", render.size(s["disk_bytes"]))])
+    lines += ["", "owners"] + render.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
+    lines += ["", "files"] + render.table(["file", "size", "sha256"], [
+        [k, v["size"], v["sha256"][:16] + "..."] for k, v in sorted(s["files"].items())], indent="  ")
+    return lines
+
+
+def _journal_keyvalues(s: dict, show_all: bool) -> list[str]:
+    """The key: value head of a journal's summary."""
     a = s["active"]
     seg, disk = s["segments"], s["disk"]
     ck = s["checkpoints"]
@@ -187,7 +235,7 @@ def render_summary(s: dict, show_all: bool = False) -> list[str]:
     scanned = (f"LSN {a['scanned_from_lsn']}..{a['end_lsn']} scanned" if a["commits_scanned"] else "nothing to scan")
     if a["base_cut"]:
         scanned += f", on top of cut {os.path.basename(a['base_cut'])}"
-    lines = render.keyvalues([
+    return render.keyvalues([
         ("journal", s["path"]),
         ("run", s["run_id"]),
         ("mode", s["mode"]),
@@ -210,31 +258,20 @@ def render_summary(s: dict, show_all: bool = False) -> list[str]:
         ("live groups", f"{s['live_groups']} (next group id {s['next_group_id']}); loader state "
                         f"{'recorded' if s['loader_state'] else 'none'}"),
     ])
-    lines += ["", "owners at the end of the active history"]
-    lines += render.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
-    lines += ["", f"events on the active history (LSN {a['scanned_from_lsn']}..{a['end_lsn']})"]
-    ev = {k: v for k, v in a["events"].items()}
-    lines += render.table(list(ev), [list(ev.values())], indent="  ")
-    lines += ["", "timelines"]
-    rows = []
-    for t in s["timelines"]:
-        act = t["active_lsns"]
-        tail = t["dead_tail"]
-        rows.append([t["timeline"], t["parent"], t["branch_lsn"], t["segments"], t["archived"],
-                     render.size(t["bytes"]), f"{act[0]}..{act[1]}" if act else "-",
-                     f"{tail[0]}..{tail[1]} ({tail[2]} commits)" if tail and tail[2] else "-"])
-    lines += render.capped_table(["timeline", "parent", "branched at", "segments", "archived", "bytes",
-                                  "active LSNs", "dead tail"], rows, show_all, indent="  ")
+
+
+def _problem_lines(s: dict, show_all: bool) -> list[str]:
+    """The problems the reader met and the commits a salvage fold skipped (none: no lines)."""
     probs = s["problems"]
     skipped = s["skipped_commits"]
-    if probs or skipped:
-        lines += ["", "problems" + (" (skipped in salvage mode)" if s["mode"] == "salvage" else "")]
-        listing = [f"  {_problem_kind(p)}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: "
-                   f"{p['message']} ({p['bytes']} bytes)" for p in probs]
-        listing += [f"  skipped commit: {k['segment']} offset {k['offset']} (LSN {k['lsn']}): {k['message']}"
-                    for k in skipped]
-        lines += render.capped_lines(listing, show_all)
-    return lines
+    if not (probs or skipped):
+        return []
+    lines = ["", "problems" + (" (skipped in salvage mode)" if s["mode"] == "salvage" else "")]
+    listing = [f"  {_problem_kind(p)}: {p['segment']} offset {p['offset']} LSN {p['lsn']}: "
+               f"{p['message']} ({p['bytes']} bytes)" for p in probs]
+    listing += [f"  skipped commit: {k['segment']} offset {k['offset']} (LSN {k['lsn']}): {k['message']}"
+                for k in skipped]
+    return lines + render.capped_lines(listing, show_all)
 
 
 def _problem_kind(p: dict) -> str:
