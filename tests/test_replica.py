@@ -21,6 +21,7 @@ from journal import (GroupRef, Journal, JournalFailed, JournalLocked, Reader, Ta
 from journal.errors import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
 from replay import audit, restore, verify
 from replay.from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, fetch_replica
+from cli_run import cli, cli_json, cli_json_lines
 from s3_support import S3, FaultProxy, fault_options, options
 from snapshot import compact
 
@@ -326,6 +327,22 @@ def test_verify_and_audit_read_the_bucket_alone(s3, prefix, tmp_path):
     s3.put(prefix, max(n for n in s3.keys(prefix) if n.startswith("tail/")), b"garbage")  # the active tail
     with pytest.raises(ReplicaCorrupt):
         verify(url, replica_options=opts)
+
+
+def test_journal_inspect_reads_the_bucket_alone(s3, prefix, tmp_path):
+    j = open_replica(tmp_path / "j", s3, prefix, segment_bytes=4096)
+    train(j, 12)
+    j.flush_replica(timeout=30)
+    j.close()
+    shutil.rmtree(j.path)
+    url, opts = S3.url(prefix), json.dumps(options(s3.endpoint))
+    for command in ("summary", "verify", "audit", "cuts", "state"):
+        doc = cli_json(command, url, "--replica-options", opts)
+        assert doc, command
+    assert cli_json("audit", url, "--replica-options", opts)["totals"]["trained_once"] == 12
+    assert len(cli_json_lines("log", url, "--replica-options", opts, "--kind", "trained")) == 12
+    bad = cli("summary", url, "--replica-options", "{not json", code=2)
+    assert "--replica-options is not JSON" in bad.stderr
 
 
 # -- fencing ----------------------------------------------------------------------------------

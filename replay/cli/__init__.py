@@ -11,6 +11,7 @@ line on stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ import threading
 from journal import MODES
 
 from . import audit, cuts, export, group, log, state, steps, summary, verify
+from ..from_replica import fetched, is_replica
 from .progress import erase_line
 from .source import INTERRUPTED, USAGE, InspectError, user_error
 
@@ -45,6 +47,7 @@ examples:
   journal-inspect verify runs/exp1/journal --json
   journal-inspect log runs/exp1/journal --idx 41
   journal-inspect state runs/exp1/journal --at latest-checkpoint --owner admitted
+  journal-inspect audit s3://bucket/runs/42 --replica-options '{"region": "us-east-1"}'
 
 Run `journal-inspect <command> --help` for each command's options and examples."""
 
@@ -64,7 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("path", metavar="PATH", help="journal directory (or, for summary, state, "
-                        "cuts and verify, a cut directory)")
+                        "cuts and verify, a cut directory), or a replica URL (s3://..., gs://..., "
+                        "az://..., file://...): the bucket's history is read alone")
+    common.add_argument("--replica-options", metavar="JSON", default=None,
+                        help="with a replica URL: the keyword arguments of obstore.store.from_url "
+                             "as a JSON object, e.g. '{\"endpoint\": \"http://127.0.0.1:9000\", "
+                             "\"region\": \"us-east-1\"}' (credentials also from the environment)")
     common.add_argument("--json", action="store_true",
                         help="machine-readable output: one JSON document (JSON lines for log)")
     common.add_argument("--mode", choices=MODES, default="strict",
@@ -82,7 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        code = args.run(args)
+        if is_replica(args.path):  # a bucket: its history, fetched read-only into a temporary journal
+            with fetched(args.path, _replica_options(args.replica_options), at_end=True) as local:
+                args.path = local
+                code = args.run(args)
+        else:
+            code = args.run(args)
         sys.stdout.flush()
         return code
     except BaseException as exc:
@@ -90,6 +103,18 @@ def _run(argv: list[str] | None) -> int:
         if err is None:
             raise
         raise err from None
+
+
+def _replica_options(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        options = json.loads(text)
+    except ValueError as exc:
+        raise InspectError(f"--replica-options is not JSON: {exc}") from None
+    if not isinstance(options, dict):
+        raise InspectError("--replica-options must be a JSON object of obstore.store.from_url options")
+    return options
 
 
 def _interrupted(signum, frame):
