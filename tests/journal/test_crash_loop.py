@@ -170,13 +170,13 @@ def check(path: str, acked: dict[int, list], run: int) -> None:
             disk = [list(e) for e in events_of(rec.commit)]
             for e in disk:  # a taken's loader state: compare the counter the child stored
                 if e[0] == "taken" and e[2] is not None:
-                    e[2] = unpack(e[2], rec.blobs)["n"]
+                    e[2] = unpack(e[2], rec.blobs)["_num_yielded"]
             assert disk == evs, f"run {run}: LSN {lsn} on disk {disk} != acknowledged {evs}"
         model = fold_records(records)
         assert_journal_matches(j, model)
         if model.has_loader:
             assert deep_equal(j.loader_state(), model.loader, key_order=True)
-            assert j.loader_state()["n"] == model.loader["n"]
+            assert j.loader_state()["_num_yielded"] == model.loader["_num_yielded"]
         else:
             assert j.loader_state() is None
     if model.committed:

@@ -36,19 +36,13 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-import torch  # noqa: E402
-
 from journal import GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt  # noqa: E402
+
+from tests.support.loader_states import loader_state  # noqa: E402  (imports torch)
 
 
 def say(line: str) -> None:
     os.write(1, (line + "\n").encode())
-
-
-def loader_state(n: int) -> dict:
-    epoch = n // 25
-    gen = torch.Generator().manual_seed(epoch).get_state()  # 5 KB, the same for an epoch
-    return {"_sampler_iter_state": {"generator": gen, "yielded": n}, "n": n, "pos": (epoch, n)}
 
 
 def refs_json(refs: list[RolloutRef], sealing: bool) -> list[list]:
@@ -94,7 +88,7 @@ def run(path: str, seed: int, segment_bytes: int) -> None:
 
         if kind == "taken":
             n = st.next_group_id
-            ls = loader_state(n) if rng.random() < 0.5 else None
+            ls = loader_state(n, n // 25, blob_bytes=5000) if rng.random() < 0.5 else None
             gids = j.taken([GroupRef(idx=rng.randrange(1000), task_name="math", epoch=n // 25)
                             for _ in range(rng.randint(1, 3))], loader_state=ls)
             lsn, evs = j.lsn, [["taken", gids, n if ls is not None else None]]

@@ -22,14 +22,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import torch
-
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted, Finished,
                      GroupRef, Journal, JournalCorrupt, Reader, RolloutFailed, RolloutRef, RolloutSealed,
                      StaleAttempt, Taken, TakenGroup, Trained)
 from journal.loader_state import unpack
 from tests.support.equality import deep_equal
 from tests.support.journal_model import Model, events_of
+from tests.support.loader_states import loader_state
 from replay import restore
 from replay.recovery import ABANDONED
 from snapshot import SNAPSHOTS_DIR, compact, read_cut
@@ -182,13 +181,9 @@ def _event(kind: str, args: tuple, kw: dict):
 
 
 def loader(i: int, big: bool = True) -> dict:
-    """A loader state like StatefulDataLoader's: small counters and a large generator tensor
-    (stored as a blob once per segment)."""
-    st = {"_num_yielded": i, "_sampler_iter_yielded": (i, "x"),
-          "_snapshot": {"_main_snapshot": {"fetcher": [i, None, 1.5]}}}
-    if big:
-        st["generator"] = torch.arange(160, dtype=torch.int32) + (i // 4)  # 640 bytes: a blob
-    return st
+    """The workloads' loader state at take `i`: a new epoch every 4 takes; `big` adds a 640-byte
+    generator (a blob, stored once per segment)."""
+    return loader_state(i, i // 4, blob_bytes=640 if big else 0)
 
 
 # -- workloads (recorded runs the crash states and the error sweep start from) ------------

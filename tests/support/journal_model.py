@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
                      GroupRef, Owner, RolloutFailed, RolloutSealed, Taken, Trained)
+
+from tests.support.loader_states import loader_state
 
 R, A, P, S, T, D = Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE, Owner.TRAINED, Owner.DROPPED
 LIVE = {R, A, P, S}
@@ -266,14 +266,6 @@ def clone(src: str, dst: str) -> str:
 # -- a random legal workload, shared by the torn-tail, bit-flip, fault and crash tests ----------
 
 
-def loader_state(epoch: int, n: int, nbytes: int = 600) -> dict:
-    """A StatefulDataLoader-like state: a large tensor that changes once per epoch (stored as a
-    blob when >= 512 bytes), small counters that change on every take, a tuple."""
-    gen = torch.arange(nbytes, dtype=torch.int64).remainder(251).to(torch.uint8) + epoch % 5
-    return {"_sampler_iter_state": {"generator": gen.to(torch.uint8), "yielded": n},
-            "_num_yielded": n, "epoch": epoch, "pos": (epoch, n)}
-
-
 def step(j, m: Model, rng, *, loader_every: int = 3, loader_bytes: int = 600, max_take: int = 3,
          fingerprint_bytes: int = 0, take_weight: int = 3) -> Model:
     """Issue one random *legal* call on journal `j` (state `m`); return the model after it."""
@@ -304,7 +296,7 @@ def step(j, m: Model, rng, *, loader_every: int = 3, loader_bytes: int = 600, ma
                 for _ in range(k)]
         ls = None
         if loader_every and rng.randrange(loader_every) == 0:
-            ls = loader_state(m.next_gid // 20, m.next_gid, loader_bytes)
+            ls = loader_state(m.next_gid, m.next_gid // 20, blob_bytes=loader_bytes)
         gids = list(range(m.next_gid, m.next_gid + k))
         new = m.commit([("taken", gids, ls)])
         assert j.taken(refs, loader_state=ls) == gids

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any
 
 import torch
 
 from journal import GroupRef, Journal, Owner, Reader, State, apply
 
 from tests.support.equality import deep_equal
+from tests.support.loader_states import loader_state
 
 
 class RandomPicker:
@@ -88,14 +88,10 @@ class Model:
         return sorted(g for g, o in self.owner.items() if o in owners)
 
 
-def loader_state(pick, n: int) -> dict:
-    state: dict[Any, Any] = {"pos": n, "epoch": pick.int(0, 2), "tup": (n, "x", None),
-                             3: [1.5, True, b"raw"]}
-    if pick.bool(0.6):
-        # small tensors inline, large ones (>= 512 bytes) become blobs in the journal
-        size = pick.choice([4, 700])
-        state["gen"] = torch.arange(size, dtype=torch.uint8) + pick.int(0, 5)
-    return state
+def _picked_loader_state(pick, n: int) -> dict:
+    """Small tensors inline, large ones (>= 512 bytes) become blobs in the journal."""
+    epoch = pick.int(0, 2)
+    return loader_state(n, epoch, blob_bytes=pick.choice([4, 700]) if pick.bool(0.6) else 0)
 
 
 def _one(pick, m: Model, tx, allow_checkpoint: bool = True) -> bool:
@@ -115,7 +111,7 @@ def _one(pick, m: Model, tx, allow_checkpoint: bool = True) -> bool:
                                  fingerprint=pick.choice([None, b"\x00\xff" * 8]), group_id=explicit))
             m.idx += 1
             m.next_gid = (explicit if explicit is not None else m.next_gid) + 1
-        ls = loader_state(pick, m.idx) if pick.bool(0.7) else None
+        ls = _picked_loader_state(pick, m.idx) if pick.bool(0.7) else None
         gids = tx.taken(refs, loader_state=ls)
         for g in gids:
             m.owner[g] = Owner.RESERVED

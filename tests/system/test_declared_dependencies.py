@@ -6,7 +6,7 @@ tests/*.py and of the project's packages those files import (transitively), and 
 each third-party module to be declared in `dependencies` or the `test` extra. An import
 inside a `try` that handles ImportError is optional (e.g. matplotlib for `--png`) and
 exempt. numpy is also needed without an `import numpy`: `torch.Tensor.numpy()` (which
-tests/support/journal_model.py calls) raises "Numpy is not available" without it, and torch warns
+tests/support/equality.py calls) raises "Numpy is not available" without it, and torch warns
 `Failed to initialize NumPy` at import; so a `.numpy()` call counts as a use of numpy.
 """
 
@@ -113,7 +113,7 @@ def test_the_check_reports_numpy_when_the_test_extra_lacks_it():
     declared = declared_for_tests(_pyproject()) - {"numpy"}
     missing = undeclared(scan_test_imports(), declared)
     assert set(missing) == {"numpy"}
-    assert "tests/support/journal_model.py" in missing["numpy"]  # .numpy() without an import
+    assert "tests/support/equality.py" in missing["numpy"]  # .numpy() without an import
 
 
 def test_the_examples_extra_declares_numpy():
