@@ -21,6 +21,7 @@ import torch
 from journal import GroupRef, Journal, Owner, Reader, State, apply
 
 from tests.support.equality import deep_equal
+from tests.support.journal_model import Model
 from tests.support.loader_states import loader_state
 
 
@@ -66,26 +67,8 @@ class HypothesisPicker:
 TASKS = [None, "math", "code", "é-unicode"]
 
 
-class Model:
-    """Just enough bookkeeping to pick legal transitions: gid -> live owner, the ids ever
-    taken, pending checkpoint steps."""
-
-    def __init__(self, j: Journal):
-        self.owner = {g.group_id: g.owner for g in j.groups()}
-        self.taken_ids = set(self.owner)
-        self.next_gid = 0  # drive() starts on an empty journal
-        self.pending: list[int] = []
-        self.next_step = 1
-        self.idx = 0
-
-    def copy(self) -> "Model":
-        m = object.__new__(Model)
-        m.owner, m.taken_ids = dict(self.owner), set(self.taken_ids)
-        m.next_gid, m.pending, m.next_step, m.idx = self.next_gid, list(self.pending), self.next_step, self.idx
-        return m
-
-    def of(self, *owners: Owner) -> list[int]:
-        return sorted(g for g, o in self.owner.items() if o in owners)
+def _of(m: Model, *owners: Owner) -> list[int]:
+    return sorted(g for g, o in m.owners.items() if o in owners)
 
 
 def _picked_loader_state(pick, n: int) -> dict:
@@ -94,108 +77,100 @@ def _picked_loader_state(pick, n: int) -> dict:
     return loader_state(n, epoch, blob_bytes=pick.choice([4, 700]) if pick.bool(0.6) else 0)
 
 
-def _one(pick, m: Model, tx, allow_checkpoint: bool = True) -> bool:
-    """Append one random legal event to `tx` (a Transaction or the Journal); updates `m`.
-    Returns False when the drawn kind has no legal target (nothing appended)."""
+def _one(pick, m: Model, tx, allow_checkpoint: bool = True) -> tuple | None:
+    """Append one random legal event to `tx` (a Transaction or the Journal) at model state `m`;
+    return it in the model's vocabulary, or None when the drawn kind has no legal target
+    (nothing appended). The dataset index is the number of groups taken so far, and
+    checkpoint steps are begun in order 1, 2, 3, ..."""
     kinds = ["taken", "taken", "diverted", "admitted", "admitted", "finished", "finished", "trained",
              "discarded"]
     if allow_checkpoint:
         kinds += ["begin", "commit"]
     kind = pick.choice(kinds)
     if kind == "taken":
-        refs = []
+        refs, idx, next_gid = [], len(m.owners), m.next_gid
         for _ in range(pick.int(1, 3)):
-            explicit = m.next_gid + pick.int(1, 4) if pick.bool(0.15) else None
-            refs.append(GroupRef(idx=m.idx, task_name=pick.choice(TASKS),
+            explicit = next_gid + pick.int(1, 4) if pick.bool(0.15) else None
+            refs.append(GroupRef(idx=idx, task_name=pick.choice(TASKS),
                                  epoch=pick.choice([None, 0, 1]),
                                  fingerprint=pick.choice([None, b"\x00\xff" * 8]), group_id=explicit))
-            m.idx += 1
-            m.next_gid = (explicit if explicit is not None else m.next_gid) + 1
-        ls = _picked_loader_state(pick, m.idx) if pick.bool(0.7) else None
-        gids = tx.taken(refs, loader_state=ls)
-        for g in gids:
-            m.owner[g] = Owner.RESERVED
-            m.taken_ids.add(g)
-        return True
+            idx += 1
+            next_gid = (explicit if explicit is not None else next_gid) + 1
+        ls = _picked_loader_state(pick, idx) if pick.bool(0.7) else None
+        return ("taken", tx.taken(refs, loader_state=ls), ls)
     if kind == "diverted":
-        cand = m.of(Owner.RESERVED)
+        cand = _of(m, Owner.RESERVED)
         if not cand:
-            return False
+            return None
         gs = pick.sample(cand, pick.int(1, min(2, len(cand))))
         tx.diverted(gs)
-        for g in gs:
-            m.owner[g] = Owner.SPARE
-        return True
+        return ("diverted", gs)
     if kind == "admitted":
-        cand = m.of(Owner.RESERVED, Owner.SPARE)
+        cand = _of(m, Owner.RESERVED, Owner.SPARE)
         if not cand:
-            return False
+            return None
         gs = pick.sample(cand, pick.int(1, min(3, len(cand))))
-        replaces = pick.choice(sorted(m.taken_ids)) if pick.bool(0.3) else None
+        replaces = pick.choice(sorted(m.owners)) if pick.bool(0.3) else None
         tx.admitted(gs, target_step=pick.int(0, 20), policy_version=pick.choice([None, 1, 2]),
                     replaces=replaces)
-        for g in gs:
-            m.owner[g] = Owner.ADMITTED
-        return True
+        return ("admitted", gs, replaces)
     if kind == "finished":
-        cand = m.of(Owner.ADMITTED)
+        cand = _of(m, Owner.ADMITTED)
         if not cand:
-            return False
+            return None
         gs = pick.sample(cand, pick.int(1, min(3, len(cand))))
         locs = [f"tq/{g}/ü" for g in gs] if pick.bool(0.7) else None
         tx.finished(gs, policy_version=pick.choice([None, 2, 3]), locators=locs)
-        for g in gs:
-            m.owner[g] = Owner.REPLAY
-        return True
+        return ("finished", gs, locs)
     if kind == "trained":
-        cand = m.of(Owner.REPLAY)
+        cand = _of(m, Owner.REPLAY)
         if not cand:
-            return False
+            return None
         gs = pick.sample(cand, pick.int(1, min(3, len(cand))))
         tx.trained(gs, step=pick.int(0, 20))
-        for g in gs:
-            del m.owner[g]
-        return True
+        return ("trained", gs)
     if kind == "discarded":
-        cand = m.of(Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE)
+        cand = _of(m, Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE)
         if not cand:
-            return False
+            return None
         gs = pick.sample(cand, pick.int(1, min(2, len(cand))))
         tx.discarded(gs, reason=pick.choice(["rollout_failed", "filtered"]))
-        for g in gs:
-            del m.owner[g]
-        return True
+        return ("discarded", gs)
     if kind == "begin":
-        tx.begin_checkpoint(step=m.next_step)
-        m.pending.append(m.next_step)
-        m.next_step += 1
-        return True
+        step = 1 + max([*m.pending, *m.committed], default=0)
+        tx.begin_checkpoint(step=step)
+        return ("begin", step)
     if not m.pending:
-        return False
-    step = pick.choice(m.pending)
+        return None
+    step = pick.choice(list(m.pending))
     tx.commit_checkpoint(step=step)
-    m.pending.remove(step)
-    return True
+    return ("commit", step)
 
 
 def drive(j: Journal, pick, n: int, model: Model | None = None) -> Model:
-    """Append `n` random legal commits (about one in six a multi-event transaction)."""
-    m = model or Model(j)
+    """Append `n` random legal commits (about one in six a multi-event transaction) to `j`, which
+    is at state `model` (None: empty); return the model after them (it rejects an illegal one)."""
+    m = model or Model()
     done = 0
     while done < n:
         if pick.bool(0.17):
-            trial = m.copy()
-            appended = 0
+            trial, events = m.copy(), []
             with j.transaction() as tx:
                 for _ in range(pick.int(2, 3)):
                     # checkpoint markers stay out of transactions: a begun checkpoint's LSN is
                     # then the state it captures and nothing else happens at that LSN
-                    appended += _one(pick, trial, tx, allow_checkpoint=False)
-            if appended:
-                m = trial
+                    ev = _one(pick, trial, tx, allow_checkpoint=False)
+                    if ev is not None:
+                        trial.event(ev, m.lsn + 1)
+                        events.append(ev)
+            if events:
+                m = m.commit(events)
                 done += 1
-        elif _one(pick, m, j):
-            done += 1
+        else:
+            ev = _one(pick, m, j)
+            if ev is not None:
+                m = m.commit([ev])
+                done += 1
     return m
 
 
