@@ -1,17 +1,11 @@
-"""Shared fixtures for the journal tests.
-
-`fast_tmp` is a scratch directory on tmpfs (/dev/shm) when there is one: the torn-tail,
-bit-flip and crash-image tests open journals hundreds of times, and their crash semantics
-are simulated by editing files, so real-disk fsync latency would only make them slow.
-Tests that need a real file system (the SIGKILL crash loop, the lock) use `tmp_path`."""
+"""Shared fixtures for the tests: `fast_tmp` (per test) and `fast_tmp_module` (per module) are
+scratch directories on tmpfs when there is one (see tests/support/scratch.py)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import pytest
+
+from tests.support.scratch import scratch_dir
 
 
 def pytest_configure(config):
@@ -22,27 +16,11 @@ def pytest_configure(config):
 
 @pytest.fixture
 def fast_tmp(tmp_path):
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    if base is None:
-        yield tmp_path
-        return
-    d = tempfile.mkdtemp(prefix="oj-test-", dir=base)
-    try:
-        from pathlib import Path
-        yield Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    with scratch_dir(fallback=tmp_path) as d:
+        yield d
 
 
 @pytest.fixture(scope="module")
 def fast_tmp_module(tmp_path_factory):
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    if base is None:
-        yield tmp_path_factory.mktemp("fast")
-        return
-    d = tempfile.mkdtemp(prefix="oj-test-", dir=base)
-    try:
-        from pathlib import Path
-        yield Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    with scratch_dir(fallback=tmp_path_factory.mktemp("fast")) as d:
+        yield d

@@ -1,0 +1,1 @@
+"""Tests of journal-inspect (replay.cli)."""

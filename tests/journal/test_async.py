@@ -1,0 +1,91 @@
+"""AsyncJournal: many coroutines share fsyncs with no thread per pending commit; failures and
+cancellations reach exactly the commits they concern."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import threading
+
+import pytest
+
+from tests.support.faultfs import FaultFS
+from journal import AsyncJournal, GroupRef, Journal, JournalFailed, Owner, OwnershipError, Reader
+
+
+def test_256_coroutines_share_fsyncs_without_a_thread_each(fast_tmp):
+    path = str(fast_tmp / "j")
+    fs = FaultFS(root=path)
+    j = Journal.open(path, fs=fs)
+    gids = j.taken([GroupRef(idx=i) for i in range(256)])
+    aj = AsyncJournal(j)
+    fsyncs, threads = [], []
+    fs.on("fsync", lambda kind, p: fsyncs.append(p) if p.endswith(".wal") else None)
+
+    async def one(g):
+        threads.append(threading.active_count())
+        return await aj.admitted([g], target_step=1)
+
+    async def main():
+        return await asyncio.gather(*[one(g) for g in gids])
+
+    before = threading.active_count()
+    lsns = asyncio.run(main())
+    assert sorted(lsns) == list(range(2, 258))
+    assert max(threads) <= before + 1  # the flusher, not a thread per pending commit
+    assert len(fsyncs) <= 256 // 8, f"{len(fsyncs)} fsyncs for 256 commits: little sharing"
+    assert all(j.owner_of(g) == Owner.ADMITTED for g in gids)
+    j.close()
+    assert Reader(path).fold().lsn == 257
+
+
+def test_an_illegal_call_raises_at_once_and_writes_nothing(fast_tmp):
+    j = Journal.open(str(fast_tmp / "j"), sync="none")
+    aj = AsyncJournal(j)
+
+    async def main():
+        (g,) = await aj.taken([GroupRef(idx=1)])
+        with pytest.raises(OwnershipError, match="requires owner REPLAY"):
+            await aj.trained([g], step=1)
+        return g
+
+    g = asyncio.run(main())
+    assert j.lsn == 1 and j.owner_of(g) == Owner.RESERVED
+    j.close()
+
+
+def test_a_failed_fsync_fails_the_commits_it_took_and_then_every_call(fast_tmp):
+    path = str(fast_tmp / "j")
+    fs = FaultFS(root=path)
+    j = Journal.open(path, fs=fs)
+    gids = j.taken([GroupRef(idx=i) for i in range(8)])
+    aj = AsyncJournal(j)
+    fs.inject("fsync", nth=1, error=errno.EIO, path_contains=".wal")
+
+    async def main():
+        return await asyncio.gather(*[aj.admitted([g], target_step=1) for g in gids],
+                                    return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert all(isinstance(r, JournalFailed) for r in results)
+    with pytest.raises(JournalFailed):
+        asyncio.run(aj.diverted([gids[0]]))
+    assert Reader(path).fold().lsn in range(1, 10)  # unknown after a failed fsync, never past
+
+
+def test_a_cancelled_await_does_not_lose_its_commit(fast_tmp):
+    path = str(fast_tmp / "j")
+    j = Journal.open(path)
+    aj = AsyncJournal(j)
+
+    async def main():
+        task = asyncio.ensure_future(aj.taken([GroupRef(idx=5)]))
+        await asyncio.sleep(0)  # queued: folded and on its way to the disk
+        task.cancel()
+        other = await aj.taken([GroupRef(idx=6)])
+        return other
+
+    (g6,) = asyncio.run(main())
+    assert j.owner_of(g6) == Owner.RESERVED and j.owner_of(g6 - 1) == Owner.RESERVED
+    j.close()
+    assert Reader(path).fold().lsn == 2

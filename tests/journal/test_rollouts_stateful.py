@@ -1,0 +1,251 @@
+"""The rollout rules (seal, fail, attempts, finish, discard) driven by a hypothesis state
+machine against a model of their own, written out again here and not built on
+`journal.fold`: after every step the writer, and after reopens a strict reader, agree with
+it; an illegal call or transaction leaves every file byte for byte as it was; a crash after
+a checkpoint, restore and resume goes back to the checkpoint with the next attempt for
+every unsealed rollout."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from journal import GroupRef, Journal, Owner, OwnershipError, Reader, RolloutRef, StaleAttempt
+from replay import restore
+from tests.support.journal_model import tree_bytes
+
+
+class Illegal(Exception):
+    def __init__(self, stale: bool = False):
+        super().__init__()
+        self.stale = stale
+
+
+class RolloutModel:
+    """gid -> [owner, n or None, attempts, sealed indices, locators]."""
+
+    def __init__(self):
+        self.groups: dict[int, list] = {}
+        self.next_gid = 0
+
+    def resumed(self, used: dict) -> "RolloutModel":
+        """The model a restore-and-resume at this point leaves: every unsealed rollout of an
+        ADMITTED group gets an attempt above every attempt any history dispatched it in
+        (`used`; ids stay used too: next_gid is kept by the caller)."""
+        m = self.copy()
+        for gid, (owner, n, attempts, sealed, _) in m.groups.items():
+            if owner == Owner.ADMITTED and n is not None:
+                for i in range(n):
+                    if i not in sealed:
+                        attempts[i] = max(attempts[i], used.get((gid, i), 0)) + 1
+        return m
+
+    def copy(self) -> "RolloutModel":
+        m = RolloutModel()
+        m.groups = {g: [o, n, list(a), set(s), dict(loc)] for g, (o, n, a, s, loc) in self.groups.items()}
+        m.next_gid = self.next_gid
+        return m
+
+    def apply(self, op: tuple) -> None:
+        kind = op[0]
+        if kind == "take_admit":
+            _, n = op
+            self.groups[self.next_gid] = [Owner.ADMITTED, n, [0] * (n or 0), set(), {}]
+            self.next_gid += 1
+            return
+        gid = op[1]
+        g = self.groups.get(gid)
+        if kind in ("seal", "fail"):
+            _, gid, index, attempt, locator = op
+            if g is None or g[0] != Owner.ADMITTED or g[1] is None or not 0 <= index < g[1]:
+                raise Illegal()
+            if attempt != g[2][index]:  # a late result, also once the retry has sealed
+                raise Illegal(stale=True)
+            if index in g[3]:
+                raise Illegal()
+            if kind == "seal":
+                g[3].add(index)
+                g[4][index] = locator
+            else:
+                g[2][index] += 1
+        elif kind == "finish":
+            _, gid, with_locator = op
+            if g is None or g[0] != Owner.ADMITTED:
+                raise Illegal()
+            if g[1] is not None and (with_locator or len(g[3]) != g[1]):
+                raise Illegal()
+            g[0] = Owner.REPLAY
+        elif kind == "train":
+            if g is None or g[0] != Owner.REPLAY:
+                raise Illegal()
+            g[0] = Owner.TRAINED
+        elif kind == "discard":
+            if g is None or g[0] not in (Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE):
+                raise Illegal()
+            g[0] = Owner.DROPPED
+
+
+def draw_op(data, m: RolloutModel) -> tuple:
+    kind = data.draw(st.sampled_from(("take_admit", "seal", "seal", "seal", "fail", "fail", "finish",
+                                      "train", "discard")))
+    if kind == "take_admit":
+        return kind, data.draw(st.sampled_from((None, 1, 3, 4)))
+    gid = data.draw(st.sampled_from(sorted(m.groups) + [m.next_gid + 3])) if m.groups else 0
+    if kind in ("seal", "fail"):
+        g = m.groups.get(gid)
+        n = g[1] if g is not None and g[1] else 2
+        index = data.draw(st.integers(0, n))  # n itself is out of range
+        current = g[2][index] if g is not None and g[1] and index < n else 0
+        attempt = data.draw(st.sampled_from((current, current, current, current - 1, current + 1)))
+        return kind, gid, index, max(attempt, 0), f"dp/{gid}/{index}/{attempt}"
+    if kind == "finish":
+        return kind, gid, data.draw(st.booleans())
+    return kind, gid
+
+
+def run(target, op: tuple, journal: Journal):
+    kind = op[0]
+    if kind == "take_admit":
+        gids = target.taken([GroupRef(idx=journal.state_copy().next_group_id)])
+        return target.admitted(gids, target_step=1, rollouts=op[1])
+    if kind == "seal":
+        return target.rollout_sealed([RolloutRef(op[1], op[2], op[3], op[4])], policy_version=op[3])
+    if kind == "fail":
+        return target.rollout_failed([RolloutRef(op[1], op[2], op[3])], reason="timeout")
+    if kind == "finish":
+        return target.finished([op[1]], locators=["dp/g"] if op[2] else None)
+    if kind == "train":
+        return target.trained([op[1]], step=1)
+    return target.discarded([op[1]], reason="r")
+
+
+def assert_matches(state, m: RolloutModel) -> None:
+    for gid, (owner, n, attempts, sealed, locators) in m.groups.items():
+        assert state.owner_of(gid) == owner, f"group {gid}"
+        g = state.live.get(gid)
+        if g is None:
+            continue
+        if n is None:
+            assert g.rollouts is None
+            continue
+        r = g.rollouts
+        assert list(r.attempts) == attempts, f"group {gid} attempts"
+        assert {i for i in range(n) if r.is_sealed(i)} == sealed, f"group {gid} sealed"
+        assert {i: r.locators[i] for i in sealed} == locators
+        assert all(r.locators[i] is None for i in range(n) if i not in sealed)
+
+
+class RolloutMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="oj-rollouts-")
+        self.j = Journal.open(self.dir, sync="none", segment_bytes=4096)
+        self.model = RolloutModel()
+        self.at_checkpoint = RolloutModel()  # the model as of the last committed checkpoint
+        self.step = 0
+        self.used: dict[tuple[int, int], int] = {}  # (group, index) -> highest attempt dispatched, any history
+
+    def teardown(self):
+        self.j.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _expect(self, ops) -> tuple[RolloutModel | None, bool]:
+        m = self.model.copy()
+        try:
+            for op in ops:
+                m.apply(op)
+        except Illegal as exc:
+            return None, exc.stale
+        return m, False
+
+    def _dispatched(self, ops) -> None:
+        """Note the attempts the ops dispatched: a seal its own, a failure the next one."""
+        for op in ops:
+            if op[0] in ("seal", "fail"):
+                key = (op[1], op[2])
+                self.used[key] = max(self.used.get(key, 0), op[3] + (op[0] == "fail"))
+
+    @rule(data=st.data())
+    def single(self, data):
+        op = draw_op(data, self.model)
+        new, stale = self._expect([op])
+        before = tree_bytes(self.dir)
+        if new is None:
+            with pytest.raises(StaleAttempt if stale else OwnershipError) as info:
+                run(self.j, op, self.j)
+            if stale:
+                assert f"names attempt {op[3]}" in str(info.value) and f"group {op[1]}" in str(info.value)
+            assert tree_bytes(self.dir) == before, "an illegal call changed the journal files"
+            return
+        run(self.j, op, self.j)
+        self.model = new
+        self._dispatched([op])
+
+    @rule(data=st.data())
+    def transaction(self, data):
+        ops = [draw_op(data, self.model) for _ in range(data.draw(st.integers(1, 4)))]
+        ops = [op for op in ops if op[0] != "take_admit"]  # ids are allocated inside the block
+        new, _ = self._expect(ops)
+        before = tree_bytes(self.dir)
+        if new is None:
+            with pytest.raises(OwnershipError):
+                with self.j.transaction() as tx:
+                    for op in ops:
+                        run(tx, op, self.j)
+            assert tree_bytes(self.dir) == before, "a failed transaction changed the journal files"
+            return
+        with self.j.transaction() as tx:
+            for op in ops:
+                run(tx, op, self.j)
+        self.model = new
+        self._dispatched(ops)
+
+    @rule()
+    def reopen(self):
+        self.j.close()
+        assert_matches(Reader(self.dir, "strict").fold(), self.model)
+        self.j = Journal.open(self.dir, sync="none", segment_bytes=4096)
+
+    @rule()
+    def checkpoint(self):
+        self.step += 1
+        self.j.begin_checkpoint(step=self.step)
+        self.j.commit_checkpoint(step=self.step)
+        self.at_checkpoint = self.model.copy()
+
+    @rule()
+    def crash_restore_resume(self):
+        """Whatever came after the last committed checkpoint is a dead tail: restore goes back
+        to it, hands out the unsealed rollouts with their next attempt, and the resume records
+        exactly that (a late seal of the old attempt is then stale)."""
+        self.j.close()
+        state = restore(self.dir)
+        expected = self.at_checkpoint.resumed(self.used)
+        expected.next_gid = self.model.next_gid  # ids of the dead tail are never handed out again
+        for g in state.admitted:
+            _, n, attempts, sealed, locators = expected.groups[g.group_id]
+            if n is not None:
+                assert [(r.index, r.attempt, r.sealed, r.locator) for r in g.rollouts] == \
+                    [(i, attempts[i], i in sealed, locators.get(i)) for i in range(n)]
+        self.j = Journal.open(self.dir, sync="none", segment_bytes=4096, resume=state)
+        self.model = expected
+        self.at_checkpoint = expected.copy()
+        for gid, (owner, n, attempts, sealed, _) in expected.groups.items():
+            for i in range(n or 0):
+                if owner == Owner.ADMITTED and i not in sealed:
+                    self.used[(gid, i)] = max(self.used.get((gid, i), 0), attempts[i])
+
+    @invariant()
+    def writer_matches(self):
+        assert_matches(self.j.state_copy(), self.model)
+
+
+RolloutMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestRolloutRules = RolloutMachine.TestCase

@@ -1,0 +1,1 @@
+"""Helpers the tests share: models, drivers, comparisons, fault-injecting file systems."""

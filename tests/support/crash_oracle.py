@@ -1,0 +1,636 @@
+"""What a workload was told, and the checks every crash image / error run must pass.
+
+Shared by `test_crash_states.py` and `test_io_error_sweep.py`. A `Run` drives a
+real `Journal` through `FaultFS` and records, independently of the library:
+
+* `expected[(timeline, lsn)]`: the events the workload committed there (the
+  journal's own event structs, loader states kept as the objects given);
+* `acks`: (number of recorded ops when the call returned, timeline, LSN) of
+  every acknowledged commit, and `branches`: acknowledged resumes.
+
+`check_journal(path, run, point)` then verifies a directory (a crash image or
+the real one after an injected error): the strict reader opens it, every
+commit acknowledged by `point` is on the active history (or on a dead tail an
+acknowledged resume made dead) with exactly the events written, nothing else
+is there, `restore` equals an independent fold (`journal_model.Model`) of
+those events up to the latest committed checkpoint's `checkpoint_begun` LSN,
+every cut reads, and the journal reopens (repairing a torn tail) and appends.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted, Finished,
+                     GroupRef, Journal, JournalCorrupt, Reader, RolloutFailed, RolloutRef, RolloutSealed,
+                     StaleAttempt, Taken, TakenGroup, Trained)
+from journal.loader_state import unpack
+from tests.support.equality import deep_equal
+from tests.support.journal_model import Model, events_of
+from tests.support.loader_states import loader_state
+from replay import restore
+from replay.recovery import ABANDONED
+from snapshot import SNAPSHOTS_DIR, compact, read_cut
+
+try:  # faultfs is another engineer's; only its FaultFS is needed here
+    from tests.support.faultfs import FaultFS
+except ImportError:  # pragma: no cover
+    FaultFS = None
+
+
+def model_events(events: list, loaders: list) -> list[tuple]:
+    """Journal event structs in the model's vocabulary, each `taken` carrying its loader state
+    object (in order) instead of the packed struct `events_of` gives."""
+    li = iter(loaders)
+    return [(ev[0], ev[1], next(li)) if ev[0] == "taken" else ev
+            for ev in events_of(Commit(0, events))]
+
+
+@dataclass
+class Run:
+    """A workload's record of what it did. `fs` is the FaultFS every call goes through."""
+
+    root: str
+    fs: object = None
+    expected: dict = field(default_factory=dict)   # (timeline, lsn) -> (events, loader states)
+    acks: list = field(default_factory=list)       # (op index, timeline, lsn)
+    branches: list = field(default_factory=list)   # (op index, timeline, branch lsn)
+    segment_bytes: int = 4096
+    ack_on_flush: bool = False   # sync="batch"/"none": a commit is acknowledged by flush()
+    unflushed: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.fs is None:
+            self.fs = FaultFS(root=self.root)
+
+    def mark(self) -> int:
+        return len(self.fs.ops)
+
+    def open(self, **kw) -> Journal:
+        kw.setdefault("segment_bytes", self.segment_bytes)
+        return Journal.open(self.root, fs=self.fs, **kw)
+
+    # -- calls that record what they commit ------------------------------------------------
+
+    def _intend(self, j: Journal, events: list, loaders: list) -> tuple[int, int]:
+        """Record what the next commit will hold *before* making it: a commit whose write
+        reached the disk before its fsync failed (JournalFailed) may be there after a reopen,
+        in doubt but never acknowledged."""
+        key = (j.timeline, j.lsn + 1)
+        self.expected[key] = (events, loaders)
+        return key
+
+    def _acked(self, j: Journal, key: tuple[int, int]) -> None:
+        assert (j.timeline, j.lsn) == key, f"commit landed at {(j.timeline, j.lsn)}, expected {key}"
+        if self.ack_on_flush:
+            self.unflushed.append(key)
+        else:
+            self.acks.append((self.mark(), *key))
+
+    def _done(self, j: Journal, events: list, loaders: list) -> None:
+        self.expected[(j.timeline, j.lsn)] = (events, loaders)
+        self._acked(j, (j.timeline, j.lsn))
+
+    def flush(self, j: Journal) -> None:
+        j.flush()
+        self.acks += [(self.mark(), t, lsn) for t, lsn in self.unflushed]
+        self.unflushed = []
+
+    @staticmethod
+    def _refs(idxs, epoch=0):
+        return [GroupRef(idx=i, task_name="math", epoch=epoch, fingerprint=b"fp%d" % i) for i in idxs]
+
+    def taken(self, j: Journal, idxs: list[int], loader_state=None, *, epoch: int = 0) -> list[int]:
+        refs = self._refs(idxs, epoch)
+        nxt = j.state_copy().next_group_id
+        want = list(range(nxt, nxt + len(refs)))
+        ev = Taken([TakenGroup(g, r.idx, r.task_name, r.epoch, r.fingerprint) for g, r in zip(want, refs)])
+        key = self._intend(j, [ev], [loader_state])
+        gids = j.taken(refs, loader_state=loader_state)
+        assert gids == want, f"allocated {gids}, expected {want}"
+        self._acked(j, key)
+        return gids
+
+    def call(self, j: Journal, kind: str, *args, **kw) -> int:
+        """One single-event commit; `kind` is a Journal method name."""
+        key = self._intend(j, [_event(kind, args, kw)], [])
+        lsn = getattr(j, kind)(*args, **kw)
+        assert lsn == key[1]
+        self._acked(j, key)
+        return lsn
+
+    def transaction(self, j: Journal, calls: list[tuple]) -> int:
+        """`calls`: (method name, args, kwargs); `taken` entries take (idxs, loader_state)."""
+        events, loaders = [], []
+        nxt = j.state_copy().next_group_id
+        for kind, args, kw in calls:
+            if kind == "taken":
+                idxs, ls = args
+                refs = self._refs(idxs)
+                events.append(Taken([TakenGroup(nxt + i, r.idx, r.task_name, r.epoch, r.fingerprint)
+                                     for i, r in enumerate(refs)]))
+                nxt += len(refs)
+                loaders.append(ls)
+            else:
+                events.append(_event(kind, args, kw))
+        key = self._intend(j, events, loaders)
+        with j.transaction() as tx:
+            for (kind, args, kw), ev in zip(calls, events):
+                if kind == "taken":
+                    gids = tx.taken(self._refs(args[0]), loader_state=args[1])
+                    assert gids == [g.group_id for g in ev.groups]
+                else:
+                    getattr(tx, kind)(*args, **kw)
+        self._acked(j, key)
+        return j.lsn
+
+    def resumed(self, j: Journal, branch_lsn: int, reconcile: list | None = None) -> None:
+        """`j` was just opened with resume= at `branch_lsn`; `reconcile` is the events of its
+        first commit (re-marking the restored checkpoint) when there is one."""
+        self.branches.append((self.mark(), j.timeline, branch_lsn, bool(reconcile)))
+        if reconcile:
+            assert j.lsn == branch_lsn + 1
+            self._done(j, reconcile, [])
+        else:
+            assert j.lsn == branch_lsn
+
+
+def _event(kind: str, args: tuple, kw: dict):
+    if kind == "diverted":
+        return Diverted(list(args[0]))
+    if kind == "admitted":
+        return Admitted(list(args[0]), kw["target_step"], kw.get("policy_version"), kw.get("replaces"),
+                        kw.get("rollouts"))
+    if kind == "rollout_sealed":
+        return RolloutSealed(list(args[0]), kw.get("policy_version"))
+    if kind == "rollout_failed":
+        return RolloutFailed(list(args[0]), kw["reason"])
+    if kind == "finished":
+        loc = kw.get("locators")
+        return Finished(list(args[0]), kw.get("policy_version"), list(loc) if loc is not None else None)
+    if kind == "trained":
+        return Trained(list(args[0]), kw["step"])
+    if kind == "discarded":
+        return Discarded(list(args[0]), kw["reason"])
+    if kind == "begin_checkpoint":
+        return CheckpointBegun(kw["step"])
+    if kind == "commit_checkpoint":
+        return CheckpointCommitted(kw["step"])
+    raise ValueError(kind)
+
+
+def loader(i: int, big: bool = True) -> dict:
+    """The workloads' loader state at take `i`: a new epoch every 4 takes; `big` adds a 640-byte
+    generator (a blob, stored once per segment)."""
+    return loader_state(i, i // 4, blob_bytes=640 if big else 0)
+
+
+# -- workloads (recorded runs the crash states and the error sweep start from) ------------
+
+
+def w_rotation(run: Run) -> None:
+    """Appends across several segment rotations (4 KiB segments), a checkpoint in the middle."""
+    j = run.open()
+    for i in range(9):
+        g = run.taken(j, [2 * i, 2 * i + 1], loader(i))
+        run.call(j, "admitted", g, target_step=i, policy_version=i)
+        run.call(j, "finished", g[:1], policy_version=i, locators=[f"dp/{g[0]}"])
+        if i == 5:
+            run.call(j, "begin_checkpoint", step=5)
+            run.call(j, "commit_checkpoint", step=5)
+        run.call(j, "trained", g[:1], step=i)
+    j.close()
+
+
+def w_transaction(run: Run) -> None:
+    """Multi-event transactions: a spare replacing a failed group, a checkpoint inside one."""
+    j = run.open()
+    g = run.taken(j, [0, 1, 2, 3], loader(0))
+    run.call(j, "admitted", g[:2], target_step=1, policy_version=0)
+    run.transaction(j, [("diverted", ([g[2]],), {}), ("discarded", ([g[0]],), {"reason": "rollout_failed"}),
+                        ("admitted", ([g[2]],), {"target_step": 1, "policy_version": 0, "replaces": g[0]})])
+    run.transaction(j, [("taken", ([4, 5], loader(1)), {}), ("finished", ([g[1], g[2]],),
+                                                             {"policy_version": 0, "locators": ["a", "b"]}),
+                        ("begin_checkpoint", (), {"step": 1})])
+    run.call(j, "commit_checkpoint", step=1)
+    run.transaction(j, [("trained", ([g[1]],), {"step": 2}), ("diverted", ([g[3]],), {}),
+                        ("taken", ([6], loader(2)), {}), ("begin_checkpoint", (), {"step": 2}),
+                        ("commit_checkpoint", (), {"step": 2})])
+    run.transaction(j, [("trained", ([g[2]],), {"step": 3}), ("begin_checkpoint", (), {"step": 3})])
+    j.close()
+
+
+def w_checkpoint(run: Run) -> None:
+    """Checkpoint begin/commit pairs, one begun and never committed, one committed late."""
+    j = run.open()
+    for s in range(1, 5):
+        g = run.taken(j, [s * 10, s * 10 + 1], loader(s, big=False))
+        run.call(j, "admitted", g, target_step=s)
+        run.call(j, "begin_checkpoint", step=s)
+        run.call(j, "finished", g, locators=["x", "y"])
+        if s != 3:
+            run.call(j, "commit_checkpoint", step=s)
+        run.call(j, "trained", g[:1], step=s)
+    run.call(j, "begin_checkpoint", step=9)
+    j.close()
+
+
+def finished_groups_with_checkpoint(run: Run, j) -> list[int]:
+    """14 groups taken and admitted, the odd ones finished, checkpoint 1 committed after the
+    tenth: the history the compaction workloads start from. Returns the finished groups."""
+    done = []
+    for i in range(14):
+        g = run.taken(j, [i], loader(i))
+        run.call(j, "admitted", g, target_step=i)
+        if i % 2:
+            run.call(j, "finished", g, locators=[f"r{i}"])
+            done += g
+        if i == 9:
+            run.call(j, "begin_checkpoint", step=1)
+            run.call(j, "commit_checkpoint", step=1)
+    return done
+
+
+def _compaction(run: Run, mode: str) -> None:
+    j = run.open()
+    done = finished_groups_with_checkpoint(run, j)
+    compact(run.root, journal=j, keep_cuts=1, retention=mode, fs=run.fs)  # retires segments
+    run.call(j, "trained", done[:3], step=2)
+    for i in range(14, 22):
+        g = run.taken(j, [i], loader(i))
+        run.call(j, "admitted", g, target_step=3)
+    run.call(j, "begin_checkpoint", step=2)
+    run.call(j, "commit_checkpoint", step=2)
+    run.call(j, "trained", done[3:5], step=3)
+    j.close()
+    compact(run.root, keep_cuts=1, retention=mode, fs=run.fs)  # replaces the cut, retires more
+
+
+def w_compact_archive(run: Run) -> None:
+    """Two compactions with retention="archive" (cuts replaced, segments archived to .zst)."""
+    _compaction(run, "archive")
+
+
+def w_compact_delete(run: Run) -> None:
+    """Two compactions with retention="delete" (the head of the history is removed)."""
+    _compaction(run, "delete")
+
+
+def w_resume(run: Run) -> None:
+    """A crashed run (checkpoint 2 committed, a dead tail after it) resumed onto timeline 2."""
+    j = run.open()
+    g = run.taken(j, [0, 1, 2], loader(0))
+    run.call(j, "admitted", g, target_step=1)
+    run.call(j, "begin_checkpoint", step=1)
+    run.call(j, "commit_checkpoint", step=1)
+    run.call(j, "finished", g[:2], policy_version=1, locators=["a", "b"])
+    run.call(j, "trained", g[:1], step=2)
+    run.call(j, "begin_checkpoint", step=2)
+    g2 = run.taken(j, [3, 4], loader(1))        # the dead tail: after checkpoint 2's begin
+    run.call(j, "commit_checkpoint", step=2)
+    run.call(j, "admitted", g2, target_step=3)
+    run.call(j, "trained", g[1:2], step=3)
+    j.close()
+    rs = restore(run.root)
+    j = run.open(resume=rs)
+    run.resumed(j, rs.lsn, [CheckpointCommitted(2)])
+    g3 = run.taken(j, [3, 4], loader(2))
+    assert min(g3) > max(g2), "a group id of the dead tail was reused"
+    run.call(j, "admitted", g3, target_step=3)
+    run.call(j, "begin_checkpoint", step=3)
+    run.call(j, "commit_checkpoint", step=3)
+    j.close()
+
+
+def w_resume_retired(run: Run) -> None:
+    """A resume onto a new branch of a journal whose head was deleted by retention, then a
+    compaction of the new branch (which deletes the rest of the old timeline it covers)."""
+    _compaction(run, "delete")
+    rs = restore(run.root)
+    j = run.open(resume=rs)
+    run.resumed(j, rs.lsn, [CheckpointCommitted(rs.step)])
+    g = run.taken(j, [900, 901], loader(90))
+    run.call(j, "admitted", g, target_step=5)
+    run.call(j, "begin_checkpoint", step=5)
+    run.call(j, "commit_checkpoint", step=5)
+    j.close()
+    compact(run.root, keep_cuts=1, retention="delete", fs=run.fs)
+
+
+def _unsynced(run: Run, sync: str) -> None:
+    run.ack_on_flush = True
+    j = run.open(sync=sync, sync_interval=0.2)  # the flushes here come long before a timed one
+    for i in range(16):
+        g = run.taken(j, [i], loader(i))
+        run.call(j, "admitted", g, target_step=i)
+        run.call(j, "finished", g, locators=[f"r{i}"])
+        if i in (2, 5, 10, 13):  # flushes at irregular points: one falls after a rotation
+            run.call(j, "begin_checkpoint", step=i)
+            run.call(j, "commit_checkpoint", step=i)
+            run.flush(j)
+    run.flush(j)
+    j.close()
+
+
+def w_batch(run: Run) -> None:
+    """sync="batch": several frames per fsync window, acknowledged by flush() (the states
+    where a later frame persisted without an earlier one are the README's limitation)."""
+    _unsynced(run, "batch")
+
+
+def w_sync_none(run: Run) -> None:
+    """sync="none" with explicit flush() calls, across segment rotations."""
+    _unsynced(run, "none")
+
+
+def rollout_groups(run: Run, j, rounds: range, *, checkpoint_at: int | None = None) -> list[int]:
+    """Groups admitted with rollouts=3, per round: a seal, two failures in one commit, a
+    transaction sealing the first group's last rollouts (one a retry) and finishing it, a
+    train; the second group keeps a sealed, a failed-and-unsealed and a fresh (index 0)
+    rollout. A committed checkpoint after round `checkpoint_at`. Returns the second groups."""
+    kept = []
+    for i in rounds:
+        a, b = run.taken(j, [2 * i, 2 * i + 1], loader(i))
+        run.call(j, "admitted", [a, b], target_step=i, policy_version=i, rollouts=3)
+        run.call(j, "rollout_sealed", [RolloutRef(a, 0, 0, f"dp/{a}/0"), RolloutRef(b, 1, 0)],
+                 policy_version=i)
+        run.call(j, "rollout_failed", [RolloutRef(a, 1, 0), RolloutRef(b, 2, 0)], reason="timeout")
+        run.transaction(j, [("rollout_sealed", ([RolloutRef(a, 2, 0, f"dp/{a}/2"),
+                                                 RolloutRef(a, 1, 1, f"dp/{a}/1")],), {"policy_version": i}),
+                            ("finished", ([a],), {"policy_version": i})])
+        if i == checkpoint_at:
+            run.call(j, "begin_checkpoint", step=i)
+            run.call(j, "commit_checkpoint", step=i)
+        run.call(j, "trained", [a], step=i)
+        kept.append(b)
+    return kept
+
+
+def resume_first_commit(run: Run, rs) -> list:
+    """The first commit a resume from `rs` must write, from the model of the history on disk:
+    the restored checkpoint marked committed again and every unsealed rollout of a group
+    ADMITTED at it failed (its attempt raised). No data plane: nothing salvaged or demoted."""
+    reader = Reader(run.root)
+    end = max(rec.commit.lsn for rec in reader.records())
+    _, at, step = model_at(run, history_keys(reader, end))
+    if (rs.lsn, rs.step) != (at.lsn, step):
+        raise Violation(f"restore at LSN {rs.lsn} step {rs.step}, the model at {at.lsn} step {step}")
+    rounds = at.fence_rounds(attempts_on_disk(run.root))
+    return [CheckpointCommitted(step)] + [RolloutFailed([RolloutRef(*ref) for ref in refs], ABANDONED)
+                                          for refs in rounds]
+
+
+def attempts_on_disk(path: str) -> dict[tuple[int, int], int]:
+    """(gid, index) -> the highest attempt any timeline on disk dispatched it in: a seal names
+    its attempt, a failure of attempt a is followed by a dispatch of a+1."""
+    reader, used = Reader(path), {}
+    for t in reader.timelines:
+        for rec in reader.timeline_records(t):
+            for ev in rec.commit.events:
+                if type(ev) in (RolloutSealed, RolloutFailed):
+                    for r in ev.rollouts:
+                        key = (r.group_id, r.index)
+                        used[key] = max(used.get(key, 0), r.attempt + (type(ev) is RolloutFailed))
+    return used
+
+
+def w_rollouts(run: Run) -> None:
+    """Rollouts sealed and failed (alone and in transactions) across segment rotations, a
+    compaction while the journal is open (the cut holds a rollout table of partly sealed
+    groups), seals after the restored checkpoint's begin (a dead tail), a resume (its first
+    commit raises the attempts of the unsealed rollouts; a late seal of the old attempt is
+    fenced), the pending rollouts sealed with their new attempt, and a compaction of the new
+    branch (a cut holding the raised attempts)."""
+    j = run.open()
+    kept = rollout_groups(run, j, range(4), checkpoint_at=2)
+    compact(run.root, journal=j, keep_cuts=1, retention="archive", fs=run.fs)
+    rollout_groups(run, j, range(4, 6))
+    run.call(j, "begin_checkpoint", step=6)  # what follows is the dead tail of the restore at 6
+    run.call(j, "rollout_sealed", [RolloutRef(kept[0], 0, 0, f"dp/{kept[0]}/0")], policy_version=6)
+    run.call(j, "commit_checkpoint", step=6)
+    run.call(j, "rollout_failed", [RolloutRef(kept[1], 0, 0)], reason="timeout")
+    j.close()
+    rs = restore(run.root)
+    first = resume_first_commit(run, rs)
+    j = run.open(resume=rs)
+    run.resumed(j, rs.lsn, first)
+    pending = [(g.group_id, r.index, r.attempt) for g in rs.admitted for r in g.pending]
+    gid, index, attempt = pending[0]
+    try:
+        j.rollout_sealed([RolloutRef(gid, index, attempt - 1, "dp/late")])
+    except StaleAttempt:
+        pass
+    else:
+        raise Violation(f"a late seal of attempt {attempt - 1} of group {gid} rollout {index} was accepted")
+    run.call(j, "rollout_sealed", [RolloutRef(g, i, a, f"dp/{g}/{i}/{a}") for g, i, a in pending[:3]],
+             policy_version=7)
+    run.call(j, "begin_checkpoint", step=7)
+    run.call(j, "commit_checkpoint", step=7)
+    j.close()
+    compact(run.root, keep_cuts=1, retention="archive", fs=run.fs)
+
+
+WORKLOADS = {
+    "rotation": w_rotation,
+    "transaction": w_transaction,
+    "checkpoint": w_checkpoint,
+    "compact-archive": w_compact_archive,
+    "compact-delete": w_compact_delete,
+    "resume": w_resume,
+    "resume-retired": w_resume_retired,
+    "batch": w_batch,
+    "sync-none": w_sync_none,
+    "rollouts": w_rollouts,
+}
+
+
+# -- the checks --------------------------------------------------------------------------
+
+
+class Violation(AssertionError):
+    pass
+
+
+def _same_events(rec, events: list, loaders: list) -> bool:
+    got = rec.commit.events
+    if len(got) != len(events):
+        return False
+    li = iter(loaders)
+    for g, e in zip(got, events):
+        if type(g) is not type(e):
+            return False
+        if type(g) is Taken:
+            if list(g.groups) != list(e.groups):
+                return False
+            want = next(li)
+            have = unpack(g.loader_state, rec.blobs) if g.loader_state is not None else None
+            if not deep_equal(have, want, key_order=True):
+                return False
+        elif g != e:
+            return False
+    return True
+
+
+def history_keys(reader: Reader, end: int) -> list[tuple[int, int]]:
+    """(timeline, lsn) of LSNs 1..end of the active history, from the lineage's branch points."""
+    lineage = reader.lineage()
+    keys = []
+    for lsn in range(1, end + 1):
+        tl = lineage[0].timeline
+        for t in lineage[1:]:
+            if t.branch_lsn < lsn:
+                tl = t.timeline
+        keys.append((tl, lsn))
+    return keys
+
+
+def model_at(run: Run, keys: list[tuple[int, int]]) -> tuple[Model, Model, int | None]:
+    """(model at the end, model at the latest committed checkpoint, its step) of a history."""
+    m = Model()
+    states = [m]
+    for key in keys:
+        if key not in run.expected:
+            raise Violation(f"commit {key} (timeline, LSN) is on the history but was never written")
+        events, loaders = run.expected[key]
+        m = m.commit(model_events(events, loaders))
+        states.append(m)
+    if not m.committed:
+        return m, Model(), None
+    step, lsn = max(m.committed.items(), key=lambda kv: kv[1])
+    return m, states[lsn], step
+
+
+def check_restore(path: str, model: Model, step: int | None) -> None:
+    rs = restore(path)
+    if rs.lsn != model.lsn:
+        raise Violation(f"restore at LSN {rs.lsn}, the model's latest committed checkpoint is at {model.lsn}")
+    if rs.step != step:
+        raise Violation(f"restore says step {rs.step}, the model {step}")
+    got = {g.group_id: g.owner for g in rs.groups}
+    want = model.live()
+    if got != want:
+        raise Violation(f"restored owners {sorted(got.items())} != model {sorted(want.items())}")
+    counts = {k: v for k, v in rs.counts.items()}
+    want_counts = {o.name: n for o, n in model.counts().items()}
+    if counts != want_counts:
+        raise Violation(f"restored counts {counts} != model {want_counts}")
+    if model.has_loader:
+        if not deep_equal(rs.loader_state, model.loader, key_order=True):
+            raise Violation("restored loader state differs from the last one taken before the checkpoint")
+    elif rs.loader_state is not None:
+        raise Violation("restore returned a loader state where the model has none")
+    if rs.fold_state is not None and rs.fold_state.next_group_id < model.next_gid:
+        raise Violation(f"next group id {rs.fold_state.next_group_id} < model's {model.next_gid}")
+    used = attempts_on_disk(path)
+    for g in rs.groups:
+        have = None if g.rollouts is None else [
+            (r.index, r.attempt, r.sealed, r.locator, r.policy_version) for r in g.rollouts]
+        if have != model.recovered_rollouts(g.group_id, used):
+            raise Violation(f"restored rollouts of group {g.group_id} {have} != model "
+                            f"{model.recovered_rollouts(g.group_id, used)}")
+    fenced = [[(r.group_id, r.index, r.attempt) for r in e.rollouts] for e in rs.first_commit
+              if type(e) is RolloutFailed]
+    if fenced != model.fence_rounds(used):
+        raise Violation(f"the resume would fence rollouts {fenced}, the model's rounds are "
+                        f"{model.fence_rounds(used)}")
+
+
+def _check_unsynced_damage(path: str, run: Run, point: int) -> dict:
+    """sync="batch"/"none": a later frame of an fsync window reached the disk, an earlier one
+    did not. README (Limitations): a strict open reports corruption; the frames after the
+    damage were never acknowledged, so the `point_in_time` history holds every flushed commit."""
+    reader = Reader(path, "point_in_time")
+    have = {}
+    for rec in reader.records():
+        key = (rec.timeline, rec.commit.lsn)
+        if key not in run.expected or not _same_events(rec, *run.expected[key]):
+            raise Violation(f"commit {key} on disk was never written as it is")
+        have[key] = rec
+    for i, tl, lsn in run.acks:
+        if i <= point and (tl, lsn) not in have:
+            raise Violation(f"flushed commit LSN {lsn} (acked at op {i}) is not in the point-in-time "
+                            "history of a journal damaged in an unsynced window")
+    try:
+        Journal.open(path).close()
+    except JournalCorrupt:
+        pass
+    else:
+        raise Violation("a strict reader saw damage that Journal.open accepted")
+    return {"damaged": True}
+
+
+def _max_gid(events) -> int:
+    return max([-1] + [ev.groups[-1].group_id for ev in events if type(ev) is Taken and ev.groups])
+
+
+def check_journal(path: str, run: Run, point: int | None = None, *, reopen: bool = True,
+                  append: bool = True) -> dict:
+    """Every guarantee on the directory `path` for a crash (or failure) after `point` recorded
+    ops (None: all). Raises `Violation` (or the library's exception) on the first broken one."""
+    point = len(run.fs.ops) if point is None else point
+    try:
+        reader = Reader(path)  # strict: a crash of sync="always" writes never leaves corruption
+        records = list(reader.records())
+    except JournalCorrupt:
+        if not run.ack_on_flush:
+            raise
+        return _check_unsynced_damage(path, run, point)
+    end = records[-1].commit.lsn if records else (
+        reader.lineage()[0].segments[0].first_lsn - 1 if reader.timelines else 0)
+    lineage = reader.lineage() if reader.timelines else []
+    present = {}
+    for rec in records:
+        key = (rec.timeline, rec.commit.lsn)
+        if key not in run.expected:
+            raise Violation(f"commit {key} (timeline, LSN) is on disk but was never written")
+        if not _same_events(rec, *run.expected[key]):
+            raise Violation(f"commit {key} on disk differs from what was written")
+        present[key] = rec
+    keys = history_keys(reader, end) if lineage else []
+    on_history = set(keys)
+    # a resume is atomic: its branch either is not on disk, or it is with its first commit (the
+    # one re-marking the restored checkpoint); then the commits it left behind may be dead
+    done_branches = [(t, b) for (i, t, b, first) in run.branches
+                     if i <= point or (not first or (t, b + 1) in on_history)]
+    active_tls = {tl.timeline for tl in lineage}
+    for i, tl, lsn in run.acks:
+        if i > point:
+            continue
+        if (tl, lsn) in on_history:
+            continue
+        if any(t in active_tls and b < lsn and t > tl for t, b in done_branches):
+            continue  # on a dead tail that a (complete) resume left behind
+        raise Violation(f"acknowledged commit LSN {lsn} of timeline {tl} (acked at op {i}) is not on the "
+                        f"active history (timelines {sorted(active_tls)}, end LSN {end})")
+    for i, t, b, _ in run.branches:
+        if i <= point and t not in reader.timelines:
+            raise Violation(f"the acknowledged branch to timeline {t} at LSN {b} is gone")
+    full, at_ckpt, step = model_at(run, keys)
+    check_restore(path, at_ckpt, step)
+    snaps = os.path.join(path, SNAPSHOTS_DIR)
+    cuts = 0
+    if os.path.isdir(snaps):
+        for name in sorted(os.listdir(snaps)):
+            if name.startswith("cut-"):
+                read_cut(os.path.join(snaps, name))  # renamed into place only once complete
+                cuts += 1
+    if reopen:
+        head_retired = bool(lineage) and lineage[0].segments[0].first_lsn > 1
+        resume = restore(path) if head_retired else None
+        j = Journal.open(path, segment_bytes=run.segment_bytes, resume=resume)
+        try:
+            if resume is None and j.lsn != end:
+                raise Violation(f"reopened journal is at LSN {j.lsn}, the strict reader saw {end}")
+            if append:
+                (gid,) = j.taken([GroupRef(idx=10_000)])
+                used = max([-1] + [_max_gid(run.expected[(t, l)][0]) for i, t, l in run.acks if i <= point]
+                           + [_max_gid(r.commit.events) for r in records])
+                if gid <= used:
+                    raise Violation(f"group id {gid} allocated after the crash was already used (up to {used})")
+        finally:
+            j.close()
+        after = {(r.timeline, r.commit.lsn) for r in Reader(path).records()}
+        if resume is None and not set(present) <= after:
+            raise Violation("reopening lost commits that were on disk")
+    return {"end": end, "cuts": cuts, "step": step}
