@@ -11,9 +11,6 @@ import struct
 import zlib
 from typing import NamedTuple
 
-# segment file names are layout.py's; importable from here as before
-from .layout import ARCHIVE_SUFFIX, SEGMENT_SUFFIX, parse_segment_name, segment_name  # noqa: F401
-
 MAGIC = b"OWNJRNL1"
 FORMAT_VERSION = 1
 HEADER_SIZE = 64

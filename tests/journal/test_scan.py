@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from journal import GroupRef, Journal, JournalCorrupt, ProblemKind, Reader
 from journal import format as fmt
+from journal import layout
 from tests.support.journal_model import tree_bytes
 
 
@@ -108,7 +109,7 @@ def test_a_group_commit_frame_is_read_up_to_the_first_lsn_that_does_not_follow(f
         chain = chains[-1]
         chains_of += chains
         parts.append(frame)
-    with open(os.path.join(path, fmt.segment_name(1, 1)), "wb") as f:
+    with open(os.path.join(path, layout.segment_name(1, 1)), "wb") as f:
         f.write(b"".join(parts))
     pit = Reader(path, "point_in_time")
     assert [(r.commit.lsn, r.chain) for r in pit.records()] == list(zip([1, 2, 3, 4, 5], chains_of))

@@ -5,7 +5,6 @@ that advice gives a writable journal that restores and verifies clean."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from journal import GroupRef, Journal, Owner, Reader
+from journal import Journal, Owner, Reader
 from replay import restore
 from tests.support.replay_support import (ROLLOUTS_PER_GROUP, FakeDataPlane, collate, locator_of,
                                           make_dataset, ref_of, run_group, stateful_loader)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import replay
-from journal import GroupRef, Journal, Owner, Reader, Taken
+from journal import Journal, Owner, Reader, Taken
 from replay import restore
 from tests.support.equality import deep_equal
 from tests.support.replay_support import (assert_same, locator_of, make_dataset, recovered_view, ref_of,

@@ -30,6 +30,7 @@ from tests.support.fuzz_support import (DERANDOMIZE, EXAMPLES, Guard, build_corp
                                         encode_segment, frame_offsets, read_everything, segment_frames,
                                         summary_fixture)
 from journal import format as fmt
+from journal import layout
 from journal.reader import read_segment_bytes, list_segments
 
 COUNTS: dict[str, int] = {}
@@ -42,7 +43,7 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZ
 def corpus(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("fuzz") / "journal")
     build_corpus(root)
-    names = sorted(n for n in os.listdir(root) if fmt.parse_segment_name(n))
+    names = sorted(n for n in os.listdir(root) if layout.parse_segment_name(n))
     assert any(n.endswith(".zst") for n in names) and len({n[:8] for n in names}) == 2
     return root, names
 
