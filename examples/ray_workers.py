@@ -148,9 +148,13 @@ class ActorPool:
         for name in names:
             try:
                 actor = ray.get_actor(name)
-                handed += ray.get(actor.handover.remote(self.run), timeout=30)
-            except (ValueError, ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            except ValueError:
                 continue   # died meanwhile
+            try:
+                handed += ray.get(actor.handover.remote(self.run), timeout=30)
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                ray.kill(actor)   # dying, or never started: it must not hold a CPU
+                continue
             if None in self.slots:
                 self.slots[self.slots.index(None)] = (name, actor)
             else:
