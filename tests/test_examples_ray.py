@@ -16,6 +16,7 @@ import os
 import queue
 import random
 import signal
+import subprocess
 import sys
 import time
 
@@ -35,6 +36,13 @@ EPOCHS = 1 if not SOAK else 2
 ROLLOUTS = 4
 RUN_TIMEOUT = 240.0 if not SOAK else 1800.0
 LOOPBACK = {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
+
+
+def test_ray_is_imported_in_ray_mode_only():
+    code = ("import sys, journal, snapshot, replay, replay.cli, examples.trainer, examples.chaos; "
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]", r.stdout
 
 
 # -- listening sockets of this test's process tree -----------------------------------------------
