@@ -2,6 +2,7 @@
 
     python -m examples.trainer --out runs/demo            # start, or resume after any crash
     python -m examples.trainer --out runs/demo --baseline # the same loop without the journal
+    python -m examples.trainer --out runs/demo --ray      # rollout workers as Ray actors
 
 The shape is the one of an async RL framework (NeMo-RL, verl, ...):
 
@@ -21,6 +22,10 @@ The shape is the one of an async RL framework (NeMo-RL, verl, ...):
   fenced late result;
 * `--group-level`: groups admitted without `rollouts=` (all-or-nothing): any failed or late
   rollout discards its group, a finished group's rows go to the data plane as one file;
+* `--ray`: the generator tasks send their rollouts to Ray actors (`examples.ray_workers`,
+  on `--ray-address` or a local Ray); an actor writes the row itself and returns the locator,
+  the trainer seals it; an actor's death gives the rollout up to its next attempt like a
+  missed deadline, and a restarted trainer takes over the actors of the one that died;
 * a tiny policy trains on each step's groups with a GRPO loss;
 * every `--ckpt-every` steps a checkpoint: `begin_checkpoint` when the state is captured,
   weights (and an ownership cut) written and fsynced, then `commit_checkpoint`;
