@@ -4,6 +4,7 @@ exactly-once from the journal.
     journal-demo                    # the journal trainer, default kills, 1-3 minutes
     journal-demo --group-level      # the same, groups admitted without rollouts= (all-or-nothing)
     journal-demo --baseline         # the same trainer and kills, without the journal
+    journal-demo --ray              # rollout workers as Ray actors on a local 3-node cluster
 
 The driver runs `python -m examples.trainer` as a child process and kills it (SIGKILL: no
 cleanup, no flush, no atexit) at moments it picks with `--seed`: while it is saving a
@@ -29,6 +30,11 @@ flight at the moment of a kill is not counted. And the late results of slow work
 by the journal (rollout-level), or dropped with their discarded group (group-level).
 Generation time the final history dropped with failed groups, and late results, are
 reported apart: no kill threw them away.
+
+With `--ray` the driver starts a Ray cluster on this machine (a head and two worker nodes,
+loopback only), the trainer runs its rollout workers as actors there, and besides the
+controller kills the driver kills single actors at random moments and replaces a whole worker
+node once (`examples.ray_workers.ClusterChaos`).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from dataclasses import dataclass, field
 
 from .bookkeeping import read_ledger
 
+RAY_DEADLINE_MS = 1000      # a Ray round trip on a busy machine takes far more than a thread's
 KINDS = ("checkpoint_save", "compaction", "restore", "random")
 KIND_TEXT = {"checkpoint_save": "in a checkpoint save", "compaction": "in compaction",
              "restore": "in a restore", "random": "at a random moment"}
@@ -75,6 +82,7 @@ class Options:
     ckpt_every: int = 4
     baseline: bool = False
     group_level: bool = False
+    ray: bool = False
     timeout: float = 900.0
     verbose: bool = True
     trainer_args: list = field(default_factory=list)
@@ -98,6 +106,8 @@ def _trainer_cmd(o: Options, out: str) -> list[str]:
         cmd.append("--baseline")
     if o.group_level:
         cmd.append("--group-level")
+    if o.ray:
+        cmd += ["--ray", "--deadline-ms", str(RAY_DEADLINE_MS)]
     return cmd + list(o.trainer_args)
 
 
@@ -210,8 +220,9 @@ def _run_line(n: int, p: Progress, then: str) -> str:
             f"{cols[6]:>5} {cols[7]:>4}  {then}")
 
 
-def _run_children(o: Options, out: str) -> tuple[list[Kill], list[Progress]]:
-    """Start, kill and restart the trainer until its plan of kills is spent and it finishes."""
+def _run_children(o: Options, out: str, between=None) -> tuple[list[Kill], list[Progress]]:
+    """Start, kill and restart the trainer until its plan of kills is spent and it finishes;
+    `between(n)` runs after the n-th kill, before the restart."""
     # steps the run will take (the spare pool takes ~ one batch in 12 at the default failure rate)
     total = o.epochs * -(-o.dataset_size // o.batch_size) * 9 // 10
     plan = kill_plan(o.kills, o.seed, total)
@@ -261,6 +272,8 @@ def _run_children(o: Options, out: str) -> tuple[list[Kill], list[Progress]]:
         detail = f"checkpoint of step {p.saving} in progress" if "checkpoint_save" in after else ""
         kills.append(Kill(aim, landed, p.step, detail))
         _say(o, _run_line(n, p, f"killed {KIND_TEXT[landed]}, step {p.step}"))
+        if between is not None:
+            between(len(kills))
 
 
 def _watch(o: Options, child: Child, p: Progress, aim: str | None, target: int, param: float,
@@ -369,11 +382,14 @@ def run(o: Options) -> dict:
     if any(n in os.listdir(out) for n in ("journal", "ckpt", "ledger.log", "rows")):
         raise RuntimeError(f"journal-demo: {out} already holds a run; pick a new --out")
     level = "group-level" if o.baseline or o.group_level else "rollout-level"
-    mode = "baseline (no journal)" if o.baseline else f"journal, {level}"
+    mode = "baseline (no journal)" if o.baseline else f"journal, {level}" + (", Ray actors" if o.ray else "")
     _say(o, f"journal-demo [{mode}]: {o.epochs} epochs x {o.dataset_size} prompts, batch "
             f"{o.batch_size}, {o.rollouts} rollouts per group,\n  {o.workers} generator workers, rollout "
             f"failure rate {o.failure_rate}, {o.kills} kills, seed {o.seed}\n  run dir {out}")
-    kills, runs = _run_children(o, out)
+    if o.ray:
+        kills, runs, ray_counts = _run_on_ray(o, out)
+    else:
+        kills, runs, ray_counts = (*_run_children(o, out), None)
     ledger = read_ledger(os.path.join(out, "ledger.log"))
     summary = {"mode": "baseline" if o.baseline else "journal", "level": level, "out": out, "seed": o.seed,
                "rollouts_per_group": o.rollouts,
@@ -400,12 +416,48 @@ def run(o: Options) -> dict:
         summary[key] = sum(int(r.get(field_name, 0)) for r in resumed)
     summary.update(generation_report(ledger_report, len(kills)))
     summary["restores"] = len(resumed)
+    if ray_counts is not None:
+        summary["ray"] = dict(ray_counts, rollouts_lost_with_actor=ledger_report["counters"].get("actors_lost", 0))
     summary["wall_seconds"] = round(time.monotonic() - t0, 1)
     summary["twice"] = audit["trained_twice"]
     summary["lost"] = audit["lost"] + audit["in_flight"]
     summary["ok"] = (summary["twice"] == 0 and summary["lost"] == 0
                      and not summary.get("ledger_mismatches") and summary.get("cli_clean", True))
     return summary
+
+
+def _run_on_ray(o: Options, out: str):
+    """`_run_children` with the trainer's rollout workers on a local Ray cluster, while a thread
+    kills single actors at random moments; one worker node is replaced after the second
+    controller kill (Ray adds nodes from the main thread only), while the dead controller's
+    actors still run."""
+    from .ray_workers import ClusterChaos, start_cluster   # first: it makes Ray bind loopback
+    import ray
+    cluster = start_cluster()
+    stop = threading.Event()
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        chaos = ClusterChaos(cluster, out, o.seed)
+
+        def kill_now_and_then():
+            while not stop.wait(chaos.rng.uniform(1.0, 4.0)):
+                chaos.kill_actor()
+
+        def replace_node(n_kills: int):
+            if n_kills == 2:
+                chaos.replace_node()
+
+        o.trainer_args = ["--ray-address", cluster.address] + list(o.trainer_args)
+        killer = threading.Thread(target=kill_now_and_then, daemon=True)
+        killer.start()
+        kills, runs = _run_children(o, out, between=replace_node)
+        stop.set()
+        killer.join()
+        return kills, runs, dict(chaos.counts)
+    finally:
+        stop.set()
+        ray.shutdown()
+        cluster.shutdown()
 
 
 def generation_report(ledger_report: dict, kills: int) -> dict:
@@ -473,6 +525,10 @@ def render(s: dict) -> str:
     parts = [f"{by.get(k, 0)} {KIND_TOTAL[k]}" for k in KINDS if by.get(k)]
     lines.append(f"kills survived      {s['kills']}" + (f": {', '.join(parts)}" if parts else ""))
     lines += _generation_lines(s)
+    if "ray" in s:
+        r = s["ray"]
+        lines.append(f"ray                 {r['actors_killed']} actors killed, {r['nodes_replaced']} nodes "
+                     f"replaced; {r['rollouts_lost_with_actor']} rollouts given up with their actor")
     lines.append(f"wall time           {s['wall_seconds']} s")
     if s["mode"] == "baseline":
         lines.append(f"BASELINE: {s['lost']} prompts lost, {s['twice']} trained more than once "
@@ -532,14 +588,19 @@ def parse_args(argv=None) -> tuple[Options, bool]:
     p.add_argument("--dataset-size", type=int, default=2048, help="prompts per epoch (default 2048)")
     p.add_argument("--batch-size", type=int, default=16, help="prompt groups per step (default 16)")
     p.add_argument("--ckpt-every", type=int, default=4, help="steps between checkpoints (default 4)")
+    p.add_argument("--ray", action="store_true",
+                   help="rollout workers as Ray actors on a local 3-node cluster (loopback only), "
+                        "also killing actors and replacing a node; needs the ray extra")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-run lines")
     a = p.parse_args(argv)
+    if a.ray and (a.baseline or a.group_level):
+        p.error("--ray is rollout-level with the journal: not with --baseline or --group-level")
     o = Options(out=a.out, seed=a.seed, epochs=a.epochs, kills=a.kills, workers=a.workers,
                 failure_rate=a.failure_rate, dataset_size=a.dataset_size, batch_size=a.batch_size,
                 ckpt_every=a.ckpt_every, baseline=a.baseline, group_level=a.group_level, rollouts=a.rollouts,
-                timeout=a.timeout, verbose=not (a.quiet or a.json))
+                ray=a.ray, timeout=a.timeout, verbose=not (a.quiet or a.json))
     return o, a.json
 
 

@@ -2,6 +2,7 @@
 
     python -m examples.trainer --out runs/demo            # start, or resume after any crash
     python -m examples.trainer --out runs/demo --baseline # the same loop without the journal
+    python -m examples.trainer --out runs/demo --ray      # rollout workers as Ray actors
 
 The shape is the one of an async RL framework (NeMo-RL, verl, ...):
 
@@ -21,6 +22,10 @@ The shape is the one of an async RL framework (NeMo-RL, verl, ...):
   fenced late result;
 * `--group-level`: groups admitted without `rollouts=` (all-or-nothing): any failed or late
   rollout discards its group, a finished group's rows go to the data plane as one file;
+* `--ray`: the generator tasks send their rollouts to Ray actors (`examples.ray_workers`,
+  on `--ray-address` or a local Ray); an actor writes the row itself and returns the locator,
+  the trainer seals it; an actor's death gives the rollout up to its next attempt like a
+  missed deadline, and a restarted trainer takes over the actors of the one that died;
 * a tiny policy trains on each step's groups with a GRPO loss;
 * every `--ckpt-every` steps a checkpoint: `begin_checkpoint` when the state is captured,
   weights (and an ownership cut) written and fsynced, then `commit_checkpoint`;
@@ -113,6 +118,9 @@ class Config:
     segment_bytes: int = 64 << 10
     lr: float = 0.02
     baseline: bool = False
+    ray: bool = False              # rollout workers are Ray actors (examples.ray_workers)
+    ray_address: str | None = None  # the cluster to join (None: start a local one)
+    ray_actors: int = 3
 
     @property
     def rollout_level(self) -> bool:
@@ -425,6 +433,7 @@ class Trainer:
         self.compactor: BackgroundCompactor | None = None
         self.compaction = None
         self.own = None
+        self.pool = None             # Ray mode: the rollout actors (examples.ray_workers.ActorPool)
         self.stats = collections.Counter()
         self.gc_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rows-gc")
 
@@ -752,6 +761,92 @@ class Trainer:
             else:
                 await self._deliver(w, i, attempt, self._generate(w, rng), seconds)
 
+    # -- generation on Ray actors (--ray) -------------------------------------------------------
+
+    async def _ray_worker(self, wid: int) -> None:
+        """A generator task of Ray mode: its rollouts run on the actor of slot `wid` mod
+        `--ray-actors` (replaced when it dies). The actor writes the row; the trainer seals its
+        locator, or gives the rollout up (deadline, failure, actor death) to its next attempt."""
+        from .ray_workers import is_actor_death
+        rng = random.Random(f"{self.rng.random()}-{wid}")
+        slot = wid % self.cfg.ray_actors
+        deadline = self.cfg.deadline_ms / 1000
+        while True:
+            w, i, attempt = await self.jobs.get()
+            if not self._wanted(w, i, attempt):
+                continue
+            held = await self.pool.actor(slot)
+            if not self._wanted(w, i, attempt):
+                continue
+            seconds = self._latency(rng)
+            weights = self.pool.policy_weights(w.policy_version, self.policies[w.policy_version],
+                                               self.policies)
+            fut = self.pool.generate(held, w, i, attempt, weights, rng.getrandbits(62), seconds,
+                                     rng.random() < self.cfg.failure_rate)
+            done, _ = await asyncio.wait({fut}, timeout=deadline)
+            if not done:
+                # given up at the deadline: the actor keeps going and answers later (or dies)
+                task = self._guarded(self._ray_answer(slot, held, w, i, attempt, fut, seconds, late=True))
+                self.stragglers.add(task)
+                task.add_done_callback(self.stragglers.discard)
+                await self._give_up(w, i, attempt, "deadline")
+                continue
+            try:
+                await self._ray_answer(slot, held, w, i, attempt, fut, seconds, late=False)
+            except Exception as exc:
+                if not is_actor_death(exc):
+                    raise
+                self.pool.lost(slot, held)
+                self.stats["actors_lost"] += 1
+                self.ledger.count(actors_lost=1)
+                await self._give_up(w, i, attempt, "actor_died")
+
+    async def _ray_answer(self, slot: int, held, w: Work, i: int, attempt: int, fut, seconds: float,
+                          late: bool) -> None:
+        """An actor's answer to rollout `i` of `w` in `attempt`: in time it is sealed (a failed
+        generation is given up), late it is fenced. A late answer of a dead actor is nothing."""
+        from .ray_workers import is_actor_death
+        try:
+            answer = await fut
+        except Exception as exc:
+            if late and is_actor_death(exc):
+                self.pool.lost(slot, held)
+                return
+            raise
+        await self._fence_handover(answer["handover"])
+        loc = answer["locator"]
+        if loc is None:
+            if not late:
+                await self._give_up(w, i, attempt, "generation_failed")
+            return
+        self.pool.ack(held, w.gid, i, attempt)
+        self.ledger.count(generation_us=_us(seconds))
+        if late:
+            self._rejected(seconds)
+            await self._fence(w, w.gid, i, attempt, loc)
+            return
+        row = await asyncio.to_thread(self.dp.get, loc)
+        result = (int(row["answer"]), float(row["old_logprob"]), float(row["reward"]))
+        await self._seal(w, i, attempt, loc, result, seconds)
+
+    async def _fence_handover(self, results) -> None:
+        """Results the actors finished for a controller that died: each is offered to the
+        journal and fenced (the restore gave its rollout a new attempt, or its group left), but a
+        row the restored history holds sealed stays."""
+        for _run, gid, i, attempt, loc, seconds in results:
+            w = self.live.get(gid)
+            if w is not None and w.sealed is not None and w.sealed[i] == loc:
+                continue
+            if w is not None and w.attempts is not None and attempt >= w.attempts[i]:
+                # restore hands out attempts above every one a history dispatched, so only a
+                # restore from a cut alone (the journal gone) can get here: never sealed
+                self.stats["handover_unfenced"] += 1
+                continue
+            self.ledger.count(generation_us=_us(seconds))
+            self._rejected(seconds)
+            await self._fence(w, gid, i, attempt, loc)
+            self.stats["fenced_handover"] += 1
+
     async def _give_up(self, w: Work, i: int, attempt: int, reason: str) -> None:
         """Rollout `i` of `w` failed in `attempt`: rollout-level, `rollout_failed` (raising its
         attempt, so that attempt can never seal) and dispatch it again, while attempts are left;
@@ -789,6 +884,12 @@ class Trainer:
             return
         loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt,
                                       _rollout_row(result, seconds, w.policy_version))
+        await self._seal(w, i, attempt, loc, result, seconds)
+
+    async def _seal(self, w: Work, i: int, attempt: int, loc: str, result: tuple, seconds: float) -> None:
+        """Rollout `i` of `w` in `attempt` is durable at `loc`: sealed while the trainer still
+        waits for it, else its row goes."""
+        R = self.cfg.rollouts
         async with w.lock:
             if self._wanted(w, i, attempt):
                 last = w.done == R - 1
@@ -818,18 +919,26 @@ class Trainer:
             return
         loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt,
                                       _rollout_row(result, seconds, w.policy_version))
-        async with w.lock:
+        await self._fence(w, w.gid, i, attempt, loc)
+
+    async def _fence(self, w: Work | None, gid: int, i: int, attempt: int, loc: str) -> None:
+        """Offer the journal a result of a given-up attempt of rollout `i` of group `gid` (`w`:
+        the group, None once it left the trainer); it must reject the seal; the row at `loc`
+        goes."""
+        lock = w.lock if w is not None else asyncio.Lock()
+        async with lock:
             try:
-                await self.own.rollout_sealed(w.gid, i, attempt, loc, w.policy_version, finish=False)
+                await self.own.rollout_sealed(gid, i, attempt, loc,
+                                              w.policy_version if w is not None else None, finish=False)
             except StaleAttempt:
                 kind = "stale_attempt"      # the fence: attempt `attempt` was given up
             except OwnershipError:
-                if w.status == ADMITTED and w.sealed[i] is None:
+                if w is not None and w.status == ADMITTED and w.sealed[i] is None:
                     raise
                 # the group left admission (finished, trained, discarded): rejected as well
                 kind = "already_done"
             else:
-                raise RuntimeError(f"the journal sealed a late result: group {w.gid} rollout {i} "
+                raise RuntimeError(f"the journal sealed a late result: group {gid} rollout {i} "
                                    f"attempt {attempt}, given up at its deadline")
         await asyncio.to_thread(self.dp.delete, [loc])
         self.stats["fenced_late_results"] += 1
@@ -927,6 +1036,17 @@ class Trainer:
         fut.add_done_callback(done)
         self.compaction = fut
 
+    def _start_ray(self) -> list[tuple]:
+        """Ray mode: join the cluster, take over the actors of earlier controllers of this run
+        directory; returns what those finished for their dead controller, to fence."""
+        from .ray_workers import ActorPool, connect, namespace_for
+        connect(self.cfg.ray_address, namespace_for(self.cfg.out))
+        self.pool = ActorPool(self.cfg.rows_dir, self.cfg.ray_actors)
+        handed = self.pool.adopt()
+        announce("RAY", f"run={self.pool.run}", f"adopted={sum(s is not None for s in self.pool.slots)}",
+                 f"handed_over={len(handed)}")
+        return handed
+
     # -- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -946,7 +1066,11 @@ class Trainer:
         for w, _ in redispatch:   # ordered by target step, then group id
             w.policy_version = self.step
         self._queue([(w, i, attempt) for w, todo in redispatch for i, attempt in todo])
-        workers = [self._guarded(self._worker(i)) for i in range(self.cfg.workers)]
+        worker = self._worker
+        if self.cfg.ray:
+            worker = self._ray_worker
+            await self._fence_handover(self._start_ray())
+        workers = [self._guarded(worker(i)) for i in range(self.cfg.workers)]
         try:
             while True:
                 t = self.step + 1
@@ -972,6 +1096,8 @@ class Trainer:
             await asyncio.gather(*workers, *self.stragglers, return_exceptions=True)
             if self.compactor is not None:
                 self.compactor.close()
+            if self.pool is not None:
+                self.pool.close()
             self.gc_pool.shutdown(wait=True)
             if self.journal is not None:
                 self.journal.close()
@@ -1009,13 +1135,22 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--segment-bytes", type=int, default=64 << 10, help="journal segment size")
     p.add_argument("--baseline", action="store_true",
                    help="no journal: save the loader state at checkpoint time, drop in-flight work")
+    p.add_argument("--ray", action="store_true",
+                   help="rollout workers are Ray actors (needs the ray extra); rollout-level only")
+    p.add_argument("--ray-address", default=os.environ.get("OJ_RAY_ADDRESS"),
+                   help="Ray cluster to join (default $OJ_RAY_ADDRESS, else a local one is started)")
+    p.add_argument("--ray-actors", type=int, default=3, help="rollout actors in Ray mode (default 3)")
     a = p.parse_args(argv)
+    if a.ray and (a.baseline or a.group_level):
+        p.error("--ray seals each rollout in the journal: it does not combine with --baseline or "
+                "--group-level")
     return Config(out=a.out, seed=a.seed, epochs=a.epochs, dataset_size=a.dataset_size,
                   batch_size=a.batch_size, rollouts=a.rollouts, workers=a.workers,
                   failure_rate=a.failure_rate, latency_ms=a.latency_ms, slow_rate=a.slow_rate,
                   deadline_ms=a.deadline_ms, max_attempts=a.max_attempts, group_level=a.group_level,
                   ckpt_every=a.ckpt_every, ckpt_save_seconds=a.ckpt_save_seconds,
-                  segment_bytes=a.segment_bytes, baseline=a.baseline)
+                  segment_bytes=a.segment_bytes, baseline=a.baseline, ray=a.ray,
+                  ray_address=a.ray_address, ray_actors=a.ray_actors)
 
 
 def main(argv=None) -> int:
