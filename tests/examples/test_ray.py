@@ -213,7 +213,7 @@ def test_ray_chaos_exactly_once(cluster, fast_tmp):
 
     rep = audit(os.path.join(out, "journal"))
     doc = rep.to_dict()
-    summary = chaos.report_from_cli(doc, DATASET, EPOCHS)
+    summary = chaos.report_from_audit(doc, DATASET, EPOCHS)
     assert rep.clean, (doc["not_covered"], doc["rollouts"]["violations"])
     assert summary["trained_twice"] == 0 and summary["lost"] == 0 and summary["in_flight"] == 0, summary
     assert summary["trained_once"] + summary["dropped"] == DATASET * EPOCHS
