@@ -1,4 +1,4 @@
-"""Shipping a journal to object storage, and the writer's lease there (DESIGN 9).
+"""Shipping a journal to object storage, and the writer's lease there (README "Object storage").
 
 `Journal.open(path, replica=URL, ...)` makes a `Replica`: it takes the writer's lease in the
 bucket, then one background thread (the shipper) uploads what is durable on disk:

@@ -1,4 +1,4 @@
-"""Test 2: the chain of checks of DESIGN 6.1, one test per check, each provoked on a real cut
+"""The chain of checks of a cut (snapshot.CHECKS), one test per check, each provoked on a real cut
 or journal. Every error must be its own class, a subclass of `replay.RestoreError`, and
 name the culprit (file, LSN or group)."""
 

@@ -1,4 +1,4 @@
-"""The replica (DESIGN 9) against a real S3 server on 127.0.0.1 (moto's server mode): shipping,
+"""The replica (README "Object storage") against a real S3 server on 127.0.0.1 (moto's server mode): shipping,
 restore from the bucket alone, fencing, store faults (a fault-injecting proxy) and hostile
 bucket content. No mock of the client library."""
 

@@ -1,4 +1,4 @@
-"""Shared pieces of the fuzz tests (issue 7.3): the corpus, the outcome rules, the guards.
+"""Shared pieces of the fuzz tests: the corpus, the outcome rules, the guards.
 
 The corpus is a real journal: rotated 4 KiB segments, archived (.wal.zst)
 segments and a cut from a compaction with retention, and a resumed branch

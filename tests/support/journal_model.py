@@ -1,4 +1,4 @@
-"""An independent model of the ownership rules (DESIGN section 2) for the journal tests.
+"""An independent model of the ownership rules (README "Ownership model") for the journal tests.
 
 Deliberately not built on `journal.fold`: a dict gid -> owner, the next group
 id, the LSN and the checkpoint markers, with the transition table written out
