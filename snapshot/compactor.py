@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import secrets
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -125,7 +126,7 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
         state, step, skipped, base = point.state, point.step, point.skipped, point.base
         run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
-    ledger = ledger_at(reader, _ledger_bases(reader, path, base, state.lsn), state)
+    ledger = _ledger(reader, path, base, state, journal)
     if into is not None:
         _remove_tmp_dirs(fs, os.path.dirname(target), cut_tmp_name(os.path.basename(target), ""))
         write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
@@ -141,6 +142,24 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
     if retention is not None:
         _apply_retention(fs, path, keep_cuts, pins, retention, result, protect=target)
     return result
+
+
+# The row ledger each live writer's last compaction built, so the next one folds only the
+# commits since (a writer's history only grows: its ledger stays a point of it)
+_LEDGERS: "weakref.WeakKeyDictionary[Journal, object]" = weakref.WeakKeyDictionary()
+
+
+def _ledger(reader: Reader, path: str, base: Cut | None, state, journal: Journal | None):
+    """The row ledger of the cut of `state`: from the live writer's last one when it is at or
+    before the point, else from the newest cut that has one (see `ledger_at`)."""
+    cached = _LEDGERS.get(journal) if journal is not None else None
+    if cached is not None and cached.lsn <= state.lsn:
+        ledger = ledger_at(reader, (), state, start=cached)
+    else:
+        ledger = ledger_at(reader, _ledger_bases(reader, path, base, state.lsn), state)
+    if journal is not None and ledger is not None:
+        _LEDGERS[journal] = ledger
+    return ledger
 
 
 def _ledger_bases(reader: Reader, path: str, base: Cut | None, lsn: int) -> Iterator[Cut]:

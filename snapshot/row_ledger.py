@@ -284,14 +284,16 @@ class RowLedger:
         return cls.decode(obj, where, cut.state)
 
 
-def ledger_at(reader: Reader, cuts: Iterable[Cut], state: State) -> RowLedger | None:
-    """The ledger at `state`, a point of `reader`'s active history (so its commits apply): that
-    of the first of `cuts` (cuts of that history at or before the point, newest first) that
-    has a loadable ledger, or an empty one at LSN 0, with the commits after it up to
-    `state.lsn` added. None when neither is there: the cuts were written without a ledger and
-    the history on disk does not start at LSN 1."""
-    ledger = None
-    for cut in cuts:
+def ledger_at(reader: Reader, cuts: Iterable[Cut], state: State,
+              start: RowLedger | None = None) -> RowLedger | None:
+    """The ledger at `state`, a point of `reader`'s active history (so its commits apply):
+    `start` (a ledger of that history at or before the point) if given, else that of the
+    first of `cuts` (cuts of that history at or before the point, newest first) that has a
+    loadable ledger, or an empty one at LSN 0, with the commits after it up to `state.lsn`
+    added. None when neither is there: the cuts were written without a ledger and the
+    history on disk does not start at LSN 1."""
+    ledger = start
+    for cut in cuts if ledger is None else ():
         try:
             ledger = RowLedger.of_cut(cut)
         except RestoreError:
