@@ -98,9 +98,9 @@ def _usable(entry: tuple | None, limit: int, data_plane: DataPlane) -> bool:
 class _Plan:
     """Builds the recovery group by group (each rule one method)."""
 
-    def __init__(self, state: State, step: int | None, tail: DeadTail | None,
-                 data_plane: DataPlane | None, next_free_id: Callable[[], int]):
-        self.state, self.tail, self.data_plane = state, tail, data_plane
+    def __init__(self, step: int | None, tail: DeadTail | None, data_plane: DataPlane | None,
+                 next_free_id: Callable[[], int]):
+        self.tail, self.data_plane = tail, data_plane
         self.limit = step if step is not None else -1
         self.next_free_id = next_free_id
         self.out = Recovery([], [], [], [], [], [], [], [], [])
@@ -148,11 +148,9 @@ class _Plan:
         self.demotion_events += [RolloutSealed([RolloutRef(new, r.index, 0, r.locator)], r.policy_version)
                                  for r in survivors]
         kept = {r.index for r in survivors}
-        if rollouts is not None:
-            g.rollouts = [r if r.index in kept else RecoveredRollout(r.index, 0, False)
-                          for r in rollouts]
-            for r in g.rollouts:
-                r.attempt = 0
+        if rollouts is not None:  # a new group: every attempt starts at 0, the survivors sealed
+            g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version)
+                          if r.index in kept else RecoveredRollout(r.index, 0, False) for r in rollouts]
         g.group_id, g.replaces, g.owner, g.locator = new, old, Owner.ADMITTED, None
         self.out.demoted.append(g)
         self.out.admitted.append(g)
@@ -162,8 +160,9 @@ class _Plan:
         if self.rows_lost(g):
             self.demote(g)
             return
+        # the whole group finished on the dead tail (a group with rollouts: see salvage_rollouts)
         whole = self.tail.finished.get(g.group_id) if self.tail is not None and g.rollouts is None else None
-        if self.data_plane is not None and g.group_id not in (self.tail.dropped if self.tail else ()) \
+        if whole is not None and self.data_plane is not None and g.group_id not in self.tail.dropped \
                 and _usable(whole, self.limit, self.data_plane):
             g.policy_version, g.locator = whole
             self.salvage_events.append(Finished([g.group_id], g.policy_version, [g.locator]))
@@ -206,7 +205,7 @@ def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane
     """Apply the rules to every live group of `state` (the state at the restore point).
     `next_free_id()` hands out the ids of demoted groups (beyond every id ever used);
     `attempts_used(rollouts)` says how far any history took each rollout's attempts."""
-    plan = _Plan(state, step, tail, data_plane, next_free_id)
+    plan = _Plan(step, tail, data_plane, next_free_id)
     out = plan.out
     for g in map(RecoveredGroup.of, state.groups()):
         if g.owner == Owner.ADMITTED:

@@ -13,12 +13,16 @@ from tests.support.faultfs import FaultFS
 from journal import AsyncJournal, GroupRef, Journal, JournalFailed, Owner, OwnershipError, Reader
 
 
-def test_256_coroutines_share_fsyncs_without_a_thread_each(fast_tmp):
+def _journal_with_groups(fast_tmp, n: int):
+    """(path, its FaultFS, the open journal, `n` taken groups, an AsyncJournal on it)."""
     path = str(fast_tmp / "j")
     fs = FaultFS(root=path)
     j = Journal.open(path, fs=fs)
-    gids = j.taken([GroupRef(idx=i) for i in range(256)])
-    aj = AsyncJournal(j)
+    return path, fs, j, j.taken([GroupRef(idx=i) for i in range(n)]), AsyncJournal(j)
+
+
+def test_256_coroutines_share_fsyncs_without_a_thread_each(fast_tmp):
+    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 256)
     fsyncs, threads = [], []
     fs.on("fsync", lambda kind, p: fsyncs.append(p) if p.endswith(".wal") else None)
 
@@ -55,11 +59,7 @@ def test_an_illegal_call_raises_at_once_and_writes_nothing(fast_tmp):
 
 
 def test_a_failed_fsync_fails_the_commits_it_took_and_then_every_call(fast_tmp):
-    path = str(fast_tmp / "j")
-    fs = FaultFS(root=path)
-    j = Journal.open(path, fs=fs)
-    gids = j.taken([GroupRef(idx=i) for i in range(8)])
-    aj = AsyncJournal(j)
+    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 8)
     fs.inject("fsync", nth=1, error=errno.EIO, path_contains=".wal")
 
     async def main():
