@@ -792,8 +792,8 @@ class Journal:
                 self._closed = True
                 self._cond.notify_all()
             self._stop_syncer.set()
-            seg = getattr(self, "_disk_segment", None)
-            files = list(getattr(self, "_sealed", ()))
+            seg = self._disk_segment
+            files = list(self._sealed)
             if seg is not None and seg.file is not None:
                 files.append(seg.file)
             for f in files:

@@ -102,7 +102,6 @@ class _Restored:
 def _from_cut(path: str, at, step: int | None) -> _Restored:
     """A cut directory named on its own: checks 1-7, and 8 when it lies in a journal's snapshots/."""
     cut = read_cut(path)
-    cut.state.timeline = cut.manifest.timeline  # the anchor's timeline (a resume branches off it)
     reader = None
     owner_journal = os.path.dirname(os.path.dirname(path))
     if os.path.basename(os.path.dirname(path)) == SNAPSHOTS_DIR and list_segments(owner_journal):
