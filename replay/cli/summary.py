@@ -18,7 +18,7 @@ import sys
 from journal import EVENT_KINDS, Owner, ProblemKind, State
 from snapshot import Skipped, read_cut, usable_cuts
 
-from ..cut_status import list_cuts, tally
+from ..cut_status import FILES_CHECKED, list_cuts, tally
 from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
                     history_bytes, unique_problems)
 from . import options, render
@@ -85,7 +85,8 @@ def summarize(src: Source) -> dict:
     state = fold.state
     live = [s for s in reader.segments if not s.archived]
     arch = [s for s in reader.segments if s.archived]
-    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False)
+    # the cuts' files and anchors only: unpickling their contents (checks 5-7) is verify's
+    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False, contents=False)
     newest = next((c for c in cuts if c["status"] == "valid"), None)
     return {
         "path": src.path, "kind": "journal", "mode": src.mode,
@@ -98,7 +99,8 @@ def summarize(src: Source) -> dict:
                      "archived": len(arch), "archived_bytes": sum(s.size for s in arch)},
         "disk": _disk(src.path),
         "cuts": {**tally(cuts), "newest_valid_lsn": newest["lsn"] if newest else None,
-                 "restore_base": next((c["name"] for c in cuts if c["restore_base"]), None)},
+                 "restore_base": next((c["name"] for c in cuts if c["restore_base"]), None),
+                 "checked": FILES_CHECKED},
         "checkpoints": _checkpoints(state),
         "owners": {o.name: state.counts[o] for o in Owner},
         "live_groups": len(state.live), "next_group_id": state.next_group_id,
@@ -248,7 +250,9 @@ def _journal_keyvalues(s: dict, show_all: bool) -> list[str]:
                          f"torn tails kept aside {render.size(disk['torn'])})"),
         ("cuts", f"{s['cuts']['valid']} valid, {s['cuts']['stale']} stale, {s['cuts']['incomplete']} "
                  f"incomplete, {s['cuts']['invalid']} invalid"
-                 + (f"; restore base {s['cuts']['restore_base']}" if s["cuts"]["restore_base"] else "")),
+                 + (f"; restore base {s['cuts']['restore_base']}" if s["cuts"]["restore_base"] else "")
+                 + ("; sha256 and anchor checked, `journal-inspect verify` checks their contents"
+                    if any(s["cuts"][k] for k in ("valid", "stale", "invalid")) else "")),
         ("latest checkpoint", "none committed" if latest is None else
          f"step {latest['step']} at LSN {latest['lsn']} (what restore returns)"),
         ("checkpoints", render.joined((f"step {c['step']}@{c['lsn']}" for c in ck["committed"]), show_all)
