@@ -129,21 +129,30 @@ def _scan_active(src: Source, fold: Fold) -> tuple[dict[str, int], int, dict[int
     """Fold the active history after `fold`'s state; (events by kind, commits, timeline ->
     [first, last] LSN of the active history it holds)."""
     reader = src.reader
-    events = {k: 0 for k in EVENT_KINDS}
+    by_type: dict[type, int] = {}  # event class -> events (its tag is the kind's name)
     commits = 0
     lsn_range: dict[int, list[int]] = {}
     scanned_from = fold.state.lsn + 1
-    for rec in src.scan("summary: active history", reader.records(start_lsn=scanned_from),
-                        history_bytes(reader, scanned_from)):
-        fold.add(rec)
-        commits += 1
-        for ev in rec.commit.events:
-            events[type(ev).__struct_config__.tag] += 1
-        r = lsn_range.get(rec.timeline)
-        if r is None:
-            lsn_range[rec.timeline] = [rec.commit.lsn, rec.commit.lsn]
-        else:
-            r[1] = rec.commit.lsn
+
+    def counted(records):
+        nonlocal commits
+        for rec in records:
+            commits += 1
+            for ev in rec.commit.events:
+                kind = type(ev)
+                by_type[kind] = by_type.get(kind, 0) + 1
+            r = lsn_range.get(rec.timeline)
+            if r is None:
+                lsn_range[rec.timeline] = [rec.commit.lsn, rec.commit.lsn]
+            else:
+                r[1] = rec.commit.lsn
+            yield rec
+
+    fold.add_all(counted(src.scan("summary: active history", reader.records(start_lsn=scanned_from),
+                                  history_bytes(reader, scanned_from))))
+    events = {k: 0 for k in EVENT_KINDS}
+    for kind, n in by_type.items():
+        events[kind.__struct_config__.tag] = n
     return events, commits, lsn_range
 
 
