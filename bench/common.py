@@ -43,6 +43,7 @@ class Target:
     min_value: float | None = None
     min_ratio: float | None = None
     max_value: float | None = None
+    max_ratio: float | None = None
 
     def check(self, value: float, ratio: float | None) -> bool:
         ok = True
@@ -52,6 +53,8 @@ class Target:
             ok &= value <= self.max_value
         if self.min_ratio is not None:
             ok &= ratio is not None and ratio >= self.min_ratio
+        if self.max_ratio is not None:
+            ok &= ratio is not None and ratio <= self.max_ratio
         return ok
 
     def describe(self, unit: str = "") -> str:
@@ -62,6 +65,8 @@ class Target:
             parts.append(f"<= {fmt_num(self.max_value)} {unit}".rstrip())
         if self.min_ratio is not None:
             parts.append(f">= {self.min_ratio:g}x ref")
+        if self.max_ratio is not None:
+            parts.append(f"<= {self.max_ratio:g}x ref")
         return " and ".join(parts)
 
 
@@ -102,7 +107,7 @@ class Figure:
             "ratio": self.ratio,
             "target": None if t is None else {
                 "min_value": t.min_value, "max_value": t.max_value, "min_ratio": t.min_ratio,
-                "text": t.describe(self.unit)},
+                "max_ratio": t.max_ratio, "text": t.describe(self.unit)},
             "result": self.verdict, "note": self.note,
             "samples": self.samples, "reference_samples": self.reference_samples,
         }

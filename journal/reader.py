@@ -140,6 +140,73 @@ def read_segment_bytes(seg: Segment) -> bytes:
     return b"".join(chunks)
 
 
+WINDOW_BYTES = 4 << 20  # a live segment is read this many bytes at a time (see _SegmentWindow)
+
+
+class _SegmentWindow:
+    """The bytes of one segment as its read needs them. A live segment is read a window at a
+    time (WINDOW_BYTES, or one frame when it is larger), so a read holds about a window however
+    large the segment. An archive, and a live segment once one of its frames goes to the slow
+    path (which reads around damage and classifies it against the end of the file), are held
+    whole: `data` from offset 0, `at_eof`."""
+
+    __slots__ = ("seg", "file", "data", "base", "at_eof")
+
+    def __init__(self, seg: Segment):
+        self.seg, self.file, self.base = seg, None, 0  # data[0] is byte `base` of the segment
+        if seg.archived:
+            self.data, self.at_eof = read_segment_bytes(seg), True
+            return
+        self.file = open(seg.path, "rb")
+        self.data = self.file.read(WINDOW_BYTES)
+        self.at_eof = len(self.data) < WINDOW_BYTES
+        if self.at_eof:
+            self.close()
+
+    def move_to(self, pos: int) -> tuple[int, bool]:
+        """Move the window on so that the frame at `pos` is whole in it: returns its position in
+        the new window and True. When that cannot be (the frame was whole already: the fast path
+        refused it; its length is out of bounds; it runs past the end of the file) the segment
+        is loaded whole for the slow path: returns the frame's file offset and False."""
+        at = self.base + pos
+        if self.file is not None and self._read_on(pos):
+            return 0, True
+        self.close()
+        self.data, self.base, self.at_eof = read_segment_bytes(self.seg), 0, True
+        return at, False
+
+    def _read_on(self, pos: int) -> bool:
+        """Drop the bytes before `pos` and read on until the frame at `pos` is whole, or to the
+        end of the file when the file ends exactly at `pos`; False when the frame cannot be."""
+        data, at = self.data, self.base + pos
+        left, hsize = len(data) - pos, fmt.FRAME_HEADER_SIZE
+        size = os.fstat(self.file.fileno()).st_size
+        if left == 0 and at == size:  # the history of this segment ends at a frame boundary
+            self.data, self.base, self.at_eof = b"", at, True
+            self.close()
+            return True
+        need = hsize
+        if left >= hsize:
+            length = fmt.FRAME_HEADER.unpack_from(data, pos)[0]
+            if not fmt.RECORD_PREFIX_SIZE < length <= fmt.MAX_FRAME_BYTES or left >= hsize + length:
+                return False
+            need += length
+        if at + need > size:
+            return False
+        want = max(WINDOW_BYTES, need) - left
+        more = self.file.read(want)
+        self.data, self.base = data[pos:] + more, at
+        if len(more) < want:
+            self.at_eof = True
+            self.close()
+        return len(self.data) >= need
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
 class _SegmentEnd(NamedTuple):
     """How a read of one segment ended (the return value of `Reader.segment_records`)."""
 
@@ -338,77 +405,88 @@ class Reader:
         lo = start_lsn if start_lsn is not None else -1
         hi = stop_lsn if stop_lsn is not None else float("inf")
         seen_lsn = seen_chain = yielded = None
-        data = read_segment_bytes(seg)
-        if not self._segment_continues(seg, expect_lsn, chain):
-            return _SegmentEnd(None, None, False, True, None)
-        chain, lsn = seg.header.chain_seed, seg.header.first_lsn
-        blobs: dict[bytes, bytes] = {}
-        pos, end, mv = fmt.HEADER_SIZE, len(data), memoryview(data)
-        # fast path (the hot loop of every replay): a frame that is whole, verifies, chains on
-        # (fmt.frame_chain: one CRC over the payload), decodes and continues the LSNs is yielded
-        # here; any other frame goes through `_frame_records`, from the same offset (nothing is
-        # yielded before a frame passed)
-        crc32, frame_chain_of, decode, new_record = zlib.crc32, fmt.frame_chain, commit_decoder.decode, tuple.__new__
-        frame_header, record_length = fmt.FRAME_HEADER.unpack_from, fmt.RECORD_PREFIX.unpack_from
-        hsize, psize, max_frame = fmt.FRAME_HEADER_SIZE, fmt.RECORD_PREFIX_SIZE, fmt.MAX_FRAME_BYTES
-        name, timeline = seg.name, seg.timeline
-        while pos < end:
-            intact, start = False, 0
-            if chain is not None and lsn is not None and end - pos >= hsize:
-                length, crc, frame_chain = frame_header(data, pos)
-                body = pos + hsize
-                stop = body + length
-                if psize < length <= max_frame and stop <= end:
-                    payload = mv[body:stop]
-                    intact = crc32(payload) == crc and frame_chain_of(payload, chain) == frame_chain
-                    if intact and record_length(data, body)[0] == length - psize:  # one commit
-                        try:
-                            commit = decode(mv[body + psize:stop])
-                        except (ValueError, msgspec.DecodeError):
-                            commit = None                # read_frame reports it
-                        if commit is not None and commit.lsn == lsn:
-                            if lsn > hi:
-                                return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
-                            if commit.blobs:
+        window = _SegmentWindow(seg)
+        try:
+            if not self._segment_continues(seg, expect_lsn, chain):
+                return _SegmentEnd(None, None, False, True, None)
+            chain, lsn = seg.header.chain_seed, seg.header.first_lsn
+            blobs: dict[bytes, bytes] = {}
+            data, base, at_eof = window.data, 0, window.at_eof  # data[0] is byte `base` of the file
+            pos, end, mv = fmt.HEADER_SIZE, len(data), memoryview(data)
+            # fast path (the hot loop of every replay): a frame that is whole, verifies, chains on
+            # (fmt.frame_chain: one CRC over the payload), decodes and continues the LSNs is yielded
+            # here; any other frame goes through `_frame_records`, from the same offset (nothing is
+            # yielded before a frame passed)
+            crc32, frame_chain_of, decode, new_record = zlib.crc32, fmt.frame_chain, commit_decoder.decode, tuple.__new__
+            frame_header, record_length = fmt.FRAME_HEADER.unpack_from, fmt.RECORD_PREFIX.unpack_from
+            hsize, psize, max_frame = fmt.FRAME_HEADER_SIZE, fmt.RECORD_PREFIX_SIZE, fmt.MAX_FRAME_BYTES
+            name, timeline = seg.name, seg.timeline
+            while pos < end or not at_eof:
+                intact, start = False, 0
+                if chain is not None and lsn is not None and end - pos >= hsize:
+                    length, crc, frame_chain = frame_header(data, pos)
+                    body = pos + hsize
+                    stop = body + length
+                    if psize < length <= max_frame and stop <= end:
+                        payload = mv[body:stop]
+                        intact = crc32(payload) == crc and frame_chain_of(payload, chain) == frame_chain
+                        if intact and record_length(data, body)[0] == length - psize:  # one commit
+                            try:
+                                commit = decode(mv[body + psize:stop])
+                            except (ValueError, msgspec.DecodeError):
+                                commit = None                # read_frame reports it
+                            if commit is not None and commit.lsn == lsn:
+                                if lsn > hi:
+                                    return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
+                                if commit.blobs:
+                                    for b in commit.blobs:
+                                        blobs[b.digest] = b.data
+                                seen_lsn, seen_chain = lsn, frame_chain
+                                if lsn >= lo:
+                                    yielded = new_record(Record, (commit, frame_chain, timeline, name, base + pos,
+                                                              blobs))
+                                    yield yielded
+                                chain, lsn, pos = frame_chain, lsn + 1, stop
+                                continue
+                        elif intact:                                      # group commit
+                            try:
+                                commits, chains = fmt.decode_records(payload, decode, chain)
+                            except (ValueError, msgspec.DecodeError):
+                                commits, chains = (), ()     # read_frame reports it
+                            expect = lsn
+                            for commit, c in zip(commits, chains):
+                                if commit.lsn != expect:
+                                    break                    # from here on, read by _frame_records
+                                if expect > hi:
+                                    return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
                                 for b in commit.blobs:
                                     blobs[b.digest] = b.data
-                            seen_lsn, seen_chain = lsn, frame_chain
-                            if lsn >= lo:
-                                yielded = new_record(Record, (commit, frame_chain, timeline, name, pos, blobs))
-                                yield yielded
-                            chain, lsn, pos = frame_chain, lsn + 1, stop
-                            continue
-                    elif intact:                                      # group commit
-                        try:
-                            commits, chains = fmt.decode_records(payload, decode, chain)
-                        except (ValueError, msgspec.DecodeError):
-                            commits, chains = (), ()     # read_frame reports it
-                        expect = lsn
-                        for commit, c in zip(commits, chains):
-                            if commit.lsn != expect:
-                                break                    # from here on, read by _frame_records
-                            if expect > hi:
-                                return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
-                            for b in commit.blobs:
-                                blobs[b.digest] = b.data
-                            seen_lsn, seen_chain = expect, c
-                            if expect >= lo:
-                                yielded = new_record(Record, (commit, c, timeline, name, pos, blobs))
-                                yield yielded
-                            expect += 1
-                        else:
-                            if commits:
-                                chain, lsn, pos = frame_chain, expect, stop
-                                continue
-                        start = expect - lsn
-            cur = _Cursor(pos, chain, lsn, seen_lsn, seen_chain, yielded)
-            done = yield from self._frame_records(seg, data, cur, intact=intact, start=start, last=last,
-                                                  lo=lo, hi=hi, blobs=blobs)
-            if done is not None:
-                return done
-            pos, chain, lsn, seen_lsn, seen_chain, yielded = (
-                cur.pos, cur.chain, cur.lsn, cur.seen_lsn, cur.seen_chain, cur.yielded)
-        return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
+                                seen_lsn, seen_chain = expect, c
+                                if expect >= lo:
+                                    yielded = new_record(Record, (commit, c, timeline, name, base + pos, blobs))
+                                    yield yielded
+                                expect += 1
+                            else:
+                                if commits:
+                                    chain, lsn, pos = frame_chain, expect, stop
+                                    continue
+                            start = expect - lsn
+                if not at_eof or base:  # the frame is not whole in the window, or is for the slow path
+                    pos, moved = window.move_to(pos)
+                    data, base, at_eof = window.data, window.base, window.at_eof
+                    mv, end = memoryview(data), len(data)
+                    if moved:
+                        continue                 # nothing of the frame was yielded: read it again
+                cur = _Cursor(pos, chain, lsn, seen_lsn, seen_chain, yielded)
+                done = yield from self._frame_records(seg, data, cur, intact=intact, start=start, last=last,
+                                                      lo=lo, hi=hi, blobs=blobs)
+                if done is not None:
+                    return done
+                pos, chain, lsn, seen_lsn, seen_chain, yielded = (
+                    cur.pos, cur.chain, cur.lsn, cur.seen_lsn, cur.seen_chain, cur.yielded)
+            return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
+        finally:
+            window.close()
 
     def _segment_continues(self, seg: Segment, expect_lsn: int | None, chain: int | None) -> bool:
         """Check that `seg` starts at `expect_lsn` and continues `chain` (None: not checked);

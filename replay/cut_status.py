@@ -3,7 +3,9 @@ check of the chain of checks it fails (its number and name in `snapshot.CHECKS`)
 
 A cut is read with `snapshot.read_cut` (every check of the chain but the anchor)
 and anchored with `snapshot.anchor_problem` (the anchor: run, timeline, LSN and
-chain on the active history). Temporary directories of an unfinished compaction
+chain on the active history). With `contents=False` only the checks that unpickle
+nothing run (`snapshot.check_cut_files`: manifest, files, sha256 streamed) before the
+anchor, and each entry's `checked` says which ran. Temporary directories of an unfinished compaction
 are listed as incomplete; restore never reads them.
 """
 
@@ -13,29 +15,35 @@ import os
 from datetime import datetime, timezone
 
 from journal import Reader, checkpoint_markers
-from snapshot import (MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, Cut, JournalMismatch, ManifestMissing,
-                      RestoreError, anchor_problem, check_of, cut_dirs, read_cut)
+from snapshot import (CHECKS, FILE_CHECKS, MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, Cut, JournalMismatch,
+                      ManifestMissing, ManifestView, RestoreError, anchor_problem, check_cut_files,
+                      check_of, cut_dirs, read_cut)
 import journal
 
 MANIFEST_CHECK, ANCHOR_CHECK = check_of(ManifestMissing), check_of(JournalMismatch)
+ALL_CHECKED = f"checks 1-{len(CHECKS)}"
+FILES_CHECKED = f"checks 1-{len(FILE_CHECKS)} and {ANCHOR_CHECK.number} (contents not loaded)"
 
 
 def _entry(path: str, lsn: int | None, timeline: int | None) -> dict:
     return {"name": os.path.basename(path), "path": path, "lsn": lsn, "timeline": timeline,
             "step": None, "status": None, "check": None, "error": None, "reason": None,
-            "restore_base": False, "counts": None, "created": None}
+            "restore_base": False, "counts": None, "created": None, "checked": None}
 
 
-def classify_cut(path: str, reader: Reader | None, entry: dict | None = None) -> tuple[dict, Cut | None]:
-    """Read one cut through the chain of checks; returns its entry and the cut when valid or stale."""
+def classify_cut(path: str, reader: Reader | None, entry: dict | None = None, *,
+                 contents: bool = True) -> tuple[dict, Cut | ManifestView | None]:
+    """Read one cut through the chain of checks; returns its entry and the cut when valid or
+    stale. `contents=False`: checks 1-4 and the anchor only, and a `ManifestView` for the cut."""
     e = entry or _entry(path, None, None)
+    e["checked"] = ALL_CHECKED if contents else FILES_CHECKED
     if not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
         e["status"] = "incomplete"
         e["reason"] = f"no {MANIFEST_NAME}: an unfinished or foreign cut (restore skips it)"
         e["check"], e["error"] = MANIFEST_CHECK.number, "ManifestMissing"
         return e, None
     try:
-        cut = read_cut(path)
+        cut = read_cut(path) if contents else ManifestView(path, check_cut_files(path))
     except RestoreError as exc:
         check = check_of(exc)
         e["status"], e["check"], e["error"] = "invalid", check.number, type(exc).__name__
@@ -88,11 +96,13 @@ def check_one_cut(path: str) -> dict:
 
 
 def list_cuts(path: str, reader: Reader, restore_lsn: int | None = None, *,
-              find_restore: bool = True) -> list[dict]:
-    """Every cut of the journal at `path`, newest LSN first, temporary directories last."""
+              find_restore: bool = True, contents: bool = True) -> list[dict]:
+    """Every cut of the journal at `path`, newest LSN first, temporary directories last.
+    `contents`: see `classify_cut`; without it give `restore_lsn` or find_restore=False (finding
+    the restore point reads the newest valid cut's state)."""
     out, valid = [], []
     for lsn, timeline, cut_path in cut_dirs(path):
-        e, cut = classify_cut(cut_path, reader, _entry(cut_path, lsn, timeline))
+        e, cut = classify_cut(cut_path, reader, _entry(cut_path, lsn, timeline), contents=contents)
         out.append(e)
         if e["status"] == "valid":
             valid.append((e, cut))

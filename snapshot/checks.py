@@ -45,6 +45,7 @@ class Reading:
     """What the checks passed so far established about one cut directory."""
 
     cut_dir: str
+    keep_contents: bool = True  # False: check 4 streams every file (only checks 1-4 run)
     manifest: mf.Manifest | None = None
     paths: dict[str, str] = field(default_factory=dict)      # manifest name -> path in the cut
     contents: dict[str, bytes] = field(default_factory=dict)  # every file but the data plane's
@@ -96,10 +97,11 @@ def no_unlisted_files(r: Reading) -> None:
 
 def sizes_and_hashes_match(r: Reading) -> None:
     """Each file's size and sha256 are the manifest's; the bytes of every file but the data
-    plane's are kept for the later checks (nothing is unpickled here)."""
+    plane's are kept for the later checks unless `r.keep_contents` is False (nothing is
+    unpickled here)."""
     for name, path in r.paths.items():
         entry = r.manifest.files[name]
-        if name.startswith(DATA_PLANE_DIR + "/"):
+        if name.startswith(DATA_PLANE_DIR + "/") or not r.keep_contents:
             size, digest = file_sha256(path)
         else:
             data = _read_sized(r, name, path, entry.size)
@@ -281,6 +283,9 @@ CHECKS = _numbered(
 )
 
 
+FILE_CHECKS = CHECKS[:4]  # manifest, listed files, no unlisted files, sha256: nothing is unpickled
+
+
 def check_of(error: BaseException | type) -> CutCheck | None:
     """The check an error (or error class) of the chain belongs to; None for any other."""
     cls = error if isinstance(error, type) else type(error)
@@ -295,3 +300,13 @@ def read_cut(cut_dir: str) -> Cut:
         if check.run is not None:
             check.run(r)
     return Cut(r.cut_dir, r.manifest, r.state)
+
+
+def check_cut_files(cut_dir: str) -> mf.Manifest:
+    """Run checks 1-4 (`FILE_CHECKS`) on the cut at `cut_dir`, every file's sha256 streamed, and
+    return its manifest; raises the first that fails. Nothing is unpickled and torch is not
+    imported: the contents (checks 5-7) are `read_cut`'s."""
+    r = Reading(os.path.abspath(cut_dir), keep_contents=False)
+    for check in FILE_CHECKS:
+        check.run(r)
+    return r.manifest

@@ -18,7 +18,7 @@ import sys
 from journal import EVENT_KINDS, Owner, ProblemKind, State
 from snapshot import Skipped, read_cut, usable_cuts
 
-from ..cut_status import list_cuts, tally
+from ..cut_status import FILES_CHECKED, list_cuts, tally
 from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
                     history_bytes, unique_problems)
 from . import options, render
@@ -85,7 +85,8 @@ def summarize(src: Source) -> dict:
     state = fold.state
     live = [s for s in reader.segments if not s.archived]
     arch = [s for s in reader.segments if s.archived]
-    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False)
+    # the cuts' files and anchors only: unpickling their contents (checks 5-7) is verify's
+    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False, contents=False)
     newest = next((c for c in cuts if c["status"] == "valid"), None)
     return {
         "path": src.path, "kind": "journal", "mode": src.mode,
@@ -98,7 +99,8 @@ def summarize(src: Source) -> dict:
                      "archived": len(arch), "archived_bytes": sum(s.size for s in arch)},
         "disk": _disk(src.path),
         "cuts": {**tally(cuts), "newest_valid_lsn": newest["lsn"] if newest else None,
-                 "restore_base": next((c["name"] for c in cuts if c["restore_base"]), None)},
+                 "restore_base": next((c["name"] for c in cuts if c["restore_base"]), None),
+                 "checked": FILES_CHECKED},
         "checkpoints": _checkpoints(state),
         "owners": {o.name: state.counts[o] for o in Owner},
         "live_groups": len(state.live), "next_group_id": state.next_group_id,
@@ -127,21 +129,30 @@ def _scan_active(src: Source, fold: Fold) -> tuple[dict[str, int], int, dict[int
     """Fold the active history after `fold`'s state; (events by kind, commits, timeline ->
     [first, last] LSN of the active history it holds)."""
     reader = src.reader
-    events = {k: 0 for k in EVENT_KINDS}
+    by_type: dict[type, int] = {}  # event class -> events (its tag is the kind's name)
     commits = 0
     lsn_range: dict[int, list[int]] = {}
     scanned_from = fold.state.lsn + 1
-    for rec in src.scan("summary: active history", reader.records(start_lsn=scanned_from),
-                        history_bytes(reader, scanned_from)):
-        fold.add(rec)
-        commits += 1
-        for ev in rec.commit.events:
-            events[type(ev).__struct_config__.tag] += 1
-        r = lsn_range.get(rec.timeline)
-        if r is None:
-            lsn_range[rec.timeline] = [rec.commit.lsn, rec.commit.lsn]
-        else:
-            r[1] = rec.commit.lsn
+
+    def counted(records):
+        nonlocal commits
+        for rec in records:
+            commits += 1
+            for ev in rec.commit.events:
+                kind = type(ev)
+                by_type[kind] = by_type.get(kind, 0) + 1
+            r = lsn_range.get(rec.timeline)
+            if r is None:
+                lsn_range[rec.timeline] = [rec.commit.lsn, rec.commit.lsn]
+            else:
+                r[1] = rec.commit.lsn
+            yield rec
+
+    fold.add_all(counted(src.scan("summary: active history", reader.records(start_lsn=scanned_from),
+                                  history_bytes(reader, scanned_from))))
+    events = {k: 0 for k in EVENT_KINDS}
+    for kind, n in by_type.items():
+        events[kind.__struct_config__.tag] = n
     return events, commits, lsn_range
 
 
@@ -248,7 +259,9 @@ def _journal_keyvalues(s: dict, show_all: bool) -> list[str]:
                          f"torn tails kept aside {render.size(disk['torn'])})"),
         ("cuts", f"{s['cuts']['valid']} valid, {s['cuts']['stale']} stale, {s['cuts']['incomplete']} "
                  f"incomplete, {s['cuts']['invalid']} invalid"
-                 + (f"; restore base {s['cuts']['restore_base']}" if s["cuts"]["restore_base"] else "")),
+                 + (f"; restore base {s['cuts']['restore_base']}" if s["cuts"]["restore_base"] else "")
+                 + ("; sha256 and anchor checked, `journal-inspect verify` checks their contents"
+                    if any(s["cuts"][k] for k in ("valid", "stale", "invalid")) else "")),
         ("latest checkpoint", "none committed" if latest is None else
          f"step {latest['step']} at LSN {latest['lsn']} (what restore returns)"),
         ("checkpoints", render.joined((f"step {c['step']}@{c['lsn']}" for c in ck["committed"]), show_all)

@@ -150,7 +150,8 @@ def test_summary_text_and_json_match_the_fold(journal, runs):
         counts[kind] = counts.get(kind, 0) + 1
     assert {k: v for k, v in doc["active"]["events"].items() if v} == counts
     assert doc["cuts"] == {"valid": 1, "stale": 1, "incomplete": 1, "invalid": 0,
-                           "newest_valid_lsn": latest[1], "restore_base": runs["_valid_name"]}
+                           "newest_valid_lsn": latest[1], "restore_base": runs["_valid_name"],
+                           "checked": "checks 1-4 and 8 (contents not loaded)"}
     r = runs["summary_text"]
     assert f"step {latest[0]} at LSN {latest[1]}" in r.stdout
     assert "1 valid, 1 stale, 1 incomplete, 0 invalid" in r.stdout
