@@ -157,11 +157,11 @@ class _SegmentWindow:
         if seg.archived:
             self.data, self.at_eof = read_segment_bytes(seg), True
             return
+        # the file stays open until `close()`, so the slow path re-reads the same inode even
+        # when compaction archives and unlinks the segment meanwhile
         self.file = open(seg.path, "rb")
         self.data = self.file.read(WINDOW_BYTES)
         self.at_eof = len(self.data) < WINDOW_BYTES
-        if self.at_eof:
-            self.close()
 
     def move_to(self, pos: int) -> tuple[int, bool]:
         """Move the window on so that the frame at `pos` is whole in it: returns its position in
@@ -169,10 +169,12 @@ class _SegmentWindow:
         refused it; its length is out of bounds; it runs past the end of the file) the segment
         is loaded whole for the slow path: returns the frame's file offset and False."""
         at = self.base + pos
-        if self.file is not None and self._read_on(pos):
+        if self.file is None:  # an archive: held whole already
+            return at, False
+        if not self.at_eof and self._read_on(pos):
             return 0, True
-        self.close()
-        self.data, self.base, self.at_eof = read_segment_bytes(self.seg), 0, True
+        self.file.seek(0)
+        self.data, self.base, self.at_eof = self.file.read(), 0, True
         return at, False
 
     def _read_on(self, pos: int) -> bool:
@@ -183,7 +185,6 @@ class _SegmentWindow:
         size = os.fstat(self.file.fileno()).st_size
         if left == 0 and at == size:  # the history of this segment ends at a frame boundary
             self.data, self.base, self.at_eof = b"", at, True
-            self.close()
             return True
         need = hsize
         if left >= hsize:
@@ -198,7 +199,6 @@ class _SegmentWindow:
         self.data, self.base = data[pos:] + more, at
         if len(more) < want:
             self.at_eof = True
-            self.close()
         return len(self.data) >= need
 
     def close(self) -> None:

@@ -112,3 +112,20 @@ def test_a_windowed_read_finds_what_a_whole_read_finds(intact, tmp_path, monkeyp
     assert len(list_segments(intact)) >= 3 and whole[(intact, "strict")][0][-1][0] > 300
     assert any(o[0] == "raised" for o in whole.values())
     assert any(o[0] != "raised" and o[3] for o in whole.values())  # a torn tail among them
+
+
+def test_a_segment_unlinked_mid_read_is_still_read_whole_for_the_slow_path(intact, tmp_path, monkeypatch):
+    """Compaction may archive and unlink a live segment while a read is inside it: the slow
+    path re-reads the file the read opened, not the path, and finds what a whole read finds."""
+    (damaged,) = [d for d in _damaged_copies(intact, tmp_path) if d.endswith("flip5000")]
+    monkeypatch.setattr(reader_module, "WINDOW_BYTES", WHOLE)
+    expected = [(rec.commit.lsn, rec.offset) for rec in Reader(damaged, "salvage").records()]
+    monkeypatch.setattr(reader_module, "WINDOW_BYTES", 997)
+    flipped = list_segments(damaged)[1].path
+    records = Reader(damaged, "salvage").records()
+    got = []
+    for rec in records:
+        got.append((rec.commit.lsn, rec.offset))
+        if rec.segment == os.path.basename(flipped) and os.path.exists(flipped):
+            os.unlink(flipped)       # the read holds the file open
+    assert not os.path.exists(flipped) and got == expected
