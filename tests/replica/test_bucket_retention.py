@@ -10,7 +10,7 @@ import pytest
 
 import journal.replica
 import replay.from_replica
-from journal import layout
+from journal import JournalFailed, layout
 from replay import restore
 from replay.from_replica import ReplicaChanged
 from snapshot import compact
@@ -227,3 +227,52 @@ def test_an_unusable_newest_cut_falls_back_to_the_next_older_one(s3, proxy, pref
     assert state.base_cut == f"{url}/cuts/cut-00000001-{older.lsn:020d}"
     got = [path for method, path in proxy.requests(seen) if method == "GET"]
     assert len(got) == len(set(got))  # what the first attempt fetched is not fetched again
+
+
+def test_retention_after_a_node_loss_keeps_what_the_new_timeline_stands_on(s3, prefix, tmp_path):
+    """The heir's retention deletes the cuts it no longer keeps (the lost node's, its own base
+    cut once a newer one covers every point) and its own segments before its boundary; the
+    lost node's timeline, off the heir's lineage, stays whole; the bucket alone restores what
+    the heir's journal restores."""
+    url, opts = S3.url(prefix), options(s3.endpoint)
+    lost = open_replica(tmp_path / "node1", s3, prefix, segment_bytes=4096)
+    two_compactions(lost, keep_cuts=2)
+    lost.close()
+    shutil.rmtree(lost.path)
+    state = restore(url, replica_options=opts)
+    heir = open_replica(tmp_path / "node2", s3, prefix, resume=state, segment_bytes=4096)
+    heir.flush_replica(timeout=30)
+    before = s3.keys(prefix)
+    train(heir, 30, start=60)
+    compact(heir.path, journal=heir, retention="delete", keep_cuts=1)
+    train(heir, 30, start=90)
+    heir.flush_replica(timeout=30)
+    result = compact(heir.path, journal=heir, retention="delete", keep_cuts=1)
+    heir.flush_replica(timeout=30)
+    after = s3.keys(prefix)
+    assert len(cuts_in(before)) == 2 and cuts_in(after) == {f"cut-{heir.timeline:08d}-{result.lsn:020d}"}
+    assert {o.name for o in segment_objects(before) if o.timeline == 1} <= set(after)  # the lost node's timeline
+    heirs = [o.seg_first_lsn for o in segment_objects(after) if o.timeline == heir.timeline]
+    assert heirs and min(heirs) > state.lsn + 1  # the heir's oldest segments went
+    local = restore(heir.path)
+    heir.close()
+    assert summary(restore(url, replica_options=opts)) == summary(local)
+
+
+def test_a_writer_that_lost_its_lease_deletes_nothing(s3, prefix, tmp_path):
+    url, opts = S3.url(prefix), options(s3.endpoint)
+    zombie = open_replica(tmp_path / "node1", s3, prefix, segment_bytes=4096)
+    train(zombie, 30)
+    compact(zombie.path, journal=zombie, retention=None)
+    train(zombie, 30, start=30)
+    zombie.flush_replica(timeout=30)
+    heir = open_replica(tmp_path / "node2", s3, prefix, resume=restore(url, replica_options=opts))
+    heir.flush_replica(timeout=30)
+    before = set(s3.keys(prefix))
+    result = compact(zombie.path, journal=zombie, retention="delete", keep_cuts=1)
+    assert result.bucket_retention.deletions  # asked for, never carried out
+    with pytest.raises(JournalFailed, match="lost its lease"):
+        zombie.flush_replica(timeout=30)
+    assert set(s3.keys(prefix)) - {layout.LEASE_NAME} == before - {layout.LEASE_NAME}
+    heir.close()
+    zombie.close()
