@@ -506,8 +506,8 @@ class Replica:
                 raise
             except Exception as exc:
                 self._error = f"{what}: {type(exc).__name__}: {exc}"
-                deadline = min(d for d in (self._deadline, deadline, float("inf")) if d is not None)
-                if deadline is not None and time.monotonic() + delay > deadline:
+                limit = min((d for d in (self._deadline, deadline) if d is not None), default=None)
+                if limit is not None and time.monotonic() + delay > limit:
                     raise _GaveUp(self._error) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)

@@ -225,19 +225,14 @@ class ReplicaListing:
         done = [c for c, files in self.cuts.items() if layout.MANIFEST_NAME in files]
         return sorted(done, key=lambda c: layout.parse_cut_dir_name(c)[::-1], reverse=True)
 
-    def _needed(self, key: tuple[int, int], from_lsn: int) -> bool:
-        """Whether a history starting at cut LSN `from_lsn` needs segment `key`: one holding a
-        commit after it, or the last of its timeline (whose header the lineage is read from),
-        as local retention leaves a journal."""
-        last_of_timeline = max(k for k in self.segments if k[0] == key[0]) == key
-        return last_of_timeline or self.segments[key][-1].to_lsn > from_lsn
-
     def fetch(self, into: str, *, from_lsn: int | None, cuts: list[str]) -> None:
-        """Into `into`, what it lacks of: the segments the history from cut LSN `from_lsn` needs
-        (all with None) and `cuts`."""
+        """Into `into`, what it lacks of: the segments a history from cut LSN `from_lsn` needs
+        (all with None: else those holding a commit after it, and the last of each timeline,
+        whose header the lineage is read from, as local retention leaves a journal) and `cuts`."""
+        last_of = {tl: first for tl, first in sorted(self.segments)}  # timeline -> its last segment
         for key, objs in sorted(self.segments.items()):
-            if (from_lsn is None or self._needed(key, from_lsn)) and \
-                    not os.path.exists(os.path.join(into, layout.segment_name(*key))):
+            needed = from_lsn is None or last_of[key[0]] == key[1] or objs[-1].to_lsn > from_lsn
+            if needed and not os.path.exists(os.path.join(into, layout.segment_name(*key))):
                 _fetch_segment(self.bucket, key, objs, self.names, into, self.where)
         for cut in cuts:
             if not os.path.exists(os.path.join(into, layout.SNAPSHOTS_DIR, cut)):
