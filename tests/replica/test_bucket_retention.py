@@ -10,7 +10,7 @@ import pytest
 
 import journal.replica
 import replay.from_replica
-from journal import JournalFailed, layout
+from journal import GroupRef, JournalFailed, layout
 from replay import restore
 from replay.from_replica import ReplicaChanged
 from snapshot import compact
@@ -276,3 +276,30 @@ def test_a_writer_that_lost_its_lease_deletes_nothing(s3, prefix, tmp_path):
     assert set(s3.keys(prefix)) - {layout.LEASE_NAME} == before - {layout.LEASE_NAME}
     heir.close()
     zombie.close()
+
+
+def test_retention_across_a_resume_on_the_same_node_restores_as_the_local_journal(s3, prefix, tmp_path):
+    """A resume on the same node branches timeline 2 off timeline 1 (whose dead tail follows the
+    branch point): retention trims both timelines in the bucket as it retires them locally, and
+    the bucket alone restores what the journal restores."""
+    url, opts = S3.url(prefix), options(s3.endpoint)
+    j = open_replica(tmp_path / "j", s3, prefix, segment_bytes=4096)
+    train(j, 30)
+    for i in range(30):  # a dead tail after the last checkpoint
+        j.taken([GroupRef(idx=1000 + i)])
+    j.flush_replica(timeout=30)
+    j.close()
+    j = open_replica(tmp_path / "j", s3, prefix, resume=restore(j.path), segment_bytes=4096)
+    train(j, 30, start=30)
+    compact(j.path, journal=j, retention="delete", keep_cuts=1)
+    train(j, 30, start=60)
+    j.flush_replica(timeout=30)
+    result = compact(j.path, journal=j, retention="delete", keep_cuts=1)
+    j.flush_replica(timeout=30)
+    gone = [layout.parse_replica_object(n) for n in result.bucket_retention.deletions]
+    assert {o.timeline for o in gone if o.kind != "cut"} == {1, 2}
+    assert not set(result.bucket_retention.deletions) & set(s3.keys(prefix))
+    local, local_end = restore(j.path), restore(j.path, at="end")
+    j.close()
+    assert summary(restore(url, replica_options=opts)) == summary(local)
+    assert summary(restore(url, replica_options=opts, at="end")) == summary(local_end)
