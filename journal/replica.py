@@ -48,7 +48,7 @@ LEASE_SECONDS = 30.0        # a lease not renewed for this long may be taken by 
 BACKOFF_FIRST = 0.05        # seconds before the first retry of a failed request
 BACKOFF_MAX = 2.0
 CLOSE_SECONDS = 5.0         # how long close() keeps trying to ship the rest
-RETENTION_SECONDS = 5.0     # how long a retention pass keeps retrying one delete before it waits for the next pass
+RETENTION_SECONDS = 5.0     # how long a retention pass retries one request before it leaves the rest
 OPEN_SECONDS = 30.0         # how long open keeps trying to list the bucket and take the lease
 
 
