@@ -7,11 +7,13 @@ knows the bucket holds (`Replica.bucket_names`, no LIST):
 
 * a cut that is neither kept nor on disk any more: its MANIFEST.json first (from then on no
   reader takes it for a complete cut), then its other files;
-* on the active history's lineage (the branches a restore follows), root first, oldest first:
-  each segment whose sealed object ends at or before the boundary (and the timeline's branch
-  point), its tail pieces first and then its sealed object, never the last segment of a
-  timeline (a restore reads its header to find the lineage). The first segment that does not
-  qualify stops the walk, so the history in the bucket only ever starts later: never a hole.
+* on the active history's lineage (the branches a restore follows), root first, and on each
+  timeline oldest first: each segment whose sealed object ends at or before the boundary
+  (and the timeline's branch point), its tail pieces first and then its sealed object, never
+  the last segment of a timeline (a restore reads its header to find the lineage). The first
+  segment of a timeline that does not qualify ends the walk on that timeline, so each
+  timeline in the bucket only ever starts later, never has a hole: the shape local
+  retention (`retention.retirable_segments`) leaves on disk.
 
 Nothing else is deleted: not the lease, not a timeline off the lineage, nothing after the
 boundary. The shipper carries the request out (`journal.replica.Replica.request_retention`)
@@ -70,7 +72,7 @@ def _segment_deletions(objects: list[layout.ReplicaObject], reader: Reader, boun
         for key in keys:
             whole = sealed.get(key)
             if whole is None or whole.to_lsn > limit:
-                return out  # what follows stays, so the history has no hole
+                break  # the rest of this timeline stays: it never has a hole
             out += [p.name for p in sorted(pieces.get(key, ()), key=lambda p: p.offset)] + [whole.name]
     return out
 
