@@ -33,14 +33,14 @@ def cuts_in(names) -> set[str]:
     return {o.cut for o in map(layout.parse_replica_object, names) if o is not None and o.kind == "cut"}
 
 
-def two_compactions(j, keep_cuts: int = 1, pin_steps=()):
+def two_compactions(j, keep_cuts: int = 1, start: int = 0):
     """Train, compact, train, compact (retention "delete"), everything shipped; the second
     compaction's result."""
-    train(j, 30)
-    compact(j.path, journal=j, retention="delete", keep_cuts=keep_cuts, pin_steps=pin_steps)
-    train(j, 30, start=30)
+    train(j, 30, start=start)
+    compact(j.path, journal=j, retention="delete", keep_cuts=keep_cuts)
+    train(j, 30, start=start + 30)
     j.flush_replica(timeout=30)
-    result = compact(j.path, journal=j, retention="delete", keep_cuts=keep_cuts, pin_steps=pin_steps)
+    result = compact(j.path, journal=j, retention="delete", keep_cuts=keep_cuts)
     j.flush_replica(timeout=30)
     return result
 
@@ -243,12 +243,7 @@ def test_retention_after_a_node_loss_keeps_what_the_new_timeline_stands_on(s3, p
     heir = open_replica(tmp_path / "node2", s3, prefix, resume=state, segment_bytes=4096)
     heir.flush_replica(timeout=30)
     before = s3.keys(prefix)
-    train(heir, 30, start=60)
-    compact(heir.path, journal=heir, retention="delete", keep_cuts=1)
-    train(heir, 30, start=90)
-    heir.flush_replica(timeout=30)
-    result = compact(heir.path, journal=heir, retention="delete", keep_cuts=1)
-    heir.flush_replica(timeout=30)
+    result = two_compactions(heir, start=60)
     after = s3.keys(prefix)
     assert len(cuts_in(before)) == 2 and cuts_in(after) == {f"cut-{heir.timeline:08d}-{result.lsn:020d}"}
     assert {o.name for o in segment_objects(before) if o.timeline == 1} <= set(after)  # the lost node's timeline
@@ -292,12 +287,7 @@ def test_retention_across_a_resume_on_the_same_node_restores_as_the_local_journa
     j = open_replica(tmp_path / "j", s3, prefix, resume=restore(j.path), segment_bytes=4096)
     j.flush_replica(timeout=30)
     before = s3.keys(prefix)
-    train(j, 30, start=30)
-    compact(j.path, journal=j, retention="delete", keep_cuts=1)
-    train(j, 30, start=60)
-    j.flush_replica(timeout=30)
-    compact(j.path, journal=j, retention="delete", keep_cuts=1)
-    j.flush_replica(timeout=30)
+    two_compactions(j, start=30)
     assert {o.timeline for o in segment_objects(set(before) - set(s3.keys(prefix)))} == {1, 2}
     local, local_end = restore(j.path), restore(j.path, at="end")
     j.close()
