@@ -12,7 +12,10 @@ stopped here; no traffic goes anywhere else. Figures:
 3. requests: LISTs and all requests while idle (extrapolated to an hour; target 0 LIST), and
    requests per 1M commits while shipping; bytes stored in the bucket per byte journaled;
 4. restore from the bucket alone vs restore of the same journal from its local directory:
-   target <= 2x the time.
+   target <= 2x the time;
+5. bytes stored in the bucket per byte journaled after a run that compacts with retention
+   ("delete", keep_cuts=1) every 5,000 steps (bucket retention trims the bucket by the same
+   rule as the local directory).
 """
 
 from __future__ import annotations
@@ -186,6 +189,28 @@ def measure_restore(s3: LocalS3, path: str, steps: int) -> tuple[float, float]:
     return statistics.median(bucket), statistics.median(local)
 
 
+def measure_retention(s3: LocalS3, path: str, steps: int) -> tuple[int, int, int]:
+    """(bytes stored in the bucket, of them in cuts, bytes journaled) after `steps` steps, a
+    checkpoint every 1,000 and a compaction with retention every 5,000."""
+    from snapshot import compact
+    j = Journal.open(path, replica=f"s3://{BUCKET}/retention", replica_options=s3.options,
+                     ship_interval=SHIP_INTERVAL, segment_bytes=1 << 18)
+    written: dict[str, int] = {}  # segment -> its size (retention deletes the local files)
+    for i in range(steps):
+        _step(j, i)
+        if i % 1000 == 999:
+            j.begin_checkpoint(step=i)
+            j.commit_checkpoint(step=i)
+        if i % 5000 == 4999:
+            j.flush_replica(timeout=120)
+            written.update((s.name, s.size) for s in list_segments(path))
+            compact(path, at="latest-checkpoint", journal=j, retention="delete", keep_cuts=1)
+    j.flush_replica(timeout=120)
+    written.update((s.name, s.size) for s in list_segments(path))
+    j.close()
+    return s3.stored_bytes("retention"), s3.stored_bytes("retention/cuts"), sum(written.values())
+
+
 def run(args) -> Report:
     report = Report("replica", quick=args.quick, directory=args.dir)
     seconds = args.seconds or (3.0 if args.quick else 10.0)
@@ -230,6 +255,12 @@ def run(args) -> Report:
             report.add(Figure("restore", f"restore from the bucket alone ({2 * steps:,} commits)",
                               bucket, "s", reference=local, reference_label="the local directory",
                               target=Target(max_value=2 * local)))
+            log(f"bucket retention ({steps:,} steps) ...")
+            stored, in_cuts, journaled = measure_retention(s3, os.path.join(tmp, "retention"), steps)
+            report.add(Figure("bytes_after_retention", "bytes stored in the bucket per byte "
+                              "journaled, with retention", stored / journaled, "x",
+                              note=f"{stored:,} B stored ({in_cuts:,} B of them the kept cut), "
+                              f"{journaled:,} B of segments written"))
     finally:
         s3.stop()
     return report

@@ -48,6 +48,7 @@ LEASE_SECONDS = 30.0        # a lease not renewed for this long may be taken by 
 BACKOFF_FIRST = 0.05        # seconds before the first retry of a failed request
 BACKOFF_MAX = 2.0
 CLOSE_SECONDS = 5.0         # how long close() keeps trying to ship the rest
+RETENTION_SECONDS = 5.0     # how long a retention pass retries one request before it leaves the rest
 OPEN_SECONDS = 30.0         # how long open keeps trying to list the bucket and take the lease
 
 
@@ -59,6 +60,15 @@ class ReplicaLag(NamedTuple):
     shipped_lsn: int          # everything up to this LSN is in the bucket
     error: str | None         # the last failure (retrying), or why shipping stopped
     requests: dict            # requests made so far, by kind (LIST pages, GET, HEAD, PUT)
+
+
+class RetentionRequest(NamedTuple):
+    """What bucket retention (snapshot/bucket_retention.py) asks the shipper to delete, and what
+    must be in the bucket first."""
+
+    deletions: tuple[str, ...]   # object names, in the order they are deleted
+    needs_cuts: tuple[str, ...]  # cut directory names whose MANIFEST.json must be in the bucket
+    needs_lsn: int               # the history must be shipped through this LSN
 
 
 class LeaseLost(ReplicaError):
@@ -141,6 +151,14 @@ class Bucket:
         except self._exc.AlreadyExistsError:
             return False
         return True
+
+    def delete(self, name: str) -> None:
+        """Delete object `name`; one already gone counts as deleted."""
+        self.requests["DELETE"] += 1
+        try:
+            self._ob.delete(self.store, name)
+        except FileNotFoundError:
+            pass
 
     def lease_get(self) -> tuple[dict, str] | None:
         self.requests["GET"] += 1
@@ -271,6 +289,14 @@ class Inventory:
         else:
             self.by_key[self.key(obj)] = obj
 
+    def remove(self, name: str) -> None:
+        """Forget object `name` (deleted by retention)."""
+        self.sizes.pop(name, None)
+        self.cut_files.discard(name)
+        obj = layout.parse_replica_object(name)
+        if obj is not None and obj.kind != "cut" and self.by_key.get(self.key(obj)) == obj:
+            del self.by_key[self.key(obj)]
+
     def max_timeline(self) -> int:
         return max((k[1] for k in self.by_key), default=0)
 
@@ -301,6 +327,8 @@ class Replica:
         self._unshipped_since: float | None = None       # when the oldest unshipped note came
         self._shipped_lsn = 0
         self._error: str | None = None
+        self._retention: RetentionRequest | None = None   # deletions not done yet
+        self._retention_error: str | None = None          # why the last retention pass stopped
         self._stopped: BaseException | None = None       # conflict or lost lease: no more shipping
         self._closing = False
         self._deadline: float | None = None               # close(): give up retrying after it
@@ -353,13 +381,26 @@ class Replica:
         with self._cv:
             durable = self._note[0] if self._note is not None else 0
             since = self._unshipped_since
-            error = str(self._stopped) if self._stopped is not None else self._error
+            error = str(self._stopped) if self._stopped is not None else self._error or self._retention_error
             return ReplicaLag(time.monotonic() - since if since is not None else 0.0,
                               max(0, durable - self._shipped_lsn), self._shipped_lsn, error,
                               dict(self.bucket.requests))
 
+    def bucket_names(self) -> set[str]:
+        """What the bucket holds under the prefix, as far as this writer knows (the open's LIST,
+        its own uploads, less its own deletions): no request."""
+        return set(self.inventory.sizes) | set(self.inventory.cut_files)
+
+    def request_retention(self, request: RetentionRequest) -> None:
+        """Have the shipper delete `request.deletions` in order, once the cuts and the history
+        it needs are in the bucket; it replaces a request not carried out yet."""
+        with self._cv:
+            self._retention, self._retention_error = request, None
+            self._cv.notify_all()
+
     def flush(self, timeout: float | None) -> None:
-        """Wait until everything durable now (and every cut on disk now) is in the bucket."""
+        """Wait until everything durable now (and every cut on disk now) is in the bucket, and
+        a retention request whose cuts are then in the bucket is carried out (or failed)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
             self._requested += 1
@@ -408,7 +449,7 @@ class Replica:
                         break
                     if self._has_news() and now >= due:
                         break
-                    if self.lease.renew_due():
+                    if self.lease.renew_due() or self._retention_ready() and self._retention_error is None:
                         break
                     renew_in = self.lease.renewed + LEASE_SECONDS / 3 - now
                     self._cv.wait(max(min(due - now if self._has_news() else self.ship_interval,
@@ -423,6 +464,8 @@ class Replica:
                 if self._has_news() or wanted > self._completed:
                     self._last_pass = time.monotonic()
                     self._ship_pass()
+                if self._retention_ready():
+                    self._retention_pass()
                 with self._cv:
                     self._completed = max(self._completed, wanted)
                     self._cv.notify_all()
@@ -451,10 +494,10 @@ class Replica:
             self._stopped = exc
             self._cv.notify_all()
 
-    def _retrying(self, fn: Callable[[], Any], what: str):
+    def _retrying(self, fn: Callable[[], Any], what: str, deadline: float | None = None):
         """`fn()`, retried with backoff on any failure of the store; our own verdicts (a conflict,
-        a lost or held lease) are final. Past the deadline (set by open and close), gives up
-        (`_GaveUp`)."""
+        a lost or held lease) are final. Past the deadline (set by open and close, or
+        `deadline`), gives up (`_GaveUp`)."""
         delay = BACKOFF_FIRST
         while True:
             try:
@@ -463,8 +506,8 @@ class Replica:
                 raise
             except Exception as exc:
                 self._error = f"{what}: {type(exc).__name__}: {exc}"
-                deadline = self._deadline
-                if deadline is not None and time.monotonic() + delay > deadline:
+                limit = min((d for d in (self._deadline, deadline) if d is not None), default=None)
+                if limit is not None and time.monotonic() + delay > limit:
                     raise _GaveUp(self._error) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
@@ -493,6 +536,38 @@ class Replica:
                     self._unshipped_since = None
                 else:  # commits came during the pass: their age counts from now at the latest
                     self._unshipped_since = time.monotonic()
+
+    def _retention_ready(self) -> bool:
+        request = self._retention
+        return request is not None and self._shipped_lsn >= request.needs_lsn and all(
+            layout.cut_object_name(c, layout.MANIFEST_NAME) in self.inventory.cut_files
+            for c in request.needs_cuts)
+
+    def _retention_pass(self) -> None:
+        """Carry out the retention request: the lease checked (a writer that lost it deletes
+        nothing), then each deletion in order, each request retried for at most
+        RETENTION_SECONDS. One that keeps failing leaves it and the rest for the next pass and
+        is reported (`lag().error`); the journal and the shipping go on."""
+        request = self._retention
+        done = 0
+        try:
+            self._retrying(self.lease.check, "retention: check the lease",
+                           time.monotonic() + RETENTION_SECONDS)
+            for name in request.deletions:
+                self._retrying(lambda: self.bucket.delete(name), f"retention: delete {name}",
+                               time.monotonic() + RETENTION_SECONDS)
+                self.inventory.remove(name)
+                done += 1
+        except _GaveUp as exc:
+            with self._cv:
+                if self._retention is request:
+                    self._retention = request._replace(deletions=request.deletions[done:])
+                    self._retention_error = f"{exc} (retried on the next pass)"
+            self._error = None
+            return
+        with self._cv:
+            if self._retention is request:
+                self._retention, self._retention_error = None, None
 
     def _upload(self, obj: layout.ReplicaObject, data) -> None:
         """Upload an immutable segment object unless the bucket already has it; a different

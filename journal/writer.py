@@ -243,6 +243,11 @@ class Journal:
                 self._failed = exc
             self._cond.notify_all()
 
+    @property
+    def replica(self):
+        """`journal.replica.Replica` of a journal opened with `replica=`, else None."""
+        return self._replica
+
     def replica_lag(self):
         """`journal.replica.ReplicaLag`: seconds and LSNs acknowledged but not yet in the bucket."""
         if self._replica is None:

@@ -1,7 +1,11 @@
 """Restoring from a replica alone: the bucket's objects laid out as a local journal directory.
 
-`restore(URL, replica_options=...)` calls `fetch_replica` into a temporary directory, then
-restores that directory with every local check. Before a byte is used:
+`restore(URL, replica_options=...)` lists the bucket once and fetches into a temporary
+directory only what it needs (`fetch_in_steps`): the newest complete cut and the segments from
+it on (with each timeline's last segment, as local retention leaves a journal), restored with
+every local check; only when that restore does not stand on a fetched cut is the next older
+cut fetched too, and so on, last the whole history. verify, audit and journal-inspect fetch the
+whole history (`fetched`). Before a byte is used:
 
 * names are parsed (`journal.layout.parse_replica_object`): anything else, also a name with
   `..`, `.` or empty parts, is never turned into a local path;
@@ -206,16 +210,54 @@ def _fetch_cut(bucket: Bucket, cut: str, files: dict[str, str], into: str, where
             _download(bucket, files[rel], local, where)
 
 
+class ReplicaListing:
+    """One LIST of a replica and what it holds: the segment objects to fetch (names checked,
+    each timeline contiguous) and the cuts; `fetch` lays some or all of it out as a journal."""
+
+    def __init__(self, replica, options: dict | None, *, at_end: bool):
+        self.where = describe(replica)
+        self.bucket = Bucket(open_store(replica, options), self.where)
+        self.names = _retry(self.bucket.list, "list the bucket", self.where)
+        self.segments, self.cuts = _plan(self.names, self.where, at_end)
+
+    def complete_cuts(self) -> list[str]:
+        """The cuts whose MANIFEST.json (uploaded last) is in the bucket, newest first."""
+        done = [c for c, files in self.cuts.items() if layout.MANIFEST_NAME in files]
+        return sorted(done, key=lambda c: layout.parse_cut_dir_name(c)[::-1], reverse=True)
+
+    def fetch(self, into: str, *, from_lsn: int | None, cuts: list[str]) -> None:
+        """Into `into`, what it lacks of: the segments a history from cut LSN `from_lsn` needs
+        (all with None: else those holding a commit after it, and the last of each timeline,
+        whose header the lineage is read from, as local retention leaves a journal) and `cuts`."""
+        last_of = {tl: first for tl, first in sorted(self.segments)}  # timeline -> its last segment
+        for key, objs in sorted(self.segments.items()):
+            needed = from_lsn is None or last_of[key[0]] == key[1] or objs[-1].to_lsn > from_lsn
+            if needed and not os.path.exists(os.path.join(into, layout.segment_name(*key))):
+                _fetch_segment(self.bucket, key, objs, self.names, into, self.where)
+        for cut in cuts:
+            if not os.path.exists(os.path.join(into, layout.SNAPSHOTS_DIR, cut)):
+                _fetch_cut(self.bucket, cut, self.cuts[cut], into, self.where)
+
+
 def fetch_replica(replica, options: dict | None, into: str, *, at_end: bool) -> None:
-    """Lay the replica's history out in the empty directory `into` as a journal directory."""
-    where = describe(replica)
-    bucket = Bucket(open_store(replica, options), where)
-    names = _retry(bucket.list, "list the bucket", where)
-    segments, cuts = _plan(names, where, at_end)
-    for key, objs in sorted(segments.items()):
-        _fetch_segment(bucket, key, objs, names, into, where)
-    for cut, files in sorted(cuts.items()):
-        _fetch_cut(bucket, cut, files, into, where)
+    """Lay the replica's whole history out in the empty directory `into` as a journal directory."""
+    listing = ReplicaListing(replica, options, at_end=at_end)
+    listing.fetch(into, from_lsn=None, cuts=sorted(listing.cuts))
+
+
+def fetch_in_steps(listing: ReplicaListing, into: str, at) -> Iterator[bool]:
+    """Fill `into` step by step for a restore at `at` to try after each (yielded: whether this
+    is the last step, the whole history): the newest complete cut (at or before `at` when it is
+    an LSN) and the segments from it on; then also the next older cut and the segments from
+    it; and so on; last everything."""
+    cuts = listing.complete_cuts()
+    if isinstance(at, int) and not isinstance(at, bool):
+        cuts = [c for c in cuts if layout.parse_cut_dir_name(c)[1] <= at]
+    for i, cut in enumerate(cuts):
+        listing.fetch(into, from_lsn=layout.parse_cut_dir_name(cut)[1], cuts=cuts[:i + 1])
+        yield False
+    listing.fetch(into, from_lsn=None, cuts=sorted(listing.cuts))
+    yield True
 
 
 @contextlib.contextmanager

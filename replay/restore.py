@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,7 +23,7 @@ from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 from snapshot.row_ledger import RowLedger
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
-from .from_replica import describe_replica, fetched, is_replica
+from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
 from .recovered import RecoveredState, base_cut_writer
 from .recovery import DeadTail, read_dead_tail, recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
@@ -202,12 +203,24 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
 
 
 def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredState:
-    """`restore` of a replica: its objects fetched into a temporary journal directory (removed
-    afterwards), restored with every local check."""
-    with fetched(replica, options, at_end=at == "end") as tmp:
-        if not os.listdir(tmp):
-            return _empty_state()
-        result = restore(tmp, at, **kwargs)
+    """`restore` of a replica, with every local check: the newest complete cut and the segments
+    from it on fetched into a temporary journal directory (removed afterwards) and restored;
+    when that restore does not stand on a fetched cut (the cut is unusable, or the restore
+    point is before it), the next older cut and its segments are fetched too, and so on, last
+    the whole history (`from_replica.fetch_in_steps`)."""
+    listing = ReplicaListing(replica, options, at_end=at == "end")
+    with tempfile.TemporaryDirectory(prefix="oj-replica-") as tmp:
+        for last in fetch_in_steps(listing, tmp, at):
+            if not os.listdir(tmp):
+                return _empty_state()
+            try:
+                result = restore(tmp, at, **kwargs)
+            except RestoreError:
+                if last:
+                    raise
+                continue
+            if last or result.base_cut is not None:
+                break
     if result.base_cut is not None:
         result.base_cut = f"{describe_replica(replica)}/{CUTS_PREFIX}{os.path.basename(result.base_cut)}"
     return result

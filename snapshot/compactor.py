@@ -22,7 +22,9 @@ from journal import DEFAULT_FS, Journal, OsFileSystem, Reader, checkpoint_marker
 from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp_name
 from journal.leftovers import remove_compaction_leftovers
 from journal.locks import compaction_lock
+from journal.replica import RetentionRequest
 
+from .bucket_retention import request_bucket_retention
 from .catalog import Skipped, anchor_problem, usable_cuts
 from .checks import read_cut
 from .cut import DATA_PLANE_DIR, Cut, DataPlane, write_cut
@@ -41,6 +43,7 @@ class CompactResult:
     removed_cuts: list[str] = field(default_factory=list)
     retired_segments: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    bucket_retention: RetentionRequest | None = None  # what the replica's shipper was asked to delete
 
 
 def _remove_tmp_dirs(fs: OsFileSystem, parent: str, prefix: str) -> None:
@@ -89,7 +92,9 @@ def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = N
     cut at or before it (what restoring that checkpoint starts from); segments
     wholly covered by the oldest cut kept are archived (`retention="archive"`,
     zstd) or deleted (`"delete"`); `retention=None` retires nothing. With no
-    committed checkpoint nothing is retired (a restart resumes from LSN 0).
+    committed checkpoint nothing is retired (a restart resumes from LSN 0). When `journal`
+    has a replica, the bucket is trimmed by the same rule once the kept cuts are in it
+    (`bucket_retention`).
     """
     with compaction_lock(os.path.abspath(path)):
         return _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retention, fs)
@@ -140,7 +145,8 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
                       ledger=ledger)
     result = CompactResult(target, state.lsn, step, skipped=skipped)
     if retention is not None:
-        _apply_retention(fs, path, keep_cuts, pins, retention, result, protect=target)
+        _apply_retention(fs, path, keep_cuts, pins, retention, result, protect=target,
+                         replica=journal.replica if journal is not None else None)
     return result
 
 
@@ -185,7 +191,7 @@ def _reusable(journal_path: str, cut_path: str, data_plane: DataPlane | None) ->
 
 
 def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int], mode: str,
-                     result: CompactResult, protect: str) -> None:
+                     result: CompactResult, protect: str, replica) -> None:
     reader = Reader(path, "strict")
     ignored: list[Skipped] = []
     cuts = list(usable_cuts(reader, path, ignored))  # newest first
@@ -212,6 +218,8 @@ def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int]
         boundary = min(c.lsn for c in cuts if c.path in keep)
     if boundary > 0:
         result.retired_segments = retire(fs, path, retirable_segments(reader, boundary), mode)
+        if replica is not None:
+            result.bucket_retention = request_bucket_retention(replica, reader, path, keep, boundary)
 
 
 class BackgroundCompactor:
