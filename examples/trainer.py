@@ -72,6 +72,7 @@ import secrets
 import shutil
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -916,10 +917,14 @@ class Trainer:
         """Rollout `i` of `w` in `attempt` is durable at `loc`: sealed while the trainer still
         waits for it, else its row goes."""
         R = self.cfg.rollouts
+        began = time.perf_counter()
         async with w.lock:
             if self._wanted(w, i, attempt):
                 last = w.done == R - 1
                 await self.own.rollout_sealed(w.gid, i, attempt, loc, w.policy_version, finish=last)
+                # how long the generator task waited for the seal (the group's lock, the commit)
+                self.stats["seal_wait_us"] += _us(time.perf_counter() - began)
+                self.stats["seals"] += 1
                 w.keep(i, result, seconds)
                 w.sealed[i] = loc
                 if last:
