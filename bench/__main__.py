@@ -18,6 +18,9 @@ REGISTRY: dict[str, tuple[str, str]] = {
                            "after restores, generation-seconds lost per kill"),
     "inspect": ("bench.inspect", "journal-inspect summary and verify on 10M events: wall time and "
                                  "peak RSS vs the 300 MB target"),
+    "ray": ("bench.ray", "the trainer's Ray mode: rollouts/s journal on vs off; per kill kind (actor, node, "
+                         "controller) rollouts regenerated and generation-seconds lost, rollout-level vs "
+                         "group-level vs the baseline"),
     "replay": ("bench.replay", "tail replay throughput vs a decode-only loop; restore of a cut of "
                                "100k live groups + a 1M-event tail: time and peak RSS"),
     "replica": ("bench.replica", "the replica on a local S3 server: lag p50/p99 at 1,000 commits/s, "

@@ -5,6 +5,7 @@ exactly-once from the journal.
     journal-demo --group-level      # the same, groups admitted without rollouts= (all-or-nothing)
     journal-demo --baseline         # the same trainer and kills, without the journal
     journal-demo --ray              # rollout workers as Ray actors on a local 3-node cluster
+    journal-demo --ray --kill-kinds actor   # ... killing single actors only
 
 The driver runs `python -m examples.trainer` as a child process and kills it (SIGKILL: no
 cleanup, no flush, no atexit) at moments it picks with `--seed`: while it is saving a
@@ -33,13 +34,16 @@ reported apart: no kill threw them away.
 
 With `--ray` the driver starts a Ray cluster on this machine (a head and two worker nodes,
 loopback only), the trainer runs its rollout workers as actors there, and besides the
-controller kills the driver kills single actors at random moments and replaces a whole worker
-node once (`examples.ray_workers.ClusterChaos`).
+controller kills the driver kills single actors and replaces a whole worker node
+(`examples.ray_workers.ClusterChaos`), each when the trainer announces a step the seed picks
+(`ray_kill_plan`), so runs with the same seed see the same kills. `--kill-kinds` picks which
+of the three kinds (actor, node, controller) the run gets.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import queue
@@ -57,6 +61,7 @@ from dataclasses import dataclass, field
 from .bookkeeping import read_ledger
 
 RAY_DEADLINE_MS = 1000      # a Ray round trip on a busy machine takes far more than a thread's
+RAY_KILL_KINDS = ("actor", "node", "controller")
 KINDS = ("checkpoint_save", "compaction", "restore", "random")
 KIND_TEXT = {"checkpoint_save": "in a checkpoint save", "compaction": "in compaction",
              "restore": "in a restore", "random": "at a random moment"}
@@ -83,6 +88,9 @@ class Options:
     baseline: bool = False
     group_level: bool = False
     ray: bool = False
+    kill_kinds: tuple = RAY_KILL_KINDS   # Ray mode: which kinds of kill the run gets
+    actor_kills: int = 8                 # Ray mode: single actors killed (at steps of the plan)
+    node_kills: int = 1                  # Ray mode: worker nodes removed (a fresh one joins each)
     timeout: float = 900.0
     verbose: bool = True
     trainer_args: list = field(default_factory=list)
@@ -124,6 +132,21 @@ def kill_plan(kills: int, seed: int, total_steps: int) -> list[tuple[str, int, f
     steps = sorted(rng.randint(1, max(1, int(total_steps * 0.8))) for _ in aims)
     return [(aim, step, rng.uniform(0.0, 0.15) if aim == "restore" else rng.uniform(0.0, 0.6))
             for aim, step in zip(aims, steps)]
+
+
+def ray_kill_plan(o: Options, total_steps: int) -> list[tuple[int, str]]:
+    """(step, kind) of the actor kills and node replacements of a Ray run, by step: each comes
+    when the trainer first announces that step (an absolute step, reached again after a
+    restore). A function of the seed; the kinds not in `o.kill_kinds` are left out."""
+    rng = random.Random(f"journal-demo-ray-kills-{o.seed}")
+    plan = [(rng.randint(1, max(1, int(total_steps * 0.8))), kind)
+            for kind, n in (("actor", o.actor_kills), ("node", o.node_kills)) for _ in range(n)]
+    return sorted(k for k in plan if k[1] in o.kill_kinds)
+
+
+def _total_steps(o: Options) -> int:
+    """Steps the run will take (the spare pool takes ~ one batch in 12 at the default failure rate)."""
+    return o.epochs * -(-o.dataset_size // o.batch_size) * 9 // 10
 
 
 class Child:
@@ -220,12 +243,10 @@ def _run_line(n: int, p: Progress, then: str) -> str:
             f"{cols[6]:>5} {cols[7]:>4}  {then}")
 
 
-def _run_children(o: Options, out: str, between=None) -> tuple[list[Kill], list[Progress]]:
+def _run_children(o: Options, out: str, at_step=None) -> tuple[list[Kill], list[Progress]]:
     """Start, kill and restart the trainer until its plan of kills is spent and it finishes;
-    `between(n)` runs after the n-th kill, before the restart."""
-    # steps the run will take (the spare pool takes ~ one batch in 12 at the default failure rate)
-    total = o.epochs * -(-o.dataset_size // o.batch_size) * 9 // 10
-    plan = kill_plan(o.kills, o.seed, total)
+    `at_step(step)` runs on the driver's thread whenever the trainer announces a step."""
+    plan = kill_plan(o.kills, o.seed, _total_steps(o))
     cmd = _trainer_cmd(o, out)
     kills: list[Kill] = []
     runs: list[Progress] = []
@@ -252,7 +273,7 @@ def _run_children(o: Options, out: str, between=None) -> tuple[list[Kill], list[
         child = None
         try:
             child = Child(cmd, os.path.join(out, "trainer-stderr.log"))
-            killed = _watch(o, child, p, aim, target, param, deadline, n)
+            killed = _watch(o, child, p, aim, target, param, deadline, n, at_step)
         except BaseException:   # Ctrl-C, a timeout: no trainer outlives the driver
             if child is not None:
                 child.stop()
@@ -272,12 +293,10 @@ def _run_children(o: Options, out: str, between=None) -> tuple[list[Kill], list[
         detail = f"checkpoint of step {p.saving} in progress" if "checkpoint_save" in after else ""
         kills.append(Kill(aim, landed, p.step, detail))
         _say(o, _run_line(n, p, f"killed {KIND_TEXT[landed]}, step {p.step}"))
-        if between is not None:
-            between(len(kills))
 
 
 def _watch(o: Options, child: Child, p: Progress, aim: str | None, target: int, param: float,
-           deadline: float, n: int) -> bool:
+           deadline: float, n: int, at_step=None) -> bool:
     """Follow one child's announcements until it exits, killing it as `aim` says; returns
     whether it was killed."""
     kill_at = None
@@ -301,6 +320,8 @@ def _watch(o: Options, child: Child, p: Progress, aim: str | None, target: int, 
             break
         p.feed(line)   # after a kill: still in the pipe, so it happened before the kill
         parts = line.split()
+        if at_step is not None and not killed and parts and parts[0] == "STEP":
+            at_step(p.step)
         if killed or aim is None or not parts:
             continue
         if aim == "random":
@@ -374,20 +395,22 @@ def new_run_dir(baseline: bool) -> str:
     return tempfile.mkdtemp(prefix="journal-demo-baseline-" if baseline else "journal-demo-")
 
 
-def run(o: Options) -> dict:
-    """Run the chaos demo; returns the summary (what `main` prints)."""
+def run(o: Options, cluster=None) -> dict:
+    """Run the chaos demo; returns the summary (what `main` prints). With `--ray`, `cluster`
+    (a `ray.cluster_utils.Cluster` this process is connected to) is used instead of a new one."""
     t0 = time.monotonic()
     out = o.out or new_run_dir(o.baseline)
     os.makedirs(out, exist_ok=True)
     if any(n in os.listdir(out) for n in ("journal", "ckpt", "ledger.log", "rows")):
         raise RuntimeError(f"journal-demo: {out} already holds a run; pick a new --out")
     level = "group-level" if o.baseline or o.group_level else "rollout-level"
-    mode = "baseline (no journal)" if o.baseline else f"journal, {level}" + (", Ray actors" if o.ray else "")
+    mode = "baseline (no journal)" if o.baseline else f"journal, {level}"
+    mode += ", Ray actors" if o.ray else ""
     _say(o, f"journal-demo [{mode}]: {o.epochs} epochs x {o.dataset_size} prompts, batch "
             f"{o.batch_size}, {o.rollouts} rollouts per group,\n  {o.workers} generator workers, rollout "
             f"failure rate {o.failure_rate}, {o.kills} kills, seed {o.seed}\n  run dir {out}")
     if o.ray:
-        kills, runs, ray_counts = _run_on_ray(o, out)
+        kills, runs, ray_counts = _run_on_ray(o, out, cluster)
     else:
         kills, runs, ray_counts = (*_run_children(o, out), None)
     ledger = read_ledger(os.path.join(out, "ledger.log"))
@@ -426,38 +449,37 @@ def run(o: Options) -> dict:
     return summary
 
 
-def _run_on_ray(o: Options, out: str):
-    """`_run_children` with the trainer's rollout workers on a local Ray cluster, while a thread
-    kills single actors at random moments; one worker node is replaced after the second
-    controller kill (Ray adds nodes from the main thread only), while the dead controller's
-    actors still run."""
+def _run_on_ray(o: Options, out: str, cluster=None):
+    """`_run_children` with the trainer's rollout workers on a local Ray cluster (a new one
+    unless `cluster` is given), killing single actors and replacing worker nodes at the steps
+    of `ray_kill_plan` (Ray adds nodes from the main thread only: the driver's thread does it);
+    SIGKILLs of the controller only when `o.kill_kinds` has "controller"."""
     from .ray_workers import ClusterChaos, start_cluster   # first: it makes Ray bind loopback
     import ray
-    cluster = start_cluster()
-    stop = threading.Event()
+    own_cluster = cluster is None
+    if own_cluster:
+        cluster = start_cluster()
     try:
-        ray.init(address=cluster.address, log_to_driver=False)
+        if own_cluster:
+            ray.init(address=cluster.address, log_to_driver=False)
         chaos = ClusterChaos(cluster, out, o.seed)
+        plan = ray_kill_plan(o, _total_steps(o))
 
-        def kill_now_and_then():
-            while not stop.wait(chaos.rng.uniform(1.0, 4.0)):
-                chaos.kill_actor()
+        def kill_at(step: int):
+            while plan and plan[0][0] <= step:
+                if plan.pop(0)[1] == "actor":
+                    chaos.kill_actor()
+                else:
+                    chaos.replace_node()
 
-        def replace_node(n_kills: int):
-            if n_kills == 2:
-                chaos.replace_node()
-
-        o.trainer_args = ["--ray-address", cluster.address] + list(o.trainer_args)
-        killer = threading.Thread(target=kill_now_and_then, daemon=True)
-        killer.start()
-        kills, runs = _run_children(o, out, between=replace_node)
-        stop.set()
-        killer.join()
+        o = dataclasses.replace(o, kills=o.kills if "controller" in o.kill_kinds else 0,
+                                trainer_args=["--ray-address", cluster.address, *o.trainer_args])
+        kills, runs = _run_children(o, out, at_step=kill_at)
         return kills, runs, dict(chaos.counts)
     finally:
-        stop.set()
-        ray.shutdown()
-        cluster.shutdown()
+        if own_cluster:
+            ray.shutdown()
+            cluster.shutdown()
 
 
 def generation_report(ledger_report: dict, kills: int) -> dict:
@@ -557,6 +579,16 @@ def _next_steps(s: dict) -> list[str]:
             "          (--png needs the plot extra: pip install -e '.[plot]')"]
 
 
+def _kill_kinds(text: str) -> tuple:
+    """`--kill-kinds`: a comma-separated subset of RAY_KILL_KINDS, in their order."""
+    kinds = {k.strip() for k in text.split(",") if k.strip()}
+    unknown = sorted(kinds - set(RAY_KILL_KINDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown kill kind(s) {', '.join(unknown)}: pick from "
+                                         f"{', '.join(RAY_KILL_KINDS)}")
+    return tuple(k for k in RAY_KILL_KINDS if k in kinds)
+
+
 def parse_args(argv=None) -> tuple[Options, bool]:
     p = argparse.ArgumentParser(
         prog="journal-demo", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -591,16 +623,20 @@ def parse_args(argv=None) -> tuple[Options, bool]:
     p.add_argument("--ray", action="store_true",
                    help="rollout workers as Ray actors on a local 3-node cluster (loopback only), "
                         "also killing actors and replacing a node; needs the ray extra")
+    p.add_argument("--kill-kinds", default=",".join(RAY_KILL_KINDS), type=_kill_kinds,
+                   help="with --ray: the kinds of kill, comma-separated, of actor (single actors "
+                        "killed), node (a worker node removed, a fresh one joins), controller "
+                        "(the trainer SIGKILLed: --kills of them) (default all three)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-run lines")
     a = p.parse_args(argv)
-    if a.ray and (a.baseline or a.group_level):
-        p.error("--ray is rollout-level with the journal: not with --baseline or --group-level")
+    if not a.ray and a.kill_kinds != RAY_KILL_KINDS:
+        p.error("--kill-kinds needs --ray (without it every kill is a controller kill)")
     o = Options(out=a.out, seed=a.seed, epochs=a.epochs, kills=a.kills, workers=a.workers,
                 failure_rate=a.failure_rate, dataset_size=a.dataset_size, batch_size=a.batch_size,
                 ckpt_every=a.ckpt_every, baseline=a.baseline, group_level=a.group_level, rollouts=a.rollouts,
-                ray=a.ray, timeout=a.timeout, verbose=not (a.quiet or a.json))
+                ray=a.ray, kill_kinds=a.kill_kinds, timeout=a.timeout, verbose=not (a.quiet or a.json))
     return o, a.json
 
 

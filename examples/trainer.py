@@ -3,6 +3,7 @@
     python -m examples.trainer --out runs/demo            # start, or resume after any crash
     python -m examples.trainer --out runs/demo --baseline # the same loop without the journal
     python -m examples.trainer --out runs/demo --ray      # rollout workers as Ray actors
+    python -m examples.trainer --out runs/demo --no-journal  # the default loop, journal off
 
 The shape is the one of an async RL framework (NeMo-RL, verl, ...):
 
@@ -25,7 +26,9 @@ The shape is the one of an async RL framework (NeMo-RL, verl, ...):
 * `--ray`: the generator tasks send their rollouts to Ray actors (`examples.ray_workers`,
   on `--ray-address` or a local Ray); an actor writes the row itself and returns the locator,
   the trainer seals it; an actor's death gives the rollout up to its next attempt like a
-  missed deadline, and a restarted trainer takes over the actors of the one that died;
+  missed deadline, and a restarted trainer takes over the actors of the one that died
+  (group-level and the baseline too: there the row is read back and the group's rows
+  written once all are in);
 * a tiny policy trains on each step's groups with a GRPO loss;
 * every `--ckpt-every` steps a checkpoint: `begin_checkpoint` when the state is captured,
   weights (and an ownership cut) written and fsynced, then `commit_checkpoint`;
@@ -44,7 +47,10 @@ directory it resumes from the ownership cut inside the newest checkpoint directo
 
 With `--baseline` there is no journal: it saves the loader's `state_dict()` with the
 weights at checkpoint time and drops whatever was in flight on a restart, as async
-frameworks do today. Both write a ledger (`examples.bookkeeping`) the chaos driver audits.
+frameworks do today. `--no-journal` is the default (rollout-level) loop with the journal off:
+rollouts are tracked, retried and fenced in memory only, and a restart resumes like the
+baseline; it measures what journaling costs (`python -m bench ray`). Both write a ledger
+(`examples.bookkeeping`) the chaos driver audits.
 
 It announces what it does on stdout, one line each, so `journal-demo` can aim its kills:
 `RESUMED ...`, `STEP n ...`, `PHASE checkpoint_save step=n`, `PHASE checkpoint_committed
@@ -66,6 +72,7 @@ import secrets
 import shutil
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -118,14 +125,16 @@ class Config:
     segment_bytes: int = 64 << 10
     lr: float = 0.02
     baseline: bool = False
+    baseline_rollouts: bool = False  # the baseline tracks rollouts one by one in memory (--no-journal)
     ray: bool = False              # rollout workers are Ray actors (examples.ray_workers)
     ray_address: str | None = None  # the cluster to join (None: start a local one)
     ray_actors: int = 3
 
     @property
     def rollout_level(self) -> bool:
-        """Whether new groups are admitted with rollouts=N (the baseline has no journal to seal in)."""
-        return not (self.group_level or self.baseline)
+        """Whether new groups are admitted with rollouts=N: each rollout tracked on its own (the
+        baseline only with --no-journal, in memory)."""
+        return not self.group_level and (self.baseline_rollouts or not self.baseline)
 
     @property
     def journal_dir(self) -> str:
@@ -337,6 +346,12 @@ class NoOwnership:
     async def finished(self, gid, policy_version, locator):
         pass
 
+    async def rollout_sealed(self, gid, index, attempt, locator, policy_version, finish: bool):
+        pass
+
+    async def rollout_failed(self, gid, index, attempt, reason):
+        pass
+
     async def trained(self, gids, step):
         pass
 
@@ -467,7 +482,7 @@ class Trainer:
         self.dp.sweep(())   # nothing in flight survives a baseline restart
         announce("RESUMED", "source=baseline", f"step={step}", "lsn=-", "reserved=0", "admitted=0",
                  "replay=0", "spare=0", "salvaged=0", "demoted=0", "regenerated=0",
-                 f"rollouts={self.cfg.rollouts}", "mode=group")
+                 f"rollouts={self.cfg.rollouts}", f"mode={'rollout' if self.cfg.rollout_level else 'group'}")
 
     def _start_journal(self) -> list[tuple[Work, list[tuple[int, int]]]]:
         """Restore and resume; returns the admitted groups to redispatch, each with the
@@ -745,6 +760,7 @@ class Trainer:
             w, i, attempt = await self.jobs.get()
             if not self._wanted(w, i, attempt):
                 continue
+            self.ledger.count(rollouts_started=1)
             seconds = self._latency(rng)
             await asyncio.sleep(min(seconds, deadline))
             if not self._wanted(w, i, attempt):
@@ -778,6 +794,7 @@ class Trainer:
             held = await self.pool.actor(slot)
             if not self._wanted(w, i, attempt):
                 continue
+            self.ledger.count(rollouts_started=1)
             seconds = self._latency(rng)
             weights = self.pool.policy_weights(w.policy_version, self.policies[w.policy_version],
                                                self.policies)
@@ -827,7 +844,13 @@ class Trainer:
             return
         row = await asyncio.to_thread(self.dp.get, loc)
         result = (int(row["answer"]), float(row["old_logprob"]), float(row["reward"]))
-        await self._seal(w, i, attempt, loc, result, seconds)
+        if w.attempts is not None:
+            await self._seal(w, i, attempt, loc, result, seconds)
+            return
+        # group-level: the result joins its group, whose rows are written once all are in
+        await asyncio.to_thread(self.dp.delete, [loc])
+        if self._wanted(w, i, attempt):
+            await self._keep_group_result(w, i, result, seconds)
 
     async def _fence_handover(self, results) -> None:
         """Results the actors finished for a controller that died: each is offered to the
@@ -871,29 +894,37 @@ class Trainer:
         last one finishes the group in the same commit); group-level, the group's rows go to the
         data plane once all are done, then `finished`."""
         self.ledger.count(generation_us=_us(seconds))
-        R = self.cfg.rollouts
         if w.attempts is None:
-            w.keep(i, result, seconds)
-            if w.done == R:
-                rows = w.group_rows()
-                # rows durable in the data plane first, then the journal says where they are
-                loc = await asyncio.to_thread(self.dp.put, w.gid, rows)
-                await self.own.finished(w.gid, w.policy_version, loc)
-                w.status, w.locator = REPLAY, loc
-                self.events.put_nowait(("finished", w))
+            await self._keep_group_result(w, i, result, seconds)
             return
         loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt,
                                       _rollout_row(result, seconds, w.policy_version))
         await self._seal(w, i, attempt, loc, result, seconds)
 
+    async def _keep_group_result(self, w: Work, i: int, result: tuple, seconds: float) -> None:
+        """Group-level: rollout `i` of `w` is done; with the last one the group's rows go to the
+        data plane, then `finished`."""
+        w.keep(i, result, seconds)
+        if w.done == self.cfg.rollouts:
+            rows = w.group_rows()
+            # rows durable in the data plane first, then the journal says where they are
+            loc = await asyncio.to_thread(self.dp.put, w.gid, rows)
+            await self.own.finished(w.gid, w.policy_version, loc)
+            w.status, w.locator = REPLAY, loc
+            self.events.put_nowait(("finished", w))
+
     async def _seal(self, w: Work, i: int, attempt: int, loc: str, result: tuple, seconds: float) -> None:
         """Rollout `i` of `w` in `attempt` is durable at `loc`: sealed while the trainer still
         waits for it, else its row goes."""
         R = self.cfg.rollouts
+        began = time.perf_counter()
         async with w.lock:
             if self._wanted(w, i, attempt):
                 last = w.done == R - 1
                 await self.own.rollout_sealed(w.gid, i, attempt, loc, w.policy_version, finish=last)
+                # how long the generator task waited for the seal (the group's lock, the commit)
+                self.stats["seal_wait_us"] += _us(time.perf_counter() - began)
+                self.stats["seals"] += 1
                 w.keep(i, result, seconds)
                 w.sealed[i] = loc
                 if last:
@@ -924,7 +955,13 @@ class Trainer:
     async def _fence(self, w: Work | None, gid: int, i: int, attempt: int, loc: str) -> None:
         """Offer the journal a result of a given-up attempt of rollout `i` of group `gid` (`w`:
         the group, None once it left the trainer); it must reject the seal; the row at `loc`
-        goes."""
+        goes. Without a journal (the baseline) or for a group without rollouts= there is no
+        attempt to fence with: the trainer gave the result up, and drops it."""
+        if self.journal is None or (w is not None and w.attempts is None):
+            await asyncio.to_thread(self.dp.delete, [loc])
+            self.stats["late_results_ignored"] += 1
+            self.ledger.count(late_results_ignored=1)
+            return
         lock = w.lock if w is not None else asyncio.Lock()
         async with lock:
             try:
@@ -1135,21 +1172,25 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--segment-bytes", type=int, default=64 << 10, help="journal segment size")
     p.add_argument("--baseline", action="store_true",
                    help="no journal: save the loader state at checkpoint time, drop in-flight work")
+    p.add_argument("--no-journal", action="store_true",
+                   help="the default loop (rollouts tracked, retried and fenced one by one) with the "
+                        "journal off: ownership in memory only, a restart resumes like --baseline")
     p.add_argument("--ray", action="store_true",
-                   help="rollout workers are Ray actors (needs the ray extra); rollout-level only")
+                   help="rollout workers are Ray actors (needs the ray extra)")
     p.add_argument("--ray-address", default=os.environ.get("OJ_RAY_ADDRESS"),
                    help="Ray cluster to join (default $OJ_RAY_ADDRESS, else a local one is started)")
     p.add_argument("--ray-actors", type=int, default=3, help="rollout actors in Ray mode (default 3)")
     a = p.parse_args(argv)
-    if a.ray and (a.baseline or a.group_level):
-        p.error("--ray seals each rollout in the journal: it does not combine with --baseline or "
-                "--group-level")
+    if a.no_journal and (a.baseline or a.group_level):
+        p.error("--no-journal is the rollout-level loop without the journal: not with --baseline "
+                "(group-level, no journal) or --group-level")
     return Config(out=a.out, seed=a.seed, epochs=a.epochs, dataset_size=a.dataset_size,
                   batch_size=a.batch_size, rollouts=a.rollouts, workers=a.workers,
                   failure_rate=a.failure_rate, latency_ms=a.latency_ms, slow_rate=a.slow_rate,
                   deadline_ms=a.deadline_ms, max_attempts=a.max_attempts, group_level=a.group_level,
                   ckpt_every=a.ckpt_every, ckpt_save_seconds=a.ckpt_save_seconds,
-                  segment_bytes=a.segment_bytes, baseline=a.baseline, ray=a.ray,
+                  segment_bytes=a.segment_bytes, baseline=a.baseline or a.no_journal,
+                  baseline_rollouts=a.no_journal, ray=a.ray,
                   ray_address=a.ray_address, ray_actors=a.ray_actors)
 
 

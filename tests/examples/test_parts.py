@@ -1,9 +1,11 @@
 """The example's parts on their own: the dataset and collate function restore rehydrates with,
 the crash-safe data plane (per group and per rollout attempt), the sealed rows a checkpoint
-directory carries, the ledger's final-history replay, the kill plan."""
+directory carries, the ledger's final-history replay, the kill plans, the trainer's loop with
+the journal off."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -14,9 +16,11 @@ from replay import fingerprint, restore
 from snapshot import compact
 
 from examples.bookkeeping import Ledger, read_ledger
+from examples import chaos
 from examples.chaos import kill_plan
 from examples.data_plane import LocalDataPlane
 from examples.dataset import PromptDataset, collate_fn
+from examples.trainer import Trainer, parse_args
 
 
 def test_dataset_is_deterministic_two_tasks_and_fingerprints_are_stable():
@@ -135,6 +139,47 @@ def test_kill_plan_covers_saves_compactions_restores_and_is_seeded():
     assert {"checkpoint_save", "compaction", "restore"} <= set(aims) and len(plan) == 8
     steps = [s for _, s, _ in plan]
     assert steps == sorted(steps) and 1 <= steps[0] and steps[-1] <= 80
+
+
+def test_ray_kill_plan_is_seeded_and_has_only_the_kill_kinds_asked_for():
+    every = chaos.ray_kill_plan(chaos.Options(seed=4, actor_kills=5, node_kills=2), 60)
+    assert every == chaos.ray_kill_plan(chaos.Options(seed=4, actor_kills=5, node_kills=2), 60)
+    assert sorted(k for _, k in every) == ["actor"] * 5 + ["node"] * 2
+    assert [s for s, _ in every] == sorted(s for s, _ in every) and 1 <= every[0][0] and every[-1][0] <= 48
+    only = chaos.Options(seed=4, actor_kills=5, node_kills=2, kill_kinds=("actor",))
+    actors = chaos.ray_kill_plan(only, 60)
+    # the same kills at the same steps, whichever kinds a run leaves out
+    assert actors == [k for k in every if k[1] == "actor"]
+    assert chaos.ray_kill_plan(chaos.Options(seed=4, kill_kinds=("controller",)), 60) == []
+    o, _ = chaos.parse_args(["--ray", "--kill-kinds", "node, actor"])
+    assert o.kill_kinds == ("actor", "node")
+    for argv in (["--ray", "--kill-kinds", "actor,disk"], ["--kill-kinds", "actor"]):
+        with pytest.raises(SystemExit):
+            chaos.parse_args(argv)
+
+
+def test_no_journal_runs_the_rollout_level_loop_with_nothing_durable(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    cfg = parse_args(["--out", out, "--no-journal", "--dataset-size", "32", "--epochs", "1",
+                      "--batch-size", "8", "--rollouts", "4", "--workers", "4", "--slow-rate", "0.2",
+                      "--failure-rate", "0",
+                      "--ckpt-every", "2", "--ckpt-save-seconds", "0"])
+    assert cfg.baseline and cfg.rollout_level
+    assert not parse_args(["--out", out, "--baseline"]).rollout_level
+    os.makedirs(out)
+    asyncio.run(Trainer(cfg).run())
+    said = capsys.readouterr().out
+    assert "mode=rollout" in said.split("RESUMED", 1)[1].split("\n", 1)[0]
+    assert not os.path.exists(cfg.journal_dir)
+    rep = read_ledger(cfg.ledger_path).report(32, 1)
+    assert rep["trained_once"] + rep["dropped"] == 32 and rep["trained_twice"] == rep["lost"] == 0
+    c = rep["counters"]
+    # slow workers missed their deadline: retried one rollout at a time, the late result dropped
+    assert c["rollouts_retried"] >= 1 and c["late_results_ignored"] >= 1
+    # every start is counted: the trained groups' sealed rollouts and the given-up attempts
+    assert c["rollouts_started"] >= 4 * rep["trained_once"] + c["rollouts_retried"]
+    with pytest.raises(SystemExit):
+        parse_args(["--out", out, "--no-journal", "--group-level"])
 
 
 def test_a_cut_carries_the_rows_of_its_admitted_groups_sealed_rollouts(tmp_path):

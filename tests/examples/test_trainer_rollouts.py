@@ -1,7 +1,7 @@
 """The example trainer's rollout-level ownership, in-process: after a restore it dispatches
 only the pending rollouts with the attempts restore gives them (sealed ones are read back
 from the data plane), and a slow worker's late result is rejected by the journal, its row
-deleted and counted."""
+deleted and counted; in Ray mode group-level, an actor's row joins its group's rows."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from journal import GroupRef, Journal, Reader, RolloutRef
 from replay import fingerprint
 
-from examples.trainer import Config, Trainer, _rollout_row, step_dir
+from examples.trainer import ADMITTED, REPLAY, Config, NoOwnership, Trainer, _rollout_row, step_dir
 
 
 def _close(t: Trainer) -> None:
@@ -97,3 +97,40 @@ def test_a_late_result_is_rejected_by_the_journal_and_its_row_deleted(trainer):
     # the journal holds the raised attempts and the one seal
     r = Reader(t.cfg.journal_dir).fold().live[w.gid].rollouts
     assert r.attempts == (0, 1, 1, 0) and r.locators == (None, None, rows[0], None)
+
+
+class _AckingPool:
+    """The one part of the Ray actor pool an answer needs: acknowledging a handled result."""
+
+    def ack(self, held, group_id: int, index: int, attempt: int) -> None:
+        pass
+
+
+def test_ray_mode_group_level_keeps_each_actors_row_with_its_group(trainer):
+    # the baseline (no journal) is group-level: an actor's answer joins its group's result
+    # slots, the actor's row goes, and the group's rows are written once all are in
+    t = trainer(baseline=True, ray=True)
+    t.own, t.pool = NoOwnership(), _AckingPool()
+
+    async def scenario():
+        t.jobs, t.events = asyncio.Queue(), asyncio.Queue()
+        t._snapshot_policy()
+        (w,) = await t._take()
+        await t._admit([w], 1)
+        locs = []
+        for i in range(4):
+            locs.append(t.dp.put_rollout(w.gid, i, 0, _rollout_row((i, -0.5, float(i % 2)), 0.25, 0)))
+            answered = asyncio.get_running_loop().create_future()
+            answered.set_result({"locator": locs[-1], "handover": []})
+            assert w.status == ADMITTED
+            await t._ray_answer(0, ("actor-0", None), w, i, 0, answered, 0.25, late=False)
+        return w, locs, t.events.get_nowait()
+
+    w, locs, event = asyncio.run(scenario())
+    assert event == ("finished", w) and w.status == REPLAY and w.attempts is None
+    assert not any(t.dp.has(loc) for loc in locs)
+    assert os.listdir(t.cfg.rows_dir) == [w.locator]
+    assert t.dp.get(w.locator)["answers"].tolist() == [0, 1, 2, 3]
+    assert t.dp.get(w.locator)["rewards"].tolist() == [0.0, 1.0, 0.0, 1.0]
+    t.gc_pool.shutdown(wait=True)
+    t.ledger.close()
