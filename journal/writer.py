@@ -41,6 +41,11 @@ from .vfs import DEFAULT_FS, OsFileSystem
 SYNC_MODES = ("always", "batch", "none")
 _CHECKPOINT_MARKERS = (CheckpointBegun, CheckpointCommitted)
 DEFAULT_SEGMENT_BYTES = 64 << 20
+# The active segment is zero-filled ahead of its frames (sync "always" and "batch"): from its
+# size at least PREALLOCATE_MIN bytes, doubling, at most PREALLOCATE_MAX at a time, never past
+# segment_bytes. A frame then overwrites allocated zeros, so its fdatasync writes no metadata.
+PREALLOCATE_MIN = 64 << 10
+PREALLOCATE_MAX = 4 << 20
 LOCK_NAME = layout.LOCK_NAME
 TORN_DIR = layout.TORN_DIR
 
@@ -196,6 +201,7 @@ class Journal:
         self._syncer: threading.Thread | None = None
         self._stop_syncer = threading.Event()  # set by close(): the batch syncer exits at once
         self._sealed: list = []  # sync="none": sealed segments not fsynced yet (flush() does it)
+        self._preallocate = sync != "none"  # without fsyncs there is no metadata write to save
         self._open_warning: str | None = None
         self._disk_segment: _SegmentPlan | None = None
         self._replica = None         # journal.replica.Replica, with replica=
@@ -395,9 +401,13 @@ class Journal:
     def _repair_torn(self, reader: Reader) -> None:
         """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes):
         left in place, the writer would append after it and the next open would see a bad
-        frame followed by good ones (JournalCorrupt)."""
+        frame followed by good ones (JournalCorrupt). Cut off the zeros after the last frame of a
+        preallocated segment too (a crash left them; they hold nothing, so nothing is copied):
+        the segment is continued at its end, and zero-filled again as it grows."""
         for torn in reader.torn_tails():
             self._cut_torn(torn)
+        for tail in reader.zero_tails.values():
+            self._truncate_segment(tail.segment, tail.offset, "the zero-filled rest")
 
     def _cut_torn(self, torn) -> None:
         seg = torn.segment
@@ -405,7 +415,7 @@ class Journal:
             return
         with open(seg.path, "rb") as f:
             f.seek(torn.offset)
-            tail = f.read()
+            tail = f.read(torn.size - torn.offset)
         with _io_step("copy the torn tail aside into torn/ from", seg.path):
             leftovers.copy_torn_tail(self.fs, self.path, seg.name, torn.offset, tail)
         if torn.offset == 0:
@@ -414,14 +424,18 @@ class Journal:
                 self.fs.unlink(seg.path)
                 self.fs.fsync_dir(self.path)
         else:
-            with _io_step(f"cut off the torn tail at offset {torn.offset} of", seg.path):
-                f = self.fs.open_append(seg.path)
-                try:
-                    f.truncate(torn.offset)
-                    f.sync()
-                finally:
-                    f.close()
-            seg.size = torn.offset
+            self._truncate_segment(seg, torn.offset, "the torn tail")
+
+    def _truncate_segment(self, seg, offset: int, what: str) -> None:
+        """Cut segment `seg` at `offset` (fsynced): `what` is what goes, for the error."""
+        with _io_step(f"cut off {what} at offset {offset} of", seg.path):
+            f = self.fs.open_append(seg.path)
+            try:
+                f.truncate(offset)
+                f.sync()
+            finally:
+                f.close()
+        seg.size = offset
 
     def _create_segment(self, header: fmt.SegmentHeader, *, publish: bool = True,
                         opening: bool = False) -> _SegmentPlan:
@@ -712,6 +726,8 @@ class Journal:
             if seg is not self._disk_segment:
                 self._rotate_to(seg)
             frame, _ = fmt.encode_frame([p.record for p in batch[i:j]], batch[i].chain_before)
+            if self._preallocate:
+                self._zero_fill_ahead(seg.file, len(frame))
             seg.file.write(frame)
             i = j
         if self.sync == "always":
@@ -719,11 +735,33 @@ class Journal:
         else:
             self._dirty = True
 
+    def _zero_fill_ahead(self, f, n: int) -> None:
+        """Make sure the `n` bytes about to be written at `f.offset` land on allocated zeros:
+        otherwise zero-fill the segment further (see PREALLOCATE_MIN) and fsync that, so the
+        commits' fdatasyncs that follow write only their data."""
+        need = f.offset + n
+        if need <= f.allocated:
+            return
+        step = min(PREALLOCATE_MAX, max(PREALLOCATE_MIN, f.allocated))
+        f.allocate(max(need, min(f.allocated + step, self.segment_bytes)))
+        f.sync()
+
+    @staticmethod
+    def _cut_zeros(f) -> None:
+        """Seal a preallocated segment: cut off its zeros (a sealed segment ends with its last
+        frame) and fsync that. Readers take zeros at the end of a sealed segment for damage."""
+        if f.allocated > f.offset:
+            f.truncate(f.offset)
+            f.sync()
+
     def _rotate_to(self, seg: _SegmentPlan) -> None:
-        """Seal the segment on disk (fsync unless sync="none"), then create `seg`."""
+        """Seal the segment on disk (fsync and cut off its zeros unless sync="none"), then
+        create `seg`. The cut is durable before `seg` exists, so only the last segment of a
+        timeline ever ends in zeros."""
         old = self._disk_segment
         if self.sync != "none":
             old.file.sync()
+            self._cut_zeros(old.file)
             old.file.close()
         else:  # not fsynced now, but flush() must still make its commits durable
             self._sealed.append(old.file)
@@ -780,6 +818,14 @@ class Journal:
                 f.close()
             self._pass_lead()
 
+    def _seal_active(self) -> None:
+        """On a clean close, cut off the zeros ahead of the active segment's frames: closed, a
+        journal's files hold frames only, as if never preallocated."""
+        seg = self._disk_segment
+        if self._preallocate and seg is not None and seg.file is not None and seg.file.fd >= 0:
+            with self._cond, _io_step("cut off the zero-filled rest of", seg.file.path):
+                self._cut_zeros(seg.file)
+
     def close(self) -> None:
         """Flush (unless failed) and release the file and the writer lock. Idempotent."""
         if self._closed:
@@ -787,6 +833,7 @@ class Journal:
         try:
             if self._failed is None:
                 self.flush()
+                self._seal_active()
         finally:
             with self._cond:
                 self._closed = True

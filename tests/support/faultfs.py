@@ -6,7 +6,8 @@ every operation on the real file system and
 
 * **records** each one as an `Op` in `fs.ops` (in order, thread-safe):
   ``create``, ``open`` (open_append), ``write`` (path, offset, the bytes that
-  reached the file), ``fsync``, ``truncate``, ``close``, ``rename``, ``unlink``,
+  reached the file), ``allocate`` (a preallocation: recorded as the zeros it writes, at
+  the offset it starts from), ``fsync``, ``truncate``, ``close``, ``rename``, ``unlink``,
   ``mkdir``, ``rmtree``, ``fsync_dir``. Composite helpers (`write_file`,
   `replace_file`, `makedirs`) are recorded as the primitives they are made of;
 * **fails** chosen operations, armed with `fs.inject(...)`: the N-th operation
@@ -58,8 +59,8 @@ from typing import Callable, Iterable
 
 from journal.vfs import File, OsFileSystem
 
-KINDS = ("create", "open", "write", "fsync", "truncate", "close", "rename", "unlink", "mkdir",
-         "rmtree", "fsync_dir")
+KINDS = ("create", "open", "write", "allocate", "fsync", "truncate", "close", "rename", "unlink",
+         "mkdir", "rmtree", "fsync_dir")
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,16 @@ class FaultFS(OsFileSystem):
         super().write(f, data)
         self._record("write", f.path, handle=h, offset=off, data=data)
 
+    def allocate(self, f: File, size: int) -> None:
+        fault = self._run("allocate", f.path)
+        h, start = f._faultfs_handle, f.allocated
+        zeros = bytes(max(0, size - start))
+        if fault:
+            self._record("allocate", f.path, handle=h, offset=start, data=b"", size=size, error=fault.error)
+            self._raise(fault, "allocate", f.path)
+        super().allocate(f, size)
+        self._record("allocate", f.path, handle=h, offset=start, data=zeros, size=size)
+
     def fsync(self, f: File) -> None:
         fault = self._run("fsync", f.path)
         if fault:
@@ -368,7 +379,7 @@ class _Tree:
 
     def apply(self, op: Op) -> None:
         k = op.kind
-        if k == "write":
+        if k in ("write", "allocate"):  # a preallocation is the write of its zeros
             node = self.handles.get(op.handle)
             if node is not None and op.data:
                 end = op.offset + len(op.data)
