@@ -18,6 +18,7 @@ and damage").
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import shutil
@@ -26,6 +27,7 @@ import pytest
 
 from journal import Journal, JournalCorrupt, JournalFailed, JournalIOError, Reader
 from journal.format import encode_frame
+from tests.support.cli_run import cli
 from tests.support.faultfs import FaultFS
 from tests.support.journal_model import (Model, append_and_verify, assert_journal_matches, drive, frames,
                                          segment_files, tree_bytes)
@@ -267,3 +269,20 @@ def test_failed_cut_on_close_is_a_journal_io_error_and_loses_nothing(fast_tmp):
     with Journal.open(path) as j2:  # the lock was released; the zeros left are the end of the log
         assert_journal_matches(j2, m)
     assert Reader(path).problems == []
+
+
+def test_inspect_verify_takes_a_zero_tail_for_the_end(fast_tmp):
+    """`journal-inspect verify` of the files a crash leaves (the active segment preallocated):
+    no problem, no torn tail, nothing written."""
+    path = str(fast_tmp / "j")
+    j = Journal.open(path)
+    drive(j, Model(), random.Random(6), 12)
+    img = shutil.copytree(path, str(fast_tmp / "img"))
+    j.close()
+    r = Reader(img)
+    list(r.records())
+    assert r.zero_tails and not r.problems
+    before = tree_bytes(img)
+    report = json.loads(cli("verify", img, "--json").stdout)
+    assert report["problems"] == []
+    assert tree_bytes(img) == before
