@@ -25,7 +25,7 @@ import msgspec
 
 from . import arguments
 from . import format as fmt
-from . import layout, leftovers, locks
+from . import layout, leftovers, locks, prealloc
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
                      JournalWarning, ReplicaError, TransactionClosed)
@@ -202,6 +202,7 @@ class Journal:
         self._stop_syncer = threading.Event()  # set by close(): the batch syncer exits at once
         self._sealed: list = []  # sync="none": sealed segments not fsynced yet (flush() does it)
         self._preallocate = sync != "none"  # without fsyncs there is no metadata write to save
+        self._next = prealloc.NextSegment(fs, path, segment_bytes) if self._preallocate else None
         self._open_warning: str | None = None
         self._disk_segment: _SegmentPlan | None = None
         self._replica = None         # journal.replica.Replica, with replica=
@@ -217,6 +218,8 @@ class Journal:
                 pass
         if self._replica is not None:
             self._replica.close(release=True)
+        if self._next is not None:
+            self._next.close(remove=False)
         os.close(self._lock_fd)
 
     # -- replica (journal/replica.py) ---------------------------------------------------
@@ -273,6 +276,9 @@ class Journal:
         runs now (the compaction lock is free)."""
         with _io_step("remove duplicate torn-tail copies", os.path.join(self.path, layout.TORN_DIR)):
             leftovers.remove_torn_garbage(self.fs, self.path)
+        prepared = os.path.join(self.path, layout.PREPARED_NAME)
+        with _io_step("remove the prepared next segment a crash left", prepared):
+            prealloc.remove_leftover(self.fs, self.path)
         fd = locks.try_compaction_lock(self.path)
         if fd is None:
             return
@@ -734,6 +740,8 @@ class Journal:
             self._disk_segment.file.sync()
         else:
             self._dirty = True
+        if self._next is not None and 2 * self._disk_segment.file.offset >= self.segment_bytes:
+            self._next.start()  # half full: the next segment is prepared meanwhile
 
     def _zero_fill_ahead(self, f, n: int) -> None:
         """Make sure the `n` bytes about to be written at `f.offset` land on allocated zeros:
@@ -765,8 +773,28 @@ class Journal:
             old.file.close()
         else:  # not fsynced now, but flush() must still make its commits durable
             self._sealed.append(old.file)
-        seg.file = self._create_segment(seg.header).file
+        prepared = self._next.take() if self._next is not None else None
+        seg.file = (self._publish_prepared(prepared, seg) if prepared is not None
+                    else self._create_segment(seg.header).file)
         self._disk_segment = seg
+
+    def _publish_prepared(self, f, seg: _SegmentPlan):
+        """Make the prepared, zero-filled file (journal/prealloc.py) segment `seg`: its header
+        written over the first zeros and fsynced, then the file renamed into place and the
+        directory fsynced. Until the rename is durable the file is a leftover the next open
+        removes; after it, a segment with no frame yet."""
+        try:
+            with _io_step("publish the prepared next segment as", seg.path):
+                f.write(fmt.encode_header(seg.header))
+                f.sync()
+                self.fs.rename(f.path, seg.path)
+                f.path = seg.path
+                self.fs.fsync_dir(self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                f.close()
+            raise
+        return f
 
     # -- syncing and closing ---------------------------------------------------------------
 
@@ -839,6 +867,8 @@ class Journal:
                 self._closed = True
                 self._cond.notify_all()
             self._stop_syncer.set()
+            if self._next is not None:  # after a failure no I/O but closes: the next open removes it
+                self._next.close(remove=self._failed is None)
             seg = self._disk_segment
             files = list(self._sealed)
             if seg is not None and seg.file is not None:

@@ -13,6 +13,9 @@ and damage").
   every acknowledged commit, and a later append verifies.
 * I/O errors of the new steps (the preallocation, its fsync, the cut of the zeros) fail the
   journal (a commit) or raise `JournalIOError` (close), and lose nothing acknowledged.
+* The next segment is prepared by a background thread (journal/prealloc.py) and published by
+  a rename at the rotation; a failed preparation is removed and the rotation creates the
+  segment; a failed publication fails the journal; a prepared file a crash left is removed.
 """
 
 from __future__ import annotations
@@ -26,13 +29,16 @@ import shutil
 import pytest
 
 from journal import Journal, JournalCorrupt, JournalFailed, JournalIOError, Reader
-from journal.format import encode_frame
+from journal.format import HEADER_SIZE, encode_frame
+from journal.layout import PREPARED_NAME
+from journal.writer import PREALLOCATE_MIN
 from tests.support.cli_run import cli
 from tests.support.faultfs import FaultFS
 from tests.support.journal_model import (Model, append_and_verify, assert_journal_matches, drive, frames,
                                          segment_files, tree_bytes)
 
 SEGMENT = 4096
+SEGMENT_1 = "00000001-"  # in the names of timeline 1's segments, not in the prepared file's
 
 
 def data_end(path: str, seg: str) -> int:
@@ -68,6 +74,19 @@ def test_active_segment_is_zero_filled_ahead_and_cut_on_close(fast_tmp):
     j.close()
     assert os.path.getsize(p) == end
     assert [o.kind for o in fs.ops if o.path == p][-3:] == ["truncate", "fsync", "close"]
+    append_and_verify(path, m)
+
+
+def test_zero_fill_grows_ahead_of_the_frames(fast_tmp):
+    path = str(fast_tmp / "j")
+    fs = FaultFS(root=path)
+    with Journal.open(path, fs=fs) as j:
+        m = drive(j, Model(), random.Random(9), 30, take_weight=1000, max_take=1, fingerprint_bytes=6000)
+        (seg,) = segment_files(path)
+        sizes = [o.size for o in fs.ops if o.kind == "allocate" and o.path.endswith(seg)]
+        first = HEADER_SIZE + PREALLOCATE_MIN  # then doubling: the segment's size so far each time
+        assert data_end(path, seg) > 2 * first and sizes[:2] == [first, 2 * first]
+        assert sizes == sorted(sizes) and os.path.getsize(os.path.join(path, seg)) == sizes[-1]
     append_and_verify(path, m)
 
 
@@ -176,6 +195,7 @@ def run_recorded(path: str, commits: int):
             drive(j, history[-1], rng, 1, history, loader_every=4)
             acks.append(len(fs.ops))
     assert fs.count("allocate") >= 3 and len(segment_files(path)) >= 3
+    assert any(o.kind == "rename" and PREPARED_NAME in o.path for o in fs.ops)  # a prepared one used
     return fs, acks, history
 
 
@@ -228,17 +248,18 @@ def test_torn_frame_over_zeros_is_cut_and_copied_without_the_zeros(fast_tmp, kee
 # -- I/O errors of the new steps ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind,nth", [("allocate", 1), ("allocate", 3), ("fsync", None),
-                                      ("truncate", 1), ("truncate", 2)])
+@pytest.mark.parametrize("kind,nth", [("allocate", 1), ("fsync", None), ("truncate", 1), ("truncate", 2)])
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
-def test_failed_preallocation_or_cut_fails_the_journal_and_loses_nothing(fast_tmp, kind, nth, code):
+def test_failed_zero_fill_or_cut_fails_the_journal_and_loses_nothing(fast_tmp, kind, nth, code):
+    """The zero-fill ahead of the active segment's frames (in the commit path), its fsync, and
+    the cut of a sealed segment's zeros."""
     path = str(fast_tmp / "j")
     fs = FaultFS(root=path)
     j = Journal.open(path, segment_bytes=SEGMENT, fs=fs)
-    if kind == "fsync":  # the fsync of the zeros a preallocation wrote (the one after it)
-        fs.on("allocate", lambda k, p: fs.inject("fsync", nth=1, error=code))
+    if kind == "fsync":  # the fsync of the zeros the segment's zero-fill wrote (the one after it)
+        fs.on("allocate", lambda k, p: SEGMENT_1 in p and fs.inject("fsync", nth=1, error=code))
     else:
-        fs.inject(kind, nth=nth, error=code)
+        fs.inject(kind, nth=nth, error=code, path_contains=SEGMENT_1)
     history, rng, failed = [Model()], random.Random(11), None
     try:
         for _ in range(300):
@@ -286,3 +307,83 @@ def test_inspect_verify_takes_a_zero_tail_for_the_end(fast_tmp):
     report = json.loads(cli("verify", img, "--json").stdout)
     assert report["problems"] == []
     assert tree_bytes(img) == before
+
+
+# -- the next segment, prepared in the background ------------------------------------------------
+
+
+def rotate(j, path: str, m: Model, segments: int) -> Model:
+    """Commit until the journal has `segments` segments."""
+    while len(segment_files(path)) < segments:
+        m = drive(j, m, random.Random(m.lsn), 1)
+    return m
+
+
+def test_rotation_publishes_the_segment_prepared_in_the_background(fast_tmp):
+    path = str(fast_tmp / "j")
+    fs = FaultFS(root=path)
+    prepared = os.path.join(path, PREPARED_NAME)
+    with Journal.open(path, segment_bytes=SEGMENT, fs=fs) as j:
+        m = rotate(j, path, Model(), 4)
+        on_prepared = [o.kind for o in fs.ops if o.path == prepared]
+        assert on_prepared[:4] == ["create", "allocate", "fsync", "write"]  # zero-filled, then the header
+        made = [o for o in fs.ops if o.kind == "create" and o.path.endswith(".wal")]
+        renamed = [o.dst for o in fs.ops if o.kind == "rename" and o.path == prepared]
+        assert len(made) == 1 and renamed == [os.path.join(path, s) for s in segment_files(path)[1:]]
+        allocs = [o for o in fs.ops if o.kind == "allocate" and o.path == prepared]
+        assert all(o.size == SEGMENT for o in allocs)
+    assert PREPARED_NAME not in os.listdir(path)  # a clean close removes a prepared file
+    append_and_verify(path, m)
+
+
+@pytest.mark.parametrize("content", [b"", bytes(SEGMENT), b"header" + bytes(100)])
+def test_a_prepared_file_a_crash_left_is_removed_on_open(fast_tmp, content):
+    path = str(fast_tmp / "j")
+    m = closed_journal(path)
+    with open(os.path.join(path, PREPARED_NAME), "wb") as fh:
+        fh.write(content)
+    with Journal.open(path) as j:
+        assert_journal_matches(j, m)
+        assert PREPARED_NAME not in os.listdir(path)
+    append_and_verify(path, m)
+
+
+@pytest.mark.parametrize("kind", ["create", "allocate", "fsync"])
+def test_a_failed_preparation_is_removed_and_the_rotation_creates_the_segment(fast_tmp, kind):
+    path = str(fast_tmp / "j")
+    fs = FaultFS(root=path)
+    fs.inject(kind, nth=1, error=errno.ENOSPC, path_contains=PREPARED_NAME)
+    with Journal.open(path, segment_bytes=SEGMENT, fs=fs) as j:
+        m = rotate(j, path, Model(), 3)
+        assert fs.count(failed=True) >= 1
+        assert sum(o.kind == "create" and o.path.endswith(".wal") for o in fs.ops) >= 2  # the fallback
+        assert_journal_matches(j, m)
+    assert PREPARED_NAME not in os.listdir(path)
+    append_and_verify(path, m)
+
+
+@pytest.mark.parametrize("kind", ["write", "fsync", "rename", "fsync_dir"])
+def test_a_failed_publication_fails_the_journal_and_loses_nothing(fast_tmp, kind):
+    """The rotation's steps on the prepared file (header write, its fsync, the rename, the
+    directory fsync) fail: fail-stop, and every acknowledged commit is there after a reopen."""
+    path = str(fast_tmp / "j")
+    fs = FaultFS(root=path)
+    after = {"write": None, "fsync": "write", "rename": None, "fsync_dir": "rename"}[kind]
+    if after is None:  # the prepared file's first write is the header; only a rotation renames it
+        fs.inject(kind, nth=1, error=errno.EIO, path_contains=PREPARED_NAME)
+    else:  # the header's fsync follows its write; the directory fsync follows the rename
+        fs.on(after, lambda _k, p: PREPARED_NAME in p and fs.inject(
+            kind, nth=1, error=errno.EIO, path_contains=None if kind == "fsync_dir" else PREPARED_NAME))
+    history = [Model()]
+    j = Journal.open(path, segment_bytes=SEGMENT, fs=fs)
+    with pytest.raises(JournalFailed) as info:
+        for _ in range(300):
+            drive(j, history[-1], random.Random(len(history)), 1, history)
+    assert "publish the prepared next segment" in str(info.value.__cause__)
+    j.close()
+    img = fs.crash_image(str(fast_tmp / "img"))
+    for d in (path, img):
+        with Journal.open(d, segment_bytes=SEGMENT) as j2:
+            assert_journal_matches(j2, history[-1])
+        assert PREPARED_NAME not in os.listdir(d)
+        append_and_verify(d, history[-1])

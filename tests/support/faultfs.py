@@ -57,6 +57,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from journal.layout import PREPARED_NAME
 from journal.vfs import File, OsFileSystem
 
 KINDS = ("create", "open", "write", "allocate", "fsync", "truncate", "close", "rename", "unlink",
@@ -112,8 +113,12 @@ class Fault:
 class FaultFS(OsFileSystem):
     """A recording, fault-injecting `OsFileSystem`. See the module docstring."""
 
-    def __init__(self, root: str | None = None):
+    def __init__(self, root: str | None = None, *, prepared: bool = True):
         self.root = os.path.abspath(root) if root is not None else None
+        # prepared=False: refuse (unrecorded, unfaulted) to create the next segment a writer
+        # prepares in a background thread (journal/prealloc.py), so every op is the writer's
+        # own, in a deterministic order, and every rotation creates its segment
+        self.prepared = prepared
         self.ops: list[Op] = []
         self.faults: list[Fault] = []
         self.hooks: dict[str, list[Callable[[str, str], None]]] = {}
@@ -205,6 +210,8 @@ class FaultFS(OsFileSystem):
 
     def create(self, path: str) -> File:
         path = os.path.abspath(path)
+        if not self.prepared and os.path.basename(path) == PREPARED_NAME:
+            raise OSError(_errno.EPERM, "preparing the next segment is off in this FaultFS", path)
         fault = self._run("create", path)
         if fault:
             self._record("create", path, error=fault.error)
