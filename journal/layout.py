@@ -44,6 +44,7 @@ ARCHIVE_SUFFIX = ".wal.zst"
 REPLACE_TMP_SUFFIX = ".tmp"  # `FileSystem.replace_file` writes `<path>.tmp`, then renames it
 ARCHIVE_TMP_SUFFIX = ARCHIVE_SUFFIX + REPLACE_TMP_SUFFIX
 UNPUBLISHED_SUFFIX = ".new"  # a new branch's first segment until its first commit is durable
+PREPARED_NAME = "next.wal.prepared"  # the next segment, zero-filled ahead of need (journal/prealloc.py)
 LOCK_NAME = "LOCK"
 TORN_DIR = "torn"
 SNAPSHOTS_DIR = "snapshots"
@@ -194,7 +195,8 @@ class DirKind(enum.Enum):
 
 def is_journal_entry(name: str) -> bool:
     """Whether `name` is one of the entries only a journal directory has."""
-    return (name in (LOCK_NAME, TORN_DIR, SNAPSHOTS_DIR, REPLICA_DIR) or parse_segment_name(name) is not None
+    return (name in (LOCK_NAME, TORN_DIR, SNAPSHOTS_DIR, REPLICA_DIR, PREPARED_NAME)
+            or parse_segment_name(name) is not None
             or name.endswith(SEGMENT_SUFFIX + UNPUBLISHED_SUFFIX) or name.endswith(ARCHIVE_TMP_SUFFIX))
 
 

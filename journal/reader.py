@@ -33,7 +33,7 @@ from . import history, layout
 from .errors import JournalCorrupt
 from .events import Commit, RolloutFailed, RolloutSealed, Taken, commit_decoder
 from .fold import State, fold_records
-from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame
+from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame, zero_fill
 
 TORN, DAMAGED, CHAIN, GAP = ProblemKind.TORN, ProblemKind.DAMAGED, ProblemKind.CHAIN, ProblemKind.GAP
 
@@ -86,10 +86,13 @@ class Record(NamedTuple):
     blobs: dict  # the segment's blob table (digest -> bytes) as of this commit
 
 
+SEALED_ZEROS = (": a segment is cut to its frames when it is sealed, so commits of it are missing")
+
+
 class TornTail(NamedTuple):
     segment: Segment
     offset: int   # first byte that is not part of a valid frame (the truncation point)
-    size: int     # file size
+    size: int     # where its bytes end: the file size, or where the zeros after them start
 
 
 def list_segments(path: str) -> list[Segment]:
@@ -243,6 +246,8 @@ class Reader:
         self.mode = mode
         self.problems: list[Problem] = []
         self.torn: dict[str, TornTail] = {}  # segment path -> its torn tail, when one was found
+        # segment path -> where its log ends in the zero-filled rest of a preallocated segment
+        self.zero_tails: dict[str, TornTail] = {}
         self.segments = list_segments(path)
         self.run_id: bytes | None = None
         self.timelines: dict[int, Timeline] = {}
@@ -547,10 +552,22 @@ class Reader:
         the `_SegmentEnd` when the read ends here, else None with `cur` at the next intact frame
         (salvage: its chain and LSN cannot be checked)."""
         pos, end = cur.pos, len(data)
-        after = next_intact_frame(data, pos + 1)
-        kind, note = self._classify(seg, cur.lsn, self.timelines, ends_timeline=last, after=after)
-        if kind is TORN:
-            self.torn[seg.path] = TornTail(seg, pos, end)
+        zeros_end = zero_fill(data, pos)
+        if zeros_end == end:  # zeros to the end of the file end the log where a torn tail could
+            kind, note = self._classify(seg, cur.lsn, self.timelines, ends_timeline=last, after=None)
+            if kind is TORN:
+                self.zero_tails[seg.path] = TornTail(seg, pos, end)
+                return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, False, cur.yielded)
+            after, kind = None, DAMAGED
+            bad = f"the segment ends in {end - pos} zero bytes" + ("" if note else SEALED_ZEROS)
+        else:
+            after = next_intact_frame(data, pos + 1)
+            kind, note = self._classify(seg, cur.lsn, self.timelines, ends_timeline=last, after=after)
+            if zeros_end is not None:
+                bad = f"zero-filled frame header followed by non-zero bytes at offset {zeros_end}"
+        if kind is TORN:  # a torn frame over zeros: the zeros after it are the preallocated rest
+            stop = len(data.rstrip(b"\0")) if data[-1] == 0 else end
+            self.torn[seg.path] = TornTail(seg, pos, stop)
             self._apply_mode(Problem(TORN, seg.name, pos, cur.lsn, f"torn tail: {bad}", end - pos))
             return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, False, cur.yielded)
         after = None if after == UNDECIDED else after

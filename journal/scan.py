@@ -1,6 +1,7 @@
 """Scanning the bytes of one segment: what they hold, frame by frame, never what it means.
 
 `frame_defect` says why the bytes at an offset are not an intact frame (None when they are);
+`zero_fill` whether they are the zero-filled, never written rest of a preallocated segment;
 `read_frame` splits and decodes an intact frame and lists the faults it holds (a chain that
 does not continue, LSNs that do not follow, records that do not decode), each with where and
 what. `next_intact_frame` finds where intact frames resume after bad bytes. Whether a fault
@@ -108,6 +109,27 @@ def next_intact_frame(data: bytes, start: int) -> int | None:
         if zlib.crc32(mv[body:body + length]) == crc:
             return pos
     return None
+
+
+def zero_fill(data: bytes, pos: int) -> int | None:
+    """Where the zero bytes that start at frame offset `pos` end, one of three cases:
+
+    * None: the frame header at `pos` (or what is left of it) is not all zeros: an ordinary bad
+      frame, a torn tail or damage as the reader classifies it;
+    * `len(data)`: every byte from `pos` to the end of the file is zero: the preallocated,
+      never written rest of a segment (a writer fills frames in over zeros), the end of its log;
+    * any other offset: the first non-zero byte after a zero frame header. Damage when an intact
+      frame follows (frames are written in order, each after the ones before it were fsynced, so
+      a frame after a hole was written after the hole's frame was durable); otherwise a torn
+      tail: a crash can leave a zero-fill or a frame over zeros torn, any bytes in its lost part.
+      The reader decides which (`reader.Reader._classify`)."""
+    head = bytes(data[pos:pos + fmt.FRAME_HEADER_SIZE])
+    if head.count(0) != len(head):
+        return None
+    end = len(data)
+    if data.count(0, pos) == end - pos:
+        return end
+    return end - len(bytes(data[pos:]).lstrip(b"\0"))
 
 
 def frame_defect(data, pos: int) -> str | None:

@@ -1,5 +1,5 @@
-"""The I/O seam: every write, fsync, rename, unlink, truncate, mkdir and directory
-fsync the journal and the compactor issue goes through a `FileSystem`.
+"""The I/O seam: every write, fsync, preallocation, rename, unlink, truncate, mkdir and
+directory fsync the journal and the compactor issue goes through a `FileSystem`.
 
 Production uses `OsFileSystem`. Tests substitute a subclass that records each
 operation, fails the N-th one (EIO, ENOSPC), writes short, or keeps only what
@@ -10,10 +10,16 @@ ordinary reader opens them.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 
 from .layout import REPLACE_TMP_SUFFIX
+
+ZERO_FILL_CHUNK = 1 << 20  # bytes of zeros per write while preallocating
+# posix_fallocate errors that mean "this file system cannot reserve space", not "no space"
+_NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 class File:
@@ -24,6 +30,7 @@ class File:
         self.path = path
         self.fd = fd
         self.offset = offset  # where the next write lands
+        self.allocated = offset  # bytes 0..allocated exist on disk (past `offset`: zeros)
 
     def write(self, data: bytes) -> None:
         """Write all of `data` at the current offset, or raise."""
@@ -34,6 +41,10 @@ class File:
 
     def truncate(self, size: int) -> None:
         self.fs.truncate(self, size)
+
+    def allocate(self, size: int) -> None:
+        """Make the file `size` bytes long, the bytes past `allocated` zeros on disk."""
+        self.fs.allocate(self, size)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -59,13 +70,37 @@ class OsFileSystem:
             n = os.pwrite(f.fd, view, f.offset)
             f.offset += n
             view = view[n:]
+        f.allocated = max(f.allocated, f.offset)
 
     def fsync(self, f: File) -> None:
-        os.fsync(f.fd)
+        """Make `f`'s data durable, and the metadata needed to read it back (its size): not its
+        timestamps, whose update on every overwrite would cost a file-system journal commit
+        per fsync of a preallocated segment."""
+        _fdatasync(f.fd)
 
     def truncate(self, f: File, size: int) -> None:
         os.ftruncate(f.fd, size)
         f.offset = min(f.offset, size)
+        f.allocated = min(f.allocated, size)
+
+    def allocate(self, f: File, size: int) -> None:
+        """Preallocate `f` from `f.allocated` up to `size` bytes: reserve the blocks
+        (posix_fallocate, where the file system can) and write zeros over them, so that a write
+        into the range later changes no metadata (file size, unwritten-extent state) and the
+        fdatasync after it writes only data. Not fsynced: the caller fsyncs."""
+        start = f.allocated
+        if size <= start:
+            return
+        try:
+            os.posix_fallocate(f.fd, start, size - start)
+        except OSError as exc:
+            if exc.errno not in _NO_FALLOCATE:
+                raise
+        zeros = memoryview(bytes(min(ZERO_FILL_CHUNK, size - start)))
+        pos = start
+        while pos < size:
+            pos += os.pwrite(f.fd, zeros[:size - pos], pos)
+        f.allocated = size
 
     def close(self, f: File) -> None:
         fd, f.fd = f.fd, -1

@@ -25,7 +25,7 @@ import msgspec
 
 from . import arguments
 from . import format as fmt
-from . import layout, leftovers, locks
+from . import layout, leftovers, locks, prealloc
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
                      JournalWarning, ReplicaError, TransactionClosed)
@@ -41,6 +41,11 @@ from .vfs import DEFAULT_FS, OsFileSystem
 SYNC_MODES = ("always", "batch", "none")
 _CHECKPOINT_MARKERS = (CheckpointBegun, CheckpointCommitted)
 DEFAULT_SEGMENT_BYTES = 64 << 20
+# The active segment is zero-filled ahead of its frames (sync "always" and "batch"): from its
+# size at least PREALLOCATE_MIN bytes, doubling, at most PREALLOCATE_MAX at a time, never past
+# segment_bytes. A frame then overwrites allocated zeros, so its fdatasync writes no metadata.
+PREALLOCATE_MIN = 64 << 10
+PREALLOCATE_MAX = 4 << 20
 LOCK_NAME = layout.LOCK_NAME
 TORN_DIR = layout.TORN_DIR
 
@@ -196,6 +201,8 @@ class Journal:
         self._syncer: threading.Thread | None = None
         self._stop_syncer = threading.Event()  # set by close(): the batch syncer exits at once
         self._sealed: list = []  # sync="none": sealed segments not fsynced yet (flush() does it)
+        self._preallocate = sync != "none"  # without fsyncs there is no metadata write to save
+        self._next = prealloc.NextSegment(fs, path, segment_bytes) if self._preallocate else None
         self._open_warning: str | None = None
         self._disk_segment: _SegmentPlan | None = None
         self._replica = None         # journal.replica.Replica, with replica=
@@ -211,6 +218,8 @@ class Journal:
                 pass
         if self._replica is not None:
             self._replica.close(release=True)
+        if self._next is not None:
+            self._next.close(remove=False)
         os.close(self._lock_fd)
 
     # -- replica (journal/replica.py) ---------------------------------------------------
@@ -272,6 +281,9 @@ class Journal:
         runs now (the compaction lock is free)."""
         with _io_step("remove duplicate torn-tail copies", os.path.join(self.path, layout.TORN_DIR)):
             leftovers.remove_torn_garbage(self.fs, self.path)
+        prepared = os.path.join(self.path, layout.PREPARED_NAME)
+        with _io_step("remove the prepared next segment a crash left", prepared):
+            prealloc.remove_leftover(self.fs, self.path)
         fd = locks.try_compaction_lock(self.path)
         if fd is None:
             return
@@ -400,9 +412,13 @@ class Journal:
     def _repair_torn(self, reader: Reader) -> None:
         """Copy every torn tail aside into `torn/`, then cut it off (never acknowledged bytes):
         left in place, the writer would append after it and the next open would see a bad
-        frame followed by good ones (JournalCorrupt)."""
+        frame followed by good ones (JournalCorrupt). Cut off the zeros after the last frame of a
+        preallocated segment too (a crash left them; they hold nothing, so nothing is copied):
+        the segment is continued at its end, and zero-filled again as it grows."""
         for torn in reader.torn_tails():
             self._cut_torn(torn)
+        for tail in reader.zero_tails.values():
+            self._truncate_segment(tail.segment, tail.offset, "the zero-filled rest")
 
     def _cut_torn(self, torn) -> None:
         seg = torn.segment
@@ -410,7 +426,7 @@ class Journal:
             return
         with open(seg.path, "rb") as f:
             f.seek(torn.offset)
-            tail = f.read()
+            tail = f.read(torn.size - torn.offset)
         with _io_step("copy the torn tail aside into torn/ from", seg.path):
             leftovers.copy_torn_tail(self.fs, self.path, seg.name, torn.offset, tail)
         if torn.offset == 0:
@@ -419,14 +435,18 @@ class Journal:
                 self.fs.unlink(seg.path)
                 self.fs.fsync_dir(self.path)
         else:
-            with _io_step(f"cut off the torn tail at offset {torn.offset} of", seg.path):
-                f = self.fs.open_append(seg.path)
-                try:
-                    f.truncate(torn.offset)
-                    f.sync()
-                finally:
-                    f.close()
-            seg.size = torn.offset
+            self._truncate_segment(seg, torn.offset, "the torn tail")
+
+    def _truncate_segment(self, seg, offset: int, what: str) -> None:
+        """Cut segment `seg` at `offset` (fsynced): `what` is what goes, for the error."""
+        with _io_step(f"cut off {what} at offset {offset} of", seg.path):
+            f = self.fs.open_append(seg.path)
+            try:
+                f.truncate(offset)
+                f.sync()
+            finally:
+                f.close()
+        seg.size = offset
 
     def _create_segment(self, header: fmt.SegmentHeader, *, publish: bool = True,
                         opening: bool = False) -> _SegmentPlan:
@@ -717,23 +737,69 @@ class Journal:
             if seg is not self._disk_segment:
                 self._rotate_to(seg)
             frame, _ = fmt.encode_frame([p.record for p in batch[i:j]], batch[i].chain_before)
+            if self._preallocate:
+                self._zero_fill_ahead(seg.file, len(frame))
             seg.file.write(frame)
             i = j
         if self.sync == "always":
             self._disk_segment.file.sync()
         else:
             self._dirty = True
+        if self._next is not None and 2 * self._disk_segment.file.offset >= self.segment_bytes:
+            self._next.start()  # half full: the next segment is prepared meanwhile
+
+    def _zero_fill_ahead(self, f, n: int) -> None:
+        """Make sure the `n` bytes about to be written at `f.offset` land on allocated zeros:
+        otherwise zero-fill the segment further (see PREALLOCATE_MIN) and fsync that, so the
+        commits' fdatasyncs that follow write only their data."""
+        need = f.offset + n
+        if need <= f.allocated:
+            return
+        step = min(PREALLOCATE_MAX, max(PREALLOCATE_MIN, f.allocated))
+        f.allocate(max(need, min(f.allocated + step, self.segment_bytes)))
+        f.sync()
+
+    @staticmethod
+    def _cut_zeros(f) -> None:
+        """Seal a preallocated segment: cut off its zeros (a sealed segment ends with its last
+        frame) and fsync that. Readers take zeros at the end of a sealed segment for damage."""
+        if f.allocated > f.offset:
+            f.truncate(f.offset)
+            f.sync()
 
     def _rotate_to(self, seg: _SegmentPlan) -> None:
-        """Seal the segment on disk (fsync unless sync="none"), then create `seg`."""
+        """Seal the segment on disk (fsync and cut off its zeros unless sync="none"), then
+        create `seg`. The cut is durable before `seg` exists, so only the last segment of a
+        timeline ever ends in zeros."""
         old = self._disk_segment
         if self.sync != "none":
             old.file.sync()
+            self._cut_zeros(old.file)
             old.file.close()
         else:  # not fsynced now, but flush() must still make its commits durable
             self._sealed.append(old.file)
-        seg.file = self._create_segment(seg.header).file
+        prepared = self._next.take() if self._next is not None else None
+        seg.file = (self._publish_prepared(prepared, seg) if prepared is not None
+                    else self._create_segment(seg.header).file)
         self._disk_segment = seg
+
+    def _publish_prepared(self, f, seg: _SegmentPlan):
+        """Make the prepared, zero-filled file (journal/prealloc.py) segment `seg`: its header
+        written over the first zeros and fsynced, then the file renamed into place and the
+        directory fsynced. Until the rename is durable the file is a leftover the next open
+        removes; after it, a segment with no frame yet."""
+        try:
+            with _io_step("publish the prepared next segment as", seg.path):
+                f.write(fmt.encode_header(seg.header))
+                f.sync()
+                self.fs.rename(f.path, seg.path)
+                f.path = seg.path
+                self.fs.fsync_dir(self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                f.close()
+            raise
+        return f
 
     # -- syncing and closing ---------------------------------------------------------------
 
@@ -785,6 +851,14 @@ class Journal:
                 f.close()
             self._pass_lead()
 
+    def _seal_active(self) -> None:
+        """On a clean close, cut off the zeros ahead of the active segment's frames: closed, a
+        journal's files hold frames only, as if never preallocated."""
+        seg = self._disk_segment
+        if self._preallocate and seg is not None and seg.file is not None and seg.file.fd >= 0:
+            with self._cond, _io_step("cut off the zero-filled rest of", seg.file.path):
+                self._cut_zeros(seg.file)
+
     def close(self) -> None:
         """Flush (unless failed) and release the file and the writer lock. Idempotent."""
         if self._closed:
@@ -792,11 +866,14 @@ class Journal:
         try:
             if self._failed is None:
                 self.flush()
+                self._seal_active()
         finally:
             with self._cond:
                 self._closed = True
                 self._cond.notify_all()
             self._stop_syncer.set()
+            if self._next is not None:  # after a failure no I/O but closes: the next open removes it
+                self._next.close(remove=self._failed is None)
             seg = self._disk_segment
             files = list(self._sealed)
             if seg is not None and seg.file is not None:

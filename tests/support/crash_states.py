@@ -161,7 +161,7 @@ class CrashStates:
 
         self.aops: list[AOp] = []
         for op in self.ops:
-            k = op.kind
+            k = "write" if op.kind == "allocate" else op.kind  # a preallocation writes its zeros
             if op.failed and not (k == "write" and op.data):
                 continue  # a failed op had no effect (a short write: the part that reached the file)
             a = AOp(op.seq, k)

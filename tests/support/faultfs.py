@@ -6,7 +6,8 @@ every operation on the real file system and
 
 * **records** each one as an `Op` in `fs.ops` (in order, thread-safe):
   ``create``, ``open`` (open_append), ``write`` (path, offset, the bytes that
-  reached the file), ``fsync``, ``truncate``, ``close``, ``rename``, ``unlink``,
+  reached the file), ``allocate`` (a preallocation: recorded as the zeros it writes, at
+  the offset it starts from), ``fsync``, ``truncate``, ``close``, ``rename``, ``unlink``,
   ``mkdir``, ``rmtree``, ``fsync_dir``. Composite helpers (`write_file`,
   `replace_file`, `makedirs`) are recorded as the primitives they are made of;
 * **fails** chosen operations, armed with `fs.inject(...)`: the N-th operation
@@ -56,10 +57,11 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from journal.layout import PREPARED_NAME
 from journal.vfs import File, OsFileSystem
 
-KINDS = ("create", "open", "write", "fsync", "truncate", "close", "rename", "unlink", "mkdir",
-         "rmtree", "fsync_dir")
+KINDS = ("create", "open", "write", "allocate", "fsync", "truncate", "close", "rename", "unlink",
+         "mkdir", "rmtree", "fsync_dir")
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,12 @@ class Fault:
 class FaultFS(OsFileSystem):
     """A recording, fault-injecting `OsFileSystem`. See the module docstring."""
 
-    def __init__(self, root: str | None = None):
+    def __init__(self, root: str | None = None, *, prepared: bool = True):
         self.root = os.path.abspath(root) if root is not None else None
+        # prepared=False: refuse (unrecorded, unfaulted) to create the next segment a writer
+        # prepares in a background thread (journal/prealloc.py), so every op is the writer's
+        # own, in a deterministic order, and every rotation creates its segment
+        self.prepared = prepared
         self.ops: list[Op] = []
         self.faults: list[Fault] = []
         self.hooks: dict[str, list[Callable[[str, str], None]]] = {}
@@ -204,6 +210,8 @@ class FaultFS(OsFileSystem):
 
     def create(self, path: str) -> File:
         path = os.path.abspath(path)
+        if not self.prepared and os.path.basename(path) == PREPARED_NAME:
+            raise OSError(_errno.EPERM, "preparing the next segment is off in this FaultFS", path)
         fault = self._run("create", path)
         if fault:
             self._record("create", path, error=fault.error)
@@ -236,6 +244,16 @@ class FaultFS(OsFileSystem):
             self._raise(fault, "write", f.path)
         super().write(f, data)
         self._record("write", f.path, handle=h, offset=off, data=data)
+
+    def allocate(self, f: File, size: int) -> None:
+        fault = self._run("allocate", f.path)
+        h, start = f._faultfs_handle, f.allocated
+        zeros = bytes(max(0, size - start))
+        if fault:
+            self._record("allocate", f.path, handle=h, offset=start, data=b"", size=size, error=fault.error)
+            self._raise(fault, "allocate", f.path)
+        super().allocate(f, size)
+        self._record("allocate", f.path, handle=h, offset=start, data=zeros, size=size)
 
     def fsync(self, f: File) -> None:
         fault = self._run("fsync", f.path)
@@ -368,7 +386,7 @@ class _Tree:
 
     def apply(self, op: Op) -> None:
         k = op.kind
-        if k == "write":
+        if k in ("write", "allocate"):  # a preallocation is the write of its zeros
             node = self.handles.get(op.handle)
             if node is not None and op.data:
                 end = op.offset + len(op.data)

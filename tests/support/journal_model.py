@@ -387,7 +387,10 @@ def frames(path: str) -> list[tuple[str, int, int, list[int]]]:
     assert not r.problems, r.problems
     for i, f in enumerate(out):
         nxt = out[i + 1] if i + 1 < len(out) else None
-        f[2] = nxt[1] if nxt is not None and nxt[0] == f[0] else os.path.getsize(os.path.join(path, f[0]))
+        seg_path = os.path.join(path, f[0])
+        zeros = r.zero_tails.get(seg_path)  # the last frame ends where the preallocated zeros start
+        f[2] = (nxt[1] if nxt is not None and nxt[0] == f[0]
+                else zeros.offset if zeros is not None else os.path.getsize(seg_path))
     return [tuple(f) for f in out]
 
 
