@@ -442,6 +442,7 @@ class Trainer:
         self.policies: dict[int, TinyPolicy] = {}
         self.trained_locators: dict[int, list[str]] = collections.defaultdict(list)
         self.stragglers: set[asyncio.Task] = set()   # slow workers that answer after their deadline
+        self.sealing: set[asyncio.Task] = set()      # Ray mode: answers in time, being sealed
         self.jobs: asyncio.Queue | None = None
         self.events: asyncio.Queue | None = None
         self.journal: Journal | None = None
@@ -809,7 +810,7 @@ class Trainer:
                 await self._give_up(w, i, attempt, "deadline")
                 continue
             try:
-                await self._ray_answer(slot, held, w, i, attempt, fut, seconds, late=False)
+                answer = fut.result()
             except Exception as exc:
                 if not is_actor_death(exc):
                     raise
@@ -817,11 +818,17 @@ class Trainer:
                 self.stats["actors_lost"] += 1
                 self.ledger.count(actors_lost=1)
                 await self._give_up(w, i, attempt, "actor_died")
+                continue
+            # the task takes its next rollout while this one is sealed: a seal waits for its
+            # fsync, the actor need not (the group still trains only once every seal is durable)
+            task = self._guarded(self._ray_settle(held, w, i, attempt, answer, seconds, late=False))
+            self.sealing.add(task)
+            task.add_done_callback(self.sealing.discard)
 
     async def _ray_answer(self, slot: int, held, w: Work, i: int, attempt: int, fut, seconds: float,
                           late: bool) -> None:
-        """An actor's answer to rollout `i` of `w` in `attempt`: in time it is sealed (a failed
-        generation is given up), late it is fenced. A late answer of a dead actor is nothing."""
+        """An actor's late answer to rollout `i` of `w` in `attempt`, fenced (see `_ray_settle`).
+        A late answer of a dead actor is nothing."""
         from .ray_workers import is_actor_death
         try:
             answer = await fut
@@ -830,6 +837,12 @@ class Trainer:
                 self.pool.lost(slot, held)
                 return
             raise
+        await self._ray_settle(held, w, i, attempt, answer, seconds, late=late)
+
+    async def _ray_settle(self, held, w: Work, i: int, attempt: int, answer: dict, seconds: float,
+                          late: bool) -> None:
+        """An actor's answer to rollout `i` of `w` in `attempt`: in time it is sealed (a failed
+        generation is given up), late it is fenced."""
         await self._fence_handover(answer["handover"])
         loc = answer["locator"]
         if loc is None:
@@ -1128,9 +1141,10 @@ class Trainer:
             if self.compaction is not None:   # let it finish; a failure was announced already
                 await asyncio.wait([asyncio.wrap_future(self.compaction)])
         finally:
-            for task in workers + list(self.stragglers):
+            tasks = workers + list(self.stragglers) + list(self.sealing)
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*workers, *self.stragglers, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             if self.compactor is not None:
                 self.compactor.close()
             if self.pool is not None:
