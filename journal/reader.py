@@ -585,12 +585,22 @@ class Reader:
         marks = [s.header.next_group_id for s in self.segments if s.header.next_group_id is not None]
         return max(marks, default=0) - 1
 
-    def _unbounded_records(self, group_id: int) -> Iterator[Record]:
+    def _unbounded_records(self, group_id: int, skip_active_after: int | None = None) -> Iterator[Record]:
         """Commits of every segment of `_unbounded_segments(group_id)`, each segment read on
-        its own (the checks of its frames and chain from its header on)."""
+        its own (the checks of its frames and chain from its header on). With
+        `skip_active_after=L`, the commits of the active history after LSN L are left out
+        (the caller read them), and a segment holding only such commits is not read."""
+        spans = {s.timeline.timeline: s for s in history.spans(self.timelines)} \
+            if skip_active_after is not None else {}
         for seg in self._unbounded_segments(group_id):
-            last = seg is self.timelines[seg.timeline].segments[-1]
-            yield from self.segment_records(seg, last=last)
+            tl = self.timelines[seg.timeline]
+            last = seg is tl.segments[-1]
+            span = spans.get(seg.timeline)
+            if span is not None and seg.first_lsn > skip_active_after and span.limit is None:
+                continue  # the newest timeline after L: all of it is the active history
+            for rec in self.segment_records(seg, last=last):
+                if span is None or rec.commit.lsn <= skip_active_after or not span.holds(rec.commit.lsn):
+                    yield rec
 
     def max_group_id(self) -> int:
         """The highest group id any timeline ever allocated (-1 if none): ids are never reused.
@@ -604,17 +614,18 @@ class Reader:
                     top = max(top, ev.groups[-1].group_id)
         return top
 
-    def attempts_used(self, rollouts: set) -> dict[tuple[int, int], int]:
+    def attempts_used(self, rollouts: set, *, skip_active_after: int | None = None) -> dict[tuple[int, int], int]:
         """For each (group, index) of `rollouts` that any timeline names: the highest attempt it
         was ever dispatched in (a seal names its attempt; a failure of attempt a is followed by
         a dispatch of a+1). Attempts are never reused, like group ids: a resume raises the
         attempt of an unsealed rollout above this, so no worker of a dead run can seal.
         Reads only the segments that may name the lowest of their groups (see
-        `_unbounded_segments`): those written since it was taken."""
+        `_unbounded_segments`): those written since it was taken. `skip_active_after=L`
+        leaves out the active history after LSN L (a caller that read it already counts it)."""
         used: dict[tuple[int, int], int] = {}
         if not rollouts:
             return used
-        for rec in self._unbounded_records(min(gid for gid, _ in rollouts)):
+        for rec in self._unbounded_records(min(gid for gid, _ in rollouts), skip_active_after):
             for ev in rec.commit.events:
                 kind = type(ev)
                 if kind is RolloutSealed or kind is RolloutFailed:

@@ -12,45 +12,17 @@ import zlib
 
 import pytest
 
-import journal.reader
 from journal import GroupRef, Journal, Reader, RolloutRef, Taken
 from journal import format as fmt
-from journal.events import RolloutFailed, RolloutSealed
+from tests.support.crash_oracle import attempts_on_disk
+from tests.support.segment_reads import scan_max_group_id, spy_segment_reads
 
 FIXTURE_V1 = os.path.join(os.path.dirname(__file__), "..", "fixtures", "v1")
 
 
 @pytest.fixture
 def segment_reads(monkeypatch):
-    """The names of the segments whose bytes are read (in order), while the test runs."""
-    seen: list[str] = []
-    real = journal.reader.read_segment_bytes
-
-    def spy(seg):
-        seen.append(seg.name)
-        return real(seg)
-
-    monkeypatch.setattr(journal.reader, "read_segment_bytes", spy)
-    return seen
-
-
-def _scan_max_group_id(r: Reader) -> int:
-    """The reference: every commit of every timeline read."""
-    return max((g.group_id for t in r.timelines for rec in r.timeline_records(t)
-                for ev in rec.commit.events if type(ev) is Taken for g in ev.groups), default=-1)
-
-
-def _scan_attempts(r: Reader, keys: set) -> dict:
-    used: dict = {}
-    for t in r.timelines:
-        for rec in r.timeline_records(t):
-            for ev in rec.commit.events:
-                if type(ev) in (RolloutSealed, RolloutFailed):
-                    for ref in ev.rollouts:
-                        key = (ref.group_id, ref.index)
-                        if key in keys:
-                            used[key] = max(used.get(key, 0), ref.attempt + (type(ev) is RolloutFailed))
-    return used
+    return spy_segment_reads(monkeypatch)
 
 
 def _history(path: str, commits: int) -> None:
@@ -93,7 +65,7 @@ def test_max_group_id_reads_only_the_newest_segment_and_counts_dead_tails(fast_t
     with Journal.open(path, sync="none", segment_bytes=4096, resume=branch_at) as j:
         (gid,) = j.taken([GroupRef(idx=9999)])
     r = Reader(path)
-    assert gid == _scan_max_group_id(r) == 299 + 1  # above the ids of the dead tail
+    assert gid == scan_max_group_id(r) == 299 + 1  # above the ids of the dead tail
     assert len(r.timelines) == 2
     segment_reads.clear()
     assert r.max_group_id() == gid
@@ -107,7 +79,7 @@ def test_max_group_id_of_a_journal_without_marks_reads_everything(fast_tmp, segm
     r = Reader(path)
     assert all(s.header.next_group_id is None for s in r.segments)
     segment_reads.clear()
-    assert r.max_group_id() == _scan_max_group_id(r)
+    assert r.max_group_id() == scan_max_group_id(r)
     assert set(segment_reads) == {s.name for s in r.segments}
 
 
@@ -128,7 +100,7 @@ def test_attempts_used_reads_only_segments_since_the_lowest_group_was_taken(fast
     segment_reads.clear()
     used = r.attempts_used(keys)
     read = set(segment_reads)
-    assert used == _scan_attempts(r, keys)
+    assert used == {k: a for k, a in attempts_on_disk(path).items() if k in keys}
     assert used[(gids[0], 1)] == 2 and used[(gids[3], 2)] == 1 and used[(gids[0], 0)] == 0
     covering = [s.name for s in r.segments if s.header.next_group_id is not None
                 and s.header.next_group_id <= gids[0]]

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import journal.reader
-from journal import GroupRef, Journal, JournalError, JournalWarning, Reader, State, Taken, state_file
+from journal import GroupRef, Journal, JournalError, JournalWarning, Reader, State, state_file
 from journal.layout import STATE_FILE
 from snapshot import compact
 from tests.support.journal_model import fold_records
+from tests.support.segment_reads import scan_max_group_id, spy_segment_reads
 from tests.support.snapshot_support import HypothesisPicker, assert_same_state, drive
 
 SEGMENT = 4096
@@ -25,15 +25,7 @@ SEGMENT = 4096
 
 @pytest.fixture
 def segment_reads(monkeypatch):
-    seen: list[str] = []
-    real = journal.reader.read_segment_bytes
-
-    def spy(seg):
-        seen.append(seg.name)
-        return real(seg)
-
-    monkeypatch.setattr(journal.reader, "read_segment_bytes", spy)
-    return seen
+    return spy_segment_reads(monkeypatch)
 
 
 def full_fold(path: str) -> State:
@@ -41,9 +33,7 @@ def full_fold(path: str) -> State:
     timeline allocated."""
     r = Reader(path)
     state = r.fold()
-    top = max((g.group_id for t in r.timelines for rec in r.timeline_records(t)
-               for ev in rec.commit.events if type(ev) is Taken for g in ev.groups), default=-1)
-    state.next_group_id = max(state.next_group_id, top + 1)
+    state.next_group_id = max(state.next_group_id, scan_max_group_id(r) + 1)
     return state
 
 
