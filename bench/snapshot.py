@@ -30,6 +30,9 @@ reference measured in the same run, in interleaved rounds (medians):
    cut taken at the previous checkpoint and retention having archived the
    older history (1 MiB segments here; see DISK_SEGMENT_BYTES). Reported as
    cuts/s after 10x over cuts/s after 1x: target >= 0.83 (cut time ratio <= 1.2).
+   On the same from-disk pair, `Journal.open(path)` without resume= (newest cut's state
+   file plus the tail) and `replay.restore(path)`: opens/s and restores/s after 10x over
+   after 1x, the same target.
 4. peak memory per live group while cutting (tracemalloc peak during the
    cut, run separately from the timing), beside the peer's peak for the same
    groups; and how long appends wait while a cut copies the state
@@ -50,6 +53,7 @@ import tracemalloc
 import torch
 
 from journal import GroupRef, Journal, Owner, RolloutRef
+from replay import restore
 from snapshot import compact, read_cut
 
 from .common import Figure, Report, Rounds, Target, log, scratch_dir
@@ -231,6 +235,23 @@ def time_cut_disk(path: str) -> float:
     return elapsed
 
 
+def time_open(path: str) -> float:
+    """Journal.open without resume= and close (the state comes from the newest cut's state file
+    and the tail after it)."""
+    gc.collect()
+    t = time.perf_counter()
+    Journal.open(path, sync="none").close()
+    return time.perf_counter() - t
+
+
+def time_restore(path: str) -> float:
+    """replay.restore at the latest checkpoint (newest usable cut plus the tail)."""
+    gc.collect()
+    t = time.perf_counter()
+    restore(path)
+    return time.perf_counter() - t
+
+
 def prepare_disk_case(j: Journal) -> None:
     """A recent cut at the checkpoint (retention archives the history it covers), then a short
     tail and a newer committed checkpoint: what a compaction at "latest-checkpoint" finds."""
@@ -307,6 +328,8 @@ def run(args) -> Report:
                 shutil.rmtree(cut)
                 r.add(f"hist_live{k}", 1 / elapsed)
                 r.add(f"hist_disk{k}", 1 / time_cut_disk(disk[k]))
+                r.add(f"hist_open{k}", 1 / time_open(disk[k]))
+                r.add(f"hist_restore{k}", 1 / time_restore(disk[k]))
             log("  " + "  ".join(f"{n:,}: cut {1e3 / r.samples[f'cut{n}'][-1]:.1f} ms, peer "
                                  f"{1e3 / r.samples[f'peer{n}'][-1]:.1f} ms" for n in SIZES)
                 + f"  {ROLLOUT_GROUPS:,} x {ROLLOUTS} rollouts: cut "
@@ -337,11 +360,15 @@ def run(args) -> Report:
             reference_label="peer file", target=Target(max_value=peer_sizes["rollouts"]),
             note=f"{sizes['rollouts'] / ROLLOUT_GROUPS:.0f} B/group vs peer "
                  f"{peer_sizes['rollouts'] / ROLLOUT_GROUPS:.0f} B/group; target: smaller than the peer"))
-        for k_name, label in (("hist_live", "cut from the live journal at 'end'"),
-                              ("hist_disk", "cut from disk at 'latest-checkpoint', recent cut")):
+        for k_name, label, unit in (
+                ("hist_live", "history independence: cut from the live journal at 'end'", "cuts/s"),
+                ("hist_disk", "history independence: cut from disk at 'latest-checkpoint', recent cut",
+                 "cuts/s"),
+                ("hist_open", "Journal.open after 10x history (from disk, recent cut)", "opens/s"),
+                ("hist_restore", "restore after 10x history (from disk, recent cut)", "restores/s")):
             f = report.add(r.figure(
-                f"{k_name}", f"history independence: {label}, {hist_live:,} live after 10x history",
-                "cuts/s", value=f"{k_name}10", reference=f"{k_name}1",
+                f"{k_name}", f"{label}, {hist_live:,} live after 10x history", unit,
+                value=f"{k_name}10", reference=f"{k_name}1",
                 reference_label="same live set after 1x history",
                 target=Target(min_ratio=HISTORY_TARGET)))
             f.note = (f"{1e3 / f.value:.1f} ms after 10x vs {1e3 / f.reference:.1f} ms after 1x: "

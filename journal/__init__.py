@@ -23,7 +23,7 @@ function that checked each commit before it was written.
 
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
                      JournalLocked, JournalWarning, OwnershipError, StaleAttempt, TransactionClosed)
-from .errors import ReplicaConflict, ReplicaError, ReplicaTimeout
+from .errors import ReplicaConflict, ReplicaError, ReplicaTimeout, StateFileCorrupt
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, RolloutFailed,
                      RolloutRef, RolloutSealed, Taken,
@@ -35,6 +35,7 @@ from .resume import ResumePlan
 from .reader import MODES, Problem, ProblemKind, Reader, Record, Segment, Timeline, list_segments, read_segment_bytes
 from .vfs import DEFAULT_FS, File, FileSystem, OsFileSystem
 from .async_journal import AsyncJournal
+from . import state_file
 from .writer import Journal, Transaction, TORN_DIR, LOCK_NAME
 
 __all__ = [
@@ -47,5 +48,5 @@ __all__ = [
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",
     "Diverted", "Admitted", "Finished", "Trained", "Discarded", "CheckpointBegun",
     "CheckpointCommitted", "Blob", "TORN_DIR", "LOCK_NAME",
-    "ReplicaError", "ReplicaConflict", "ReplicaTimeout",
+    "ReplicaError", "ReplicaConflict", "ReplicaTimeout", "StateFileCorrupt", "state_file",
 ]

@@ -38,6 +38,11 @@ class JournalCorrupt(JournalError):
         self.lsn = lsn
 
 
+class StateFileCorrupt(JournalError):
+    """A journal state file (`journal/state_file.py`) that is torn, damaged or not one: it is
+    never used (the open falls back to an older one or folds from LSN 1)."""
+
+
 class JournalFailed(JournalError):
     """A write or fsync failed earlier; the journal is fail-stop and refuses every call."""
 

@@ -22,8 +22,8 @@ MAX_FRAME_BYTES = 1 << 30  # a frame length above this is damage, never an alloc
 # changes it (and is a format version bump anyway).
 COMMIT_LEAD_BYTE = 0x93
 
-# magic, version, run_id, timeline, parent_timeline, first_lsn, chain_seed, reserved
-_HEADER = struct.Struct("<8sI16sIIQI12x")
+# magic, version, run_id, timeline, parent_timeline, first_lsn, chain_seed, group mark, reserved
+_HEADER = struct.Struct("<8sI16sIIQIQ4x")
 _HEADER_CRC = struct.Struct("<I")
 _FRAME = struct.Struct("<III")  # payload length, crc32(payload), chain after the frame's last commit
 _U32 = struct.Struct("<I")
@@ -35,6 +35,20 @@ class SegmentHeader(NamedTuple):
     parent_timeline: int
     first_lsn: int
     chain_seed: int
+    # 1 + the lowest group id no history had allocated when the segment was planned (every
+    # id any timeline allocated before the segment's first commit is below it); 0: not
+    # recorded (a segment written before the mark existed). See docs/format.md, "Marks".
+    group_mark: int = 0
+
+    @property
+    def next_group_id(self) -> int | None:
+        """Every group id allocated before this segment is below this (None: not recorded)."""
+        return self.group_mark - 1 if self.group_mark else None
+
+
+def group_mark(next_group_id: int) -> int:
+    """The header's encoding of `next_group_id` (see `SegmentHeader.group_mark`)."""
+    return next_group_id + 1
 
 
 class HeaderError(ValueError):
@@ -43,7 +57,7 @@ class HeaderError(ValueError):
 
 def encode_header(h: SegmentHeader) -> bytes:
     body = _HEADER.pack(MAGIC, FORMAT_VERSION, h.run_id, h.timeline, h.parent_timeline,
-                        h.first_lsn, h.chain_seed)
+                        h.first_lsn, h.chain_seed, h.group_mark)
     return body + _HEADER_CRC.pack(zlib.crc32(body))
 
 
@@ -52,14 +66,14 @@ def decode_header(data: bytes) -> SegmentHeader:
         raise HeaderError(f"header is {len(data)} bytes, expected {HEADER_SIZE}")
     body = data[:HEADER_SIZE - 4]
     (crc,) = _HEADER_CRC.unpack_from(data, HEADER_SIZE - 4)
-    magic, version, run_id, timeline, parent, first_lsn, seed = _HEADER.unpack(body)
+    magic, version, run_id, timeline, parent, first_lsn, seed, mark = _HEADER.unpack(body)
     if magic != MAGIC:
         raise HeaderError(f"bad magic {magic!r}")
     if zlib.crc32(body) != crc:
         raise HeaderError("header checksum mismatch")
     if version != FORMAT_VERSION:
         raise HeaderError(f"format version {version} is not supported (this code reads {FORMAT_VERSION})")
-    return SegmentHeader(run_id, timeline, parent, first_lsn, seed)
+    return SegmentHeader(run_id, timeline, parent, first_lsn, seed, mark)
 
 
 def chain_next(chain: int, record: bytes) -> int:

@@ -15,7 +15,7 @@ A journal directory holds:
     replica/<segment stem>.shipped           the segment is in the bucket its content names (retention may retire it)
 
 A cut directory holds MANIFEST.json and the files named below (`CUT_FILES`; `LEDGER_FILE`
-is optional).
+and `STATE_FILE` are optional: older cuts lack them).
 A directory whose name starts with `.tmp-` is never read as a cut.
 
 A replica (object storage, `journal.replica`) holds under its prefix, every object immutable:
@@ -58,8 +58,10 @@ RECOVERY_FILE = "rollout_recovery.pt"
 REPLAY_FILE = "replay_buffer_metadata.pt"
 RESERVE_FILE = "replacement_reserve.pt"
 LEDGER_FILE = "audit_rows.pt"  # the row ledger: what the audit needs of the history before the cut
+STATE_FILE = "journal_state.bin"  # the fold state at the cut, in the journal's format (state_file.py)
 DATA_PLANE_DIR = "data_plane"
-CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE, LEDGER_FILE)
+CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE, LEDGER_FILE,
+             STATE_FILE)
 
 REPLICA_DIR = "replica"
 SHIPPED_SUFFIX = ".shipped"

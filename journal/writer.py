@@ -25,10 +25,10 @@ import msgspec
 
 from . import arguments
 from . import format as fmt
-from . import layout, leftovers, locks, prealloc
+from . import layout, leftovers, locks, prealloc, state_file
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalWarning, ReplicaError, TransactionClosed)
+                     JournalWarning, ReplicaError, StateFileCorrupt, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained, commit_encoder)
@@ -309,16 +309,16 @@ class Journal:
         self.run_id = reader.run_id or (plan.run_id if plan else None) or secrets.token_bytes(16)
         self.timeline = lineage[-1].timeline if lineage else 1
         if plan is None:
-            state, end_lsn, end_blobs = self._fold_on_disk(reader, first_lsn)
-            # ids are never reused, not even those allocated on a dead tail
-            top_gid = reader.max_group_id() if len(reader.timelines) > 1 else state.next_group_id - 1
+            state, end_lsn, end_blobs = self._fold_on_disk(reader, lineage, first_lsn)
         else:
             end_lsn, end_blobs = self._check_resume_point(reader, lineage, first_lsn, plan.fold_state)
             state = plan.fold_state.copy()
-            top_gid = reader.max_group_id()
+        # ids are never reused, not even those allocated on a dead tail (the fold of a single
+        # timeline has seen every id it allocated)
+        top_gid = reader.max_group_id() if plan is not None or len(reader.timelines) > 1 else -1
+        state.next_group_id = max(state.next_group_id, top_gid + 1)
         branching = plan is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0)
         segment = self._open_segment(reader, lineage, state, end_lsn, end_blobs, branching)
-        state.next_group_id = max(state.next_group_id, top_gid + 1)
         self._state = state
         self._segment = self._disk_segment = segment
         self._durable_lsn = state.lsn
@@ -330,35 +330,98 @@ class Journal:
         if segment.file is not None and segment.file.path != segment.path:
             self._publish(segment)
 
-    def _fold_on_disk(self, reader: Reader, first_lsn: int) -> tuple[State, int, dict]:
-        """The state at the end of the history on disk (an open without `resume=`), noting
-        whether it continues past the latest committed checkpoint (`_forgotten_resume`)."""
-        if first_lsn > 1:
+    def _fold_on_disk(self, reader: Reader, lineage: list, first_lsn: int) -> tuple[State, int, dict]:
+        """The state at the end of the history on disk (an open without `resume=`): the newest
+        state checkpoint on the active history (`_checkpoint_state`) with the commits after it
+        folded on, else the fold from LSN 1; noting whether it continues past the latest
+        committed checkpoint (`_forgotten_resume`)."""
+        state = self._checkpoint_state(reader, lineage, first_lsn)
+        if state is None and first_lsn > 1:
             raise JournalError(
-                f"journal {self.path}: the segments before LSN {first_lsn} were retired; open it "
-                "with resume=replay.restore(path) so the state comes from a cut")
-        state, blobs = State(), {}
-        last_ownership_lsn = 0  # the last commit holding an event other than a checkpoint marker
-        for rec in reader.records():
-            apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
-            blobs = rec.blobs
-            if any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events):
-                last_ownership_lsn = rec.commit.lsn
+                f"journal {self.path}: the segments before LSN {first_lsn} were retired and no cut "
+                f"under {layout.SNAPSHOTS_DIR}/ holds a usable state file at or after LSN "
+                f"{first_lsn - 1}; open it with resume=replay.restore(path) so the state comes "
+                "from a cut")
+        state = state or State()
+        start = state.lsn
+        blobs, last_ownership_lsn = self._fold_tail(reader, state)
+        if blobs is None:  # nothing after the checkpoint state: its segment's table
+            blobs = self._history_end(reader, lineage)[1] if lineage else {}
+        latest = state.latest_committed_checkpoint()
+        begun = latest[1] if latest is not None else 0
+        if last_ownership_lsn <= begun < start:  # the commits (begun, start] are in the state
+            last_ownership_lsn = max((rec.commit.lsn for rec in reader.records(
+                start_lsn=begun + 1, stop_lsn=start) if _holds_ownership(rec)), default=0)
         self._open_warning = self._forgotten_resume(state, last_ownership_lsn)
         return state, state.lsn, blobs
+
+    @staticmethod
+    def _fold_tail(reader: Reader, state: State) -> tuple[dict | None, int]:
+        """Fold the commits after `state` onto it; (blob table of the last one's segment, None
+        when there is none; LSN of the last commit holding an event other than a checkpoint
+        marker, 0 when none). The first commit must continue `state`: its LSN, and its
+        segment's chain seed when it is that segment's first commit."""
+        blobs, last_ownership_lsn, first = None, 0, True
+        for rec in reader.records(start_lsn=state.lsn + 1):
+            if first and state.lsn > 0:
+                _check_continues(reader, rec, state)
+            first = False
+            apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
+            blobs = rec.blobs
+            if _holds_ownership(rec):
+                last_ownership_lsn = rec.commit.lsn
+        return blobs, last_ownership_lsn
+
+    def _checkpoint_state(self, reader: Reader, lineage: list, first_lsn: int) -> State | None:
+        """The newest state checkpoint (a cut's state file, `journal.state_file`) that is a
+        point of the active history, or None. A file that does not read, does not verify or is
+        not on the history (another run, a dead branch, LSNs written again after a lost tail)
+        is passed over for the next older one: never a wrong state."""
+        if not lineage:
+            return None
+        for path in state_file.candidates(self.path):
+            try:
+                state, run_id = state_file.read(path)
+            except (OSError, StateFileCorrupt):
+                continue
+            if run_id == reader.run_id and self._on_history(reader, lineage, first_lsn, state.lsn,
+                                                            state.chain, state.timeline):
+                return state
+        return None
+
+    @staticmethod
+    def _on_history(reader: Reader, lineage: list, first_lsn: int, lsn: int, chain: int,
+                    timeline: int | None = None) -> bool:
+        """Whether (LSN `lsn`, `chain`, written by `timeline` unless None) is a point of the
+        active history: its commit at `lsn` has that chain, or `lsn` is just before the first
+        commit on disk and that segment's seed is `chain`. Reads the one segment holding it."""
+        if lsn == first_lsn - 1:
+            return lineage[0].segments[0].header.chain_seed == chain
+        for rec in reader.records(start_lsn=lsn, stop_lsn=lsn):
+            return rec.chain == chain and (timeline is None or rec.timeline == timeline)
+        return False
+
+    @staticmethod
+    def _history_end(reader: Reader, lineage: list) -> tuple[int, dict]:
+        """(LSN, blob table of its segment) of the last commit of the active history, reading
+        only the last segments of its newest timeline (back to the first holding a commit)."""
+        tip = lineage[-1]
+        for seg in reversed(tip.segments):
+            last = None
+            for last in reader.records(start_lsn=seg.first_lsn):
+                pass
+            if last is not None:
+                return last.commit.lsn, last.blobs
+        return tip.branch_lsn, {}
 
     def _check_resume_point(self, reader: Reader, lineage: list, first_lsn: int,
                             state: State) -> tuple[int, dict]:
         """(end LSN, blob table of its segment) of the history on disk; JournalError unless
         the resume point's anchor lies on it."""
-        end_lsn, end_blobs, anchor = state.lsn if not lineage else first_lsn - 1, {}, None
-        for rec in reader.records():
-            end_lsn, end_blobs = rec.commit.lsn, rec.blobs
-            if end_lsn == state.lsn:
-                anchor = rec.chain
-        if state.lsn == first_lsn - 1 and lineage:
-            anchor = lineage[0].segments[0].header.chain_seed
-        if lineage and (anchor != state.chain or state.lsn > end_lsn):
+        if not lineage:
+            return state.lsn, {}
+        end_lsn, end_blobs = self._history_end(reader, lineage)
+        if state.lsn > end_lsn or not self._on_history(reader, lineage, first_lsn, state.lsn, state.chain):
             raise JournalError(
                 f"resume point (LSN {state.lsn}, chain {state.chain:#010x}) is not on the active "
                 f"history of journal {self.path} (LSNs {first_lsn}..{end_lsn}): the state comes "
@@ -381,8 +444,8 @@ class Journal:
             self.timeline = max(max(reader.timelines) if lineage else state.timeline,
                                 self._timeline_floor) + 1
             return self._create_segment(fmt.SegmentHeader(
-                self.run_id, self.timeline, parent, state.lsn + 1, state.chain), publish=False,
-                opening=True)
+                self.run_id, self.timeline, parent, state.lsn + 1, state.chain,
+                fmt.group_mark(state.next_group_id)), publish=False, opening=True)
         if lineage:
             last = lineage[-1].segments[-1]
             f = self.fs.open_append(last.path)
@@ -391,7 +454,8 @@ class Journal:
             # segment, and claiming its blobs would leave the next `taken` without them
             stored = set(end_blobs) if end_lsn >= last.first_lsn else set()
             return _SegmentPlan(last.header, last.path, f.offset, stored, f)
-        return self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0), opening=True)
+        return self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0,
+                                                      fmt.group_mark(state.next_group_id)), opening=True)
 
     def _forgotten_resume(self, state: State, last_ownership_lsn: int) -> str | None:
         """The warning for an open without `resume=` that continues ownership history a restore
@@ -622,7 +686,8 @@ class Journal:
         except (TypeError, OverflowError) as exc:  # a value msgpack cannot hold
             raise self._bad_argument(lsn, events, exc) from None
         if seg.size + fmt.FRAME_HEADER_SIZE + 4 + len(record) > self.segment_bytes and seg.size > fmt.HEADER_SIZE:
-            header = fmt.SegmentHeader(self.run_id, self.timeline, seg.header.parent_timeline, lsn, state.chain)
+            header = fmt.SegmentHeader(self.run_id, self.timeline, seg.header.parent_timeline, lsn,
+                                       state.chain, fmt.group_mark(state.next_group_id))
             seg = _SegmentPlan(header, os.path.join(self.path, layout.segment_name(self.timeline, lsn)),
                                fmt.HEADER_SIZE, set())
             record = self._encode(lsn, events, refs, blobs, seg)
@@ -898,6 +963,25 @@ class Journal:
 
     def __repr__(self) -> str:
         return f"<Journal {self.path} timeline={self.timeline} lsn={self._state.lsn} sync={self.sync}>"
+
+
+def _holds_ownership(rec) -> bool:
+    """Whether a record's commit holds an event other than a checkpoint marker."""
+    return any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events)
+
+
+def _check_continues(reader: Reader, rec, state: State) -> None:
+    """JournalCorrupt unless `rec` is the commit after `state` on its history: LSN state.lsn + 1,
+    and a segment seed equal to the state's chain when it opens its segment."""
+    seg = next(s for s in reader.segments if s.name == rec.segment)
+    if rec.commit.lsn != state.lsn + 1:
+        raise JournalCorrupt(f"{seg.name}: the history after the state checkpoint at LSN {state.lsn} "
+                             f"resumes at LSN {rec.commit.lsn} (a segment is missing)",
+                             segment=seg.name, offset=rec.offset, lsn=state.lsn + 1)
+    if rec.commit.lsn == seg.first_lsn and seg.header.chain_seed != state.chain:
+        raise JournalCorrupt(f"{seg.name}: segment chain seed {seg.header.chain_seed:#010x} does not "
+                             f"continue the chain {state.chain:#010x} at LSN {state.lsn}",
+                             segment=seg.name, offset=0, lsn=rec.commit.lsn)
 
 
 def _continue_elsewhere(path: str, plan: ResumePlan | None) -> str:

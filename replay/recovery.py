@@ -45,6 +45,9 @@ class DeadTail:
     finished: dict[int, tuple] = field(default_factory=dict)
     sealed: dict[tuple[int, int], tuple] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
+    # (group, index) -> the highest attempt the tail dispatched, for rollouts of groups live at
+    # the point (`Reader.attempts_used`'s rule), so the fences need not read the tail again
+    attempts: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 def read_dead_tail(reader: Reader, state: State) -> DeadTail:
@@ -61,14 +64,24 @@ def read_dead_tail(reader: Reader, state: State) -> DeadTail:
                         # as the fold records it: the finishing version, else the admitting one
                         pv = ev.policy_version if ev.policy_version is not None else g.policy_version
                         tail.finished[gid] = (pv, ev.locators[i] if ev.locators is not None else None)
-            elif kind is RolloutSealed:
-                for ref in ev.rollouts:
-                    g = live.get(ref.group_id)
-                    if g is not None and g.owner == Owner.ADMITTED:
-                        tail.sealed[(ref.group_id, ref.index)] = (ev.policy_version, ref.locator)
+            elif kind is RolloutSealed or kind is RolloutFailed:
+                _note_rollouts(tail, live, ev, kind is RolloutSealed)
             elif kind is Discarded:
                 tail.dropped.update(ev.groups)
     return tail
+
+
+def _note_rollouts(tail: DeadTail, live: dict, ev, sealing: bool) -> None:
+    """A rollout event of the dead tail: the attempts it dispatched and, for a seal of a group
+    ADMITTED at the point, its result."""
+    for ref in ev.rollouts:
+        g = live.get(ref.group_id)
+        if g is None:
+            continue
+        key = (ref.group_id, ref.index)
+        tail.attempts[key] = max(tail.attempts.get(key, 0), ref.attempt + (not sealing))
+        if sealing and g.owner == Owner.ADMITTED:
+            tail.sealed[key] = (ev.policy_version, ref.locator)
 
 
 @dataclass

@@ -67,6 +67,21 @@ def _id_allocator(state: State, reader: Reader | None) -> Callable[[], int]:
     return next_id
 
 
+def _attempts_used(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Callable[[set], dict]:
+    """`recover`'s `attempts_used`: from every history of the journal (none without one); the
+    active history after `lsn` from the salvage's read of it, when there was one."""
+    def used(keys: set) -> dict:
+        if reader is None:
+            return {}
+        if tail is None:
+            return _wrap_journal_errors(reader.attempts_used, keys)
+        found = _wrap_journal_errors(reader.attempts_used, keys, skip_active_after=lsn)
+        for key in keys & tail.attempts.keys():
+            found[key] = max(found.get(key, 0), tail.attempts[key])
+        return found
+    return used
+
+
 def _ledger_of(cut) -> RowLedger | None:
     """The row ledger of the cut the restore point stands on; None when it has none or it does
     not load (an audit of a journal resumed from it then reports what it cannot cover)."""
@@ -184,8 +199,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     marks = recommit + ([r.step] if r.step in state.pending_checkpoints and r.step not in recommit else [])
     groups = recover(state, r.step, tail=r.tail, data_plane=data_plane, recommit=marks,
                      next_free_id=_id_allocator(state, r.reader),
-                     attempts_used=(lambda keys: _wrap_journal_errors(r.reader.attempts_used, keys))
-                     if r.reader is not None else (lambda keys: {}))
+                     attempts_used=_attempts_used(r.reader, r.tail, state.lsn))
     result = RecoveredState(
         loader_state=_decode_loader(state, path),
         reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,

@@ -25,7 +25,7 @@ from journal.locks import compaction_lock
 from journal.replica import RetentionRequest
 
 from .bucket_retention import request_bucket_retention
-from .catalog import Skipped, anchor_problem, usable_cuts
+from .catalog import Skipped, anchor_problem, anchored_cuts, newest_readable, usable_cuts
 from .checks import read_cut
 from .cut import DATA_PLANE_DIR, Cut, DataPlane, write_cut
 from .errors import RestoreError
@@ -192,30 +192,52 @@ def _reusable(journal_path: str, cut_path: str, data_plane: DataPlane | None) ->
 
 def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int], mode: str,
                      result: CompactResult, protect: str, replica) -> None:
+    """Choose the cuts to keep from their manifests (`anchored_cuts`: nothing else is read), then
+    load in full only those retention stands on: the newest one, whose checkpoint markers the
+    tail is folded onto, and the base of each point kept restorable. Segments are retired only
+    up to the oldest cut kept, which is at or before every verified base; with a replica, the
+    bucket is trimmed by the same rule (`request_bucket_retention`)."""
     reader = Reader(path, "strict")
-    ignored: list[Skipped] = []
-    cuts = list(usable_cuts(reader, path, ignored))  # newest first
-    if not cuts:
+    views = anchored_cuts(reader, path, [])  # newest first
+    loaded: dict[str, Cut] = {}
+
+    def verified(below: int | None) -> Cut | None:
+        """The newest cut at or before `below` (any if None) that passes every check of
+        `read_cut`, loaded once; one that fails is dropped from `views` (left alone)."""
+        while True:
+            view = next((v for v in views if below is None or v.lsn <= below), None)
+            if view is None:
+                return None
+            if view.path not in loaded:
+                cut = newest_readable([view], None, [])
+                if cut is None:
+                    views.remove(view)
+                    continue
+                loaded[view.path] = cut
+            return loaded[view.path]
+
+    newest = verified(None)
+    if newest is None:
         return
-    _, committed = checkpoint_markers(reader.records(start_lsn=cuts[0].lsn + 1), cuts[0].state)
+    _, committed = checkpoint_markers(reader.records(start_lsn=newest.lsn + 1), newest.state)
     latest = max(committed.values()) if committed else 0  # no checkpoint: a restart resumes at 0
     points = {latest} | {committed[s] for s in pins if s in committed}
-    keep = {c.path for c in cuts[:keep_cuts]} | {protect}  # never the cut just asked for
-    keep |= {c.path for c in cuts if c.manifest.checkpoint_step is not None
-             and c.manifest.checkpoint_step in pins and c.lsn == committed.get(c.manifest.checkpoint_step)}
+    keep = {v.path for v in views[:keep_cuts]} | {protect}  # never the cut just asked for
+    keep |= {v.path for v in views if v.manifest.checkpoint_step is not None
+             and v.manifest.checkpoint_step in pins and v.lsn == committed.get(v.manifest.checkpoint_step)}
     boundary = None
     for p in sorted(points):
-        base = next((c for c in cuts if c.lsn <= p), None)
+        base = verified(p)
         if base is None:
             boundary = 0  # restoring this point folds from LSN 1: retire nothing
         else:
             keep.add(base.path)
-    for c in cuts:
-        if c.path not in keep:
-            _discard_cut(fs, c.path)
-            result.removed_cuts.append(os.path.basename(c.path))
+    for v in views:
+        if v.path not in keep:
+            _discard_cut(fs, v.path)
+            result.removed_cuts.append(os.path.basename(v.path))
     if boundary is None:
-        boundary = min(c.lsn for c in cuts if c.path in keep)
+        boundary = min(v.lsn for v in views if v.path in keep)
     if boundary > 0:
         result.retired_segments = retire(fs, path, retirable_segments(reader, boundary), mode)
         if replica is not None:

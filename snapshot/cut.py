@@ -32,14 +32,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from journal import DEFAULT_FS, Group, Owner, OsFileSystem, State
+from journal import DEFAULT_FS, Group, Owner, OsFileSystem, State, state_file
 
 from . import manifest as mf
 from .io_errors import io_step, remove_quietly
 
 from journal.layout import (DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,  # noqa: F401
                             RESERVE_FILE, TMP_PREFIX, cut_tmp_name)
-from journal.layout import LEDGER_FILE
+from journal.layout import LEDGER_FILE, STATE_FILE
 
 TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped
 DATASET_KEY = "dataset"  # in rollout_recovery.pt: the dataset size and row sample (optional)
@@ -204,6 +204,7 @@ def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: 
         put(RESERVE_FILE, _save_bytes(encode_table(spare, owner=Owner.SPARE)))
     if ledger is not None:
         put(LEDGER_FILE, _save_bytes(ledger.encode()))
+    put(STATE_FILE, state_file.encode(state, run_id))  # what Journal.open folds the tail onto
     if data_plane is not None:
         with_rows = replay + [g for g in recovery if g.rollouts is not None and g.rollouts.sealed]
         files.update(_save_data_plane(fs, tmp, data_plane, with_rows))

@@ -2,7 +2,8 @@
 mixed transitions, rollout seals and failures, transactions, checkpoint markers, a loader
 state holding a tensor, small segments so it rotates) and prints every acknowledged LSN; the
 parent SIGKILLs it at random moments (20 times, or $OJ_CRASH_LOOP_KILLS), reopens the journal
-each time and checks: every acknowledged commit is present with the events the child was told
+each time (from the newest cut's state file when the child compacted) and checks: every
+acknowledged commit is present with the events the child was told
 were durable (rollouts with their attempts and locators), LSNs run 1..n without gaps, a strict
 Reader verifies, the reopened state (rollouts included) equals an independent fold
 (tests/support/journal_model.py) of what is on disk, and `restore` equals that fold at the latest
@@ -27,6 +28,7 @@ import time
 
 from tests.support.crash_oracle import check_restore
 from journal import Journal, Reader
+from journal.layout import SNAPSHOTS_DIR
 from journal.loader_state import unpack
 from tests.support.equality import deep_equal
 from tests.support.journal_model import assert_journal_matches, events_of, fold_records
@@ -128,7 +130,7 @@ def test_sigkill_crash_loop(tmp_path):
     rng = random.Random(int(os.environ.get("OJ_CRASH_LOOP_SEED", "20")))
     acked: dict[int, list] = {}
     runner = Zygote() if FORK else Fresh()
-    opens_with_commits = 0
+    opens_with_commits = opens_from_cut = 0
     try:
         for i in range(KILLS):
             pid = runner.start(path, rng.randrange(1 << 30))
@@ -146,17 +148,21 @@ def test_sigkill_crash_loop(tmp_path):
                     acked[int(lsn)] = json.loads(evs)
                 elif line.startswith("OPEN "):
                     opens_with_commits += int(line.split()[1]) > 0
-            check(path, acked, i)
+            opens_from_cut += check(path, acked, i)
     finally:
         runner.close()
     assert len(acked) > KILLS, "the children acknowledged almost nothing"
     assert opens_with_commits >= KILLS // 2, "the children rarely continued an existing journal"
+    assert opens_from_cut, "no reopen had a cut (and its state file) to start from"
 
 
-def check(path: str, acked: dict[int, list], run: int) -> None:
+def check(path: str, acked: dict[int, list], run: int) -> bool:
+    """Reopen and check the journal; whether a cut was there to open from."""
     if not os.path.isdir(path):  # killed before it created anything
         assert not acked
-        return
+        return False
+    snapshots = os.path.join(path, SNAPSHOTS_DIR)
+    had_cut = os.path.isdir(snapshots) and any(n.startswith("cut-") for n in os.listdir(snapshots))
     with Journal.open(path, segment_bytes=SEGMENT_BYTES) as j:  # recovery (cuts a torn tail)
         reader = Reader(path)
         records = list(reader.records())
@@ -184,3 +190,4 @@ def check(path: str, acked: dict[int, list], run: int) -> None:
         check_restore(path, fold_records(records[:begun]), step)
     else:
         check_restore(path, fold_records([]), None)
+    return had_cut

@@ -26,7 +26,8 @@ import pytest
 import torch
 
 from journal import GroupRef, Journal, Owner, Reader, list_segments
-from journal.layout import LEDGER_FILE
+from journal import state_file
+from journal.layout import LEDGER_FILE, STATE_FILE
 from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
                       SNAPSHOTS_DIR, ChecksumMismatch, DataPlane, compact, cut_dirs, read_cut,
                       state_at)
@@ -71,13 +72,17 @@ def test_files_load_weights_only_and_match_the_manifest(fast_tmp):
     manifest = json.loads(files.pop(MANIFEST_NAME))
     # exactly the files the manifest lists, with their size and sha256
     assert set(files) == set(manifest["files"]) == {DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,
-                                                     RESERVE_FILE, LEDGER_FILE}
+                                                     RESERVE_FILE, LEDGER_FILE, STATE_FILE}
     for name, data in files.items():
         assert manifest["files"][name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     assert manifest["format"] == "ownership-journal-cut" and manifest["schema_version"] == 2
     assert manifest["lsn"] == result.lsn and manifest["next_group_id"] == 61
     assert manifest["checkpoint_step"] is None and manifest["committed_checkpoints"] == {
         "1": 7, "2": 15, "3": 23}
+    # the journal's state file (not torch) decodes to the fold at the cut
+    state, run_id = state_file.decode(files.pop(STATE_FILE), STATE_FILE)
+    assert run_id.hex() == manifest["run_id"]
+    assert_same_state(state, reference_states(path)[result.lsn], "state file at end")
     # every .pt loads with weights_only and no extra safe globals
     loaded = {name: _strict_load(os.path.join(cut, name)) for name in files}
     assert loaded[DATALOADER_FILE]["pos"] == 60

@@ -84,3 +84,29 @@ def test_delete_restores_from_cut_plus_tail(fast_tmp):
     assert_same_state(state_at(path, "end").state, refs[-1], "end from cut + tail")
     for lsn in range(result.lsn, len(refs)):
         assert_same_state(state_at(path, lsn).state, refs[lsn], f"LSN {lsn} from cut + tail")
+
+
+def test_retention_chooses_by_manifest_and_never_loads_the_cuts_it_removes(fast_tmp, monkeypatch):
+    import snapshot.catalog
+    from journal import GroupRef, Journal
+
+    path = str(fast_tmp / "j")
+    with Journal.open(path, sync="none", segment_bytes=4096) as j:
+        for step in range(1, 7):  # six cuts, each at a committed checkpoint
+            for i in range(40):
+                (gid,) = j.taken([GroupRef(idx=step * 100 + i)])
+                j.admitted([gid], target_step=step)
+            j.begin_checkpoint(step=step)
+            j.commit_checkpoint(step=step)
+            compact(path, journal=j, retention=None)
+    loads: list[str] = []
+    real = snapshot.catalog.read_cut
+
+    def spy(cut_path, *args, **kwargs):
+        loads.append(os.path.basename(cut_path))
+        return real(cut_path, *args, **kwargs)
+
+    monkeypatch.setattr(snapshot.catalog, "read_cut", spy)
+    result = compact(path, "end", keep_cuts=1, retention="archive")
+    assert len(result.removed_cuts) >= 5
+    assert not set(result.removed_cuts) & set(loads), loads

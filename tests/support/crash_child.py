@@ -6,7 +6,9 @@
         replaces=, some with rollouts=N), rollout seals (with and without locators) and
         failures, finishes with locators (or, for groups with rollouts, once all are sealed),
         trains, discards, transactions (one seals a group's last rollouts, fails another's
-        and finishes the first) and checkpoint markers, chosen from the journal's own state
+        and finishes the first) and checkpoint markers, chosen from the journal's own state,
+        and now and then a compaction at "end" (a cut and its journal state file, which the
+        next open starts from; a kill can land inside it)
         (so a run continues whatever history the previous, killed, run left). A seal of an
         attempt that was failed must raise StaleAttempt (and is not a commit). Writes one
         line per acknowledged commit to stdout:
@@ -38,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from journal import GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt  # noqa: E402
 
+from snapshot import compact  # noqa: E402
 from tests.support.loader_states import loader_state  # noqa: E402  (imports torch)
 
 
@@ -81,7 +84,10 @@ def run(path: str, seed: int, segment_bytes: int) -> None:
         if live:
             kinds += ["discarded"]
         kinds += ["commit"] if st.pending_checkpoints else ["begin"]
-        kind = rng.choice(kinds)
+        kind = "compact" if rng.random() < 0.03 else rng.choice(kinds)
+        if kind == "compact":  # a cut with its state file (the next open folds from it)
+            compact(path, "end", journal=j, retention=None)
+            continue
 
         def some(gs):
             return sorted(rng.sample(gs, rng.randint(1, min(3, len(gs)))))
