@@ -12,7 +12,10 @@ stopped here; no traffic goes anywhere else. Figures:
 3. requests: LISTs and all requests while idle (extrapolated to an hour; target 0 LIST), and
    requests per 1M commits while shipping; bytes stored in the bucket per byte journaled;
 4. restore from the bucket alone vs restore of the same journal from its local directory:
-   target <= 2x the time.
+   target <= 2x the time;
+5. `journal-demo --replica` (node-loss kills: each SIGKILL of the example trainer also deletes
+   its local journal, each restart restores from the bucket alone), against this server:
+   prompts trained twice / lost in the audit of the bucket, target 0 (small in `--quick`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from .common import Figure, Report, Target, log, scratch_dir, timed_alternating
 
 BUCKET = "oj-bench-replica"
 SHIP_INTERVAL = 1.0
+DEMO_QUICK = {"kills": 5, "dataset_size": 256, "batch_size": 16, "epochs": 1}
+DEMO_FULL = {"kills": 20, "dataset_size": 2048, "batch_size": 16, "epochs": 2}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -186,6 +191,14 @@ def measure_restore(s3: LocalS3, path: str, steps: int) -> tuple[float, float]:
     return statistics.median(bucket), statistics.median(local)
 
 
+def measure_demo(s3: LocalS3, out: str, quick: bool) -> dict:
+    """`journal-demo --replica` against `s3`: its summary."""
+    from examples import chaos
+    o = chaos.Options(out=out, replica=f"s3://{BUCKET}/demo", replica_options=s3.options, verbose=False,
+                      timeout=1800.0, **(DEMO_QUICK if quick else DEMO_FULL))
+    return chaos.run(o)
+
+
 def run(args) -> Report:
     report = Report("replica", quick=args.quick, directory=args.dir)
     seconds = args.seconds or (3.0 if args.quick else 10.0)
@@ -230,6 +243,15 @@ def run(args) -> Report:
             report.add(Figure("restore", f"restore from the bucket alone ({2 * steps:,} commits)",
                               bucket, "s", reference=local, reference_label="the local directory",
                               target=Target(max_value=2 * local)))
+            log("journal-demo --replica (node-loss kills) ...")
+            demo = measure_demo(s3, os.path.join(tmp, "demo"), args.quick)
+            report.add(Figure("demo_replica", f"journal-demo --replica ({demo['kills']} node-loss kills, "
+                              f"{demo['restores']} restores from the bucket): twice + lost",
+                              demo["twice"] + demo["lost"], "prompts", target=Target(max_value=0),
+                              note=f"{demo['twice']} twice / {demo['lost']} lost of "
+                              f"{demo['audit']['trained_once'] + demo['audit']['dropped']} rows trained once or "
+                              f"dropped, ledger {'agrees' if not demo['ledger_mismatches'] else 'DISAGREES'}, "
+                              f"{demo['wall_seconds']} s"))
     finally:
         s3.stop()
     return report

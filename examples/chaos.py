@@ -76,7 +76,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .bookkeeping import read_ledger
-from .replica_options import add_replica_options, parse_replica_options
+from .replica_options import add_replica_arguments, parse_replica_options
 
 RAY_DEADLINE_MS = 1000      # a Ray round trip on a busy machine takes far more than a thread's
 KINDS = ("checkpoint_save", "compaction", "restore", "random")
@@ -479,6 +479,7 @@ def run(o: Options) -> dict:
         summary[key] = sum(int(r.get(field_name, 0)) for r in resumed)
     summary.update(generation_report(ledger_report, len(kills)))
     summary["restores"] = len(resumed)
+    summary["restored_from"] = dict(Counter(r.get("source", "-") for r in resumed))
     if ray_counts is not None:
         summary["ray"] = dict(ray_counts, rollouts_lost_with_actor=ledger_report["counters"].get("actors_lost", 0))
     summary["wall_seconds"] = round(time.monotonic() - t0, 1)
@@ -661,12 +662,10 @@ def parse_args(argv=None) -> tuple[Options, bool]:
     p.add_argument("--ray", action="store_true",
                    help="rollout workers as Ray actors on a local 3-node cluster (loopback only), "
                         "also killing actors and replacing a node; needs the ray extra")
-    p.add_argument("--replica", default=None, metavar="URL",
-                   help="node-loss kills: the trainer ships its journal to this bucket prefix (empty; "
-                        "s3://, gs://, az://), each kill also deletes its local journal/, each restart "
-                        "restores from the bucket alone, and the audit reads the bucket (see above for "
-                        "a local S3 server)")
-    add_replica_options(p)
+    add_replica_arguments(p, "node-loss kills: the trainer ships its journal to this bucket prefix "
+                             "(empty; s3://, gs://, az://), each kill also deletes its local journal/, "
+                             "each restart restores from the bucket alone, and the audit reads the "
+                             "bucket (see above for a local S3 server)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-run lines")

@@ -6,7 +6,8 @@ import argparse
 import json
 
 
-def add_replica_options(p: argparse.ArgumentParser) -> None:
+def add_replica_arguments(p: argparse.ArgumentParser, replica_help: str) -> None:
+    p.add_argument("--replica", default=None, metavar="URL", help=replica_help)
     p.add_argument("--replica-options", default=None, metavar="JSON",
                    help="obstore.store.from_url keyword arguments for --replica, as a JSON object "
                         "(endpoint, access_key_id, secret_access_key, region, client_options)")

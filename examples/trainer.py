@@ -90,7 +90,7 @@ from .bookkeeping import Ledger
 from .data_plane import LocalDataPlane
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
 from .loader import stateful_loader
-from .replica_options import add_replica_options, parse_replica_options
+from .replica_options import add_replica_arguments, parse_replica_options
 
 RESERVED, ADMITTED, REPLAY, SPARE, TRAINED, DROPPED = "RESERVED", "ADMITTED", "REPLAY", "SPARE", "TRAINED", "DROPPED"
 CKPT_NAME = re.compile(r"^step_(\d{8})$")
@@ -522,6 +522,8 @@ class Trainer:
         # the checkpoint a restore from the bucket stands on is in the bucket; one restored
         # from the local journal may not be
         self.restorable = (state.step or 0) if source == "replica" else 0
+        if cfg.replica is not None and state.lsn == 0:
+            self._initial_checkpoint()
         if source == "cut":
             compact(jdir, at="end", journal=self.journal, data_plane=self.dp)
         self.own = JournalOwnership(self.journal, self.ledger.acked)
@@ -572,6 +574,21 @@ class Trainer:
                  f"rollouts={cfg.rollouts}", f"mode={'rollout' if cfg.rollout_level else 'group'}",
                  f"base={state.base_cut or '-'}")
         return redispatch
+
+    def _initial_checkpoint(self) -> None:
+        """A new run with a replica: its first commit is a committed checkpoint of the initial
+        weights (begun and committed at once), so whenever the bucket holds a history it holds
+        a checkpoint to restore, and a restore from it never lands on LSN 0."""
+        lsn = self.journal.lsn + 1
+        tmp = os.path.join(self.cfg.ckpt_dir, f"{TMP}step_{0:08d}-{secrets.token_hex(4)}")
+        os.makedirs(tmp)
+        _save_fsynced({"model": self.policy.state_dict(), "optim": self.opt.state_dict(), "step": 0,
+                       "loader_epoch": 0, "lsn": lsn}, os.path.join(tmp, "model.pt"))
+        self._publish_checkpoint(tmp, 0)
+        with self.journal.transaction() as tx:
+            tx.begin_checkpoint(step=0)
+            tx.commit_checkpoint(step=0)
+        self.ledger.acked(lsn)
 
     def _reload_results(self, w: Work, g) -> None:
         """Fill `w`'s result slots from the data plane: a finished group's rows, or the sealed
@@ -1188,12 +1205,10 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--ray-address", default=os.environ.get("OJ_RAY_ADDRESS"),
                    help="Ray cluster to join (default $OJ_RAY_ADDRESS, else a local one is started)")
     p.add_argument("--ray-actors", type=int, default=3, help="rollout actors in Ray mode (default 3)")
-    p.add_argument("--replica", default=None, metavar="URL",
-                   help="ship the journal to this bucket (s3://, gs://, az://; needs the replica "
-                        "extra); a start with no local journal restores from the bucket alone. A node "
-                        "loss takes journal/ (the local disk) and what was not shipped yet; the bucket, "
-                        "ckpt/ and rows/ (shared storage in a real run) survive it")
-    add_replica_options(p)
+    add_replica_arguments(p, "ship the journal to this bucket (s3://, gs://, az://; needs the replica "
+                             "extra); a start with no local journal restores from the bucket alone. A "
+                             "node loss takes journal/ (the local disk) and what was not shipped yet; "
+                             "the bucket, ckpt/ and rows/ (shared storage in a real run) survive it")
     p.add_argument("--ship-interval", type=float, default=1.0,
                    help="seconds between the replica's shipping passes (default 1.0)")
     a = p.parse_args(argv)
