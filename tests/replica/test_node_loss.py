@@ -106,6 +106,21 @@ def test_node_loss_kills_of_the_example_trainer(s3, prefix, tmp_path):
     assert chaos.compare_reports(got, read_ledger(str(ledger)).report(DATASET, EPOCHS)) == []
 
 
+def test_a_new_run_with_a_replica_begins_with_a_committed_checkpoint(s3, prefix, tmp_path):
+    # so a node lost before its first checkpoint still leaves a checkpoint to resume from: a
+    # resume from LSN 0 would start timeline 1 again, over the bucket's own timeline 1
+    url, opts = S3.url(prefix), options(s3.endpoint)
+    out = tmp_path / "run"
+    out.mkdir()
+    child = chaos.Child(trainer_cmd(out, url, opts, SLOW_MS), str(out / "stderr.log"))
+    lines, killed_at = follow(child, ("STEP 1 ", 0.0))
+    assert killed_at is not None and child.close() == -signal.SIGKILL, stderr_tail(out)
+    shutil.rmtree(out / "journal")
+    state = restore(url, replica_options=opts)
+    assert (state.step, state.lsn) == (0, 1)
+    assert (out / "ckpt" / "step_00000000" / "model.pt").exists()
+
+
 def test_journal_demo_replica_end_to_end(s3, prefix, tmp_path, capsys):
     url, opts = S3.url(prefix), options(s3.endpoint)
     code = chaos.main(["--out", str(tmp_path / "demo"), "--replica", url, "--replica-options", json.dumps(opts),
