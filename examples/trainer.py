@@ -51,7 +51,8 @@ node loss is the bucket and the rest of `--out`: `journal/` is the node's local 
 it), while `ckpt/` (weights) and `rows/` (the data plane) stand for the shared file system or
 bucket real runs keep them on. A restore from the bucket may come back to an older checkpoint
 than the node had (the newest commits were not shipped yet), so checkpoint directories and rows
-are retired only up to the newest checkpoint whose commit is in the bucket.
+are retired only up to the newest checkpoint whose commit is in the bucket; cuts carry no copy of
+the rows. A new run's first commit is a committed checkpoint of its initial weights.
 
 With `--baseline` there is no journal: it saves the loader's `state_dict()` with the
 weights at checkpoint time and drops whatever was in flight on a restart, as async
@@ -527,8 +528,10 @@ class Trainer:
         if source == "cut":
             compact(jdir, at="end", journal=self.journal, data_plane=self.dp)
         self.own = JournalOwnership(self.journal, self.ledger.acked)
-        self.compactor = BackgroundCompactor(self.journal, data_plane=self.dp, keep_cuts=2,
-                                             retention="archive")
+        # with a replica the data plane is shared storage that outlives the node: the cuts (which
+        # the bucket receives) carry no second copy of its rows
+        self.compactor = BackgroundCompactor(self.journal, data_plane=None if cfg.replica else self.dp,
+                                             keep_cuts=2, retention="archive")
         ck = self._load_weights(state.step, state.lsn) if state.step is not None else None
         if state.loader_state is not None:
             self.dl.load_state_dict(state.loader_state)
