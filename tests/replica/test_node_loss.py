@@ -126,8 +126,10 @@ def test_journal_demo_replica_end_to_end(s3, prefix, tmp_path, capsys):
     code = chaos.main(["--out", str(tmp_path / "demo"), "--replica", url, "--replica-options", json.dumps(opts),
                        "--kills", "4", "--dataset-size", "128", "--batch-size", "8", "--epochs", "1",
                        "--rollouts", "4", "--json"])
-    s = json.loads(capsys.readouterr().out)
-    assert code == 0 and s["ok"] and (s["twice"], s["lost"]) == (0, 0)
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    s = json.loads(printed.out)
+    assert s["ok"] and (s["twice"], s["lost"]) == (0, 0)
     assert s["audit_source"] == "replay.audit of the bucket" and s["cli_audit"]["path"] == url
     assert s["ledger_mismatches"] == [] and s["cli_audit"]["not_covered"] == []
     assert s["kills"] >= 4 and s["restored_from"] == {"replica": s["restores"]}  # never a local journal
