@@ -16,6 +16,9 @@ stopped here; no traffic goes anywhere else. Figures:
 5. bytes stored in the bucket per byte journaled after a run that compacts with retention
    ("delete", keep_cuts=1) every 5,000 steps (bucket retention trims the bucket by the same
    rule as the local directory).
+6. `journal-demo --replica` (node-loss kills: each SIGKILL of the example trainer also deletes
+   its local journal, each restart restores from the bucket alone), against this server:
+   prompts trained twice / lost in the audit of the bucket, target 0 (small in `--quick`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from .common import Figure, Report, Target, log, scratch_dir, timed_alternating
 
 BUCKET = "oj-bench-replica"
 SHIP_INTERVAL = 1.0
+DEMO_QUICK = {"kills": 5, "dataset_size": 256, "batch_size": 16, "epochs": 1}
+DEMO_FULL = {"kills": 20, "dataset_size": 2048, "batch_size": 16, "epochs": 2}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -211,6 +216,14 @@ def measure_retention(s3: LocalS3, path: str, steps: int) -> tuple[int, int, int
     return s3.stored_bytes("retention"), s3.stored_bytes("retention/cuts"), sum(written.values())
 
 
+def measure_demo(s3: LocalS3, out: str, quick: bool) -> dict:
+    """`journal-demo --replica` against `s3`: its summary."""
+    from examples import chaos
+    o = chaos.Options(out=out, replica=f"s3://{BUCKET}/demo", replica_options=s3.options, verbose=False,
+                      timeout=1800.0, **(DEMO_QUICK if quick else DEMO_FULL))
+    return chaos.run(o)
+
+
 def run(args) -> Report:
     report = Report("replica", quick=args.quick, directory=args.dir)
     seconds = args.seconds or (3.0 if args.quick else 10.0)
@@ -261,6 +274,15 @@ def run(args) -> Report:
                               "journaled, with retention", stored / journaled, "x",
                               note=f"{stored:,} B stored ({in_cuts:,} B of them the kept cut), "
                               f"{journaled:,} B of segments written"))
+            log("journal-demo --replica (node-loss kills) ...")
+            demo = measure_demo(s3, os.path.join(tmp, "demo"), args.quick)
+            report.add(Figure("demo_replica", f"journal-demo --replica ({demo['kills']} node-loss kills, "
+                              f"{demo['restores']} restores from the bucket): twice + lost",
+                              demo["twice"] + demo["lost"], "prompts", target=Target(max_value=0),
+                              note=f"{demo['twice']} twice / {demo['lost']} lost of "
+                              f"{demo['audit']['trained_once'] + demo['audit']['dropped']} rows trained once or "
+                              f"dropped, ledger {'agrees' if not demo['ledger_mismatches'] else 'DISAGREES'}, "
+                              f"{demo['wall_seconds']} s"))
     finally:
         s3.stop()
     return report

@@ -9,6 +9,7 @@ The trainer appends one line per fact, with a single `write` on an `O_APPEND` fi
     U <step> <us>         ... whose rollouts took <us> microseconds to generate (with its T line)
     D <reason> e:i,...    these rows were dropped (e.g. every rollout retry failed)
     W <us>                ... and the generation time of their rollouts went with them
+    A <lsn> <time>        the journal acknowledged the commit at <lsn> at <time> (Unix seconds)
     X <key>=<n> ...       counters (regenerated, salvaged groups, generation microseconds
                           spent, or spent on results no history can use), summed over every run
 
@@ -24,6 +25,7 @@ with the journal's own audit (`journal-inspect audit`; see `examples.chaos`).
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -51,6 +53,9 @@ class Ledger:
     def dropped(self, reason: str, rows, generation_us: int = 0) -> None:
         if rows:
             self._line(f"D {reason} " + ",".join(f"{e}:{i}" for e, i in rows) + f"\nW {int(generation_us)}")
+
+    def acked(self, lsn: int) -> None:
+        self._line(f"A {lsn} {time.time():.6f}")
 
     def count(self, **counters: int) -> None:
         self._line("X " + " ".join(f"{k}={v}" for k, v in counters.items()))
@@ -119,6 +124,15 @@ class History:
                 "unexpected_rows": len(extra), "counters": dict(self.counters),
                 "used_generation_us": self.used_generation_us,
                 "dropped_generation_us": self.dropped_generation_us, "restarts": self.restarts}
+
+
+def read_acks(path: str, offset: int = 0) -> list[tuple[int, float]]:
+    """(lsn, time) of every acknowledged commit (`A` line) written after byte `offset`, in order."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        lines = f.read().decode().split("\n")[:-1]   # an unfinished last line never happened
+    return [(int(lsn), float(t)) for kind, lsn, t in
+            (line.split(" ") for line in lines if line.startswith("A "))]
 
 
 def read_ledger(path: str) -> History:

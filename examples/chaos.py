@@ -6,6 +6,7 @@ exactly-once from the journal.
     journal-demo --baseline         # the same trainer and kills, without the journal
     journal-demo --ray              # rollout workers as Ray actors on a local 3-node cluster
     journal-demo --ray --kill-kinds actor   # ... killing single actors only
+    journal-demo --replica s3://bucket/demo-1 --replica-options JSON   # node-loss kills
 
 The driver runs `python -m examples.trainer` as a child process and kills it (SIGKILL: no
 cleanup, no flush, no atexit) at moments it picks with `--seed`: while it is saving a
@@ -38,6 +39,25 @@ controller kills the driver kills single actors and replaces a whole worker node
 (`examples.ray_workers.ClusterChaos`), each when the trainer announces a step the seed picks
 (`ray_kill_plan`), so runs with the same seed see the same kills. `--kill-kinds` picks which
 of the three kinds (actor, node, controller) the run gets.
+
+With `--replica URL` every kill is a node loss: the trainer ships its journal to the bucket,
+and at each kill the driver also deletes the trainer's local `journal/` directory, so each
+restart restores from the bucket alone. The weights (`ckpt/`) and the data plane (`rows/`)
+stand for shared storage and survive. The audit is read from the bucket
+(`replay.audit(URL, replica_options=...)`), cross-checked with the ledger. The prefix must be
+empty. No bucket at hand? moto's S3 server on this machine is one (`pip install
+'moto[server]'`):
+
+    python -m moto.server -H 127.0.0.1 -p 9000 &
+    python -c "import boto3; boto3.client('s3', endpoint_url='http://127.0.0.1:9000',
+        aws_access_key_id='test', aws_secret_access_key='test',
+        region_name='us-east-1').create_bucket(Bucket='demo')"
+    journal-demo --replica s3://demo/run-1 --replica-options '{"endpoint":
+        "http://127.0.0.1:9000", "access_key_id": "test", "secret_access_key": "test",
+        "region": "us-east-1", "client_options": {"allow_http": true}}'
+
+A `file://` URL is refused: obstore's local store has no compare-and-swap (`PutMode::Update`),
+which the journal's lease needs; `memory://` lives in one process and dies with the trainer.
 """
 
 from __future__ import annotations
@@ -49,6 +69,7 @@ import os
 import queue
 import random
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +80,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .bookkeeping import read_ledger
+from .replica_options import add_replica_arguments, parse_replica_options
 
 RAY_DEADLINE_MS = 1000      # a Ray round trip on a busy machine takes far more than a thread's
 RAY_KILL_KINDS = ("actor", "node", "controller")
@@ -91,6 +113,8 @@ class Options:
     kill_kinds: tuple = RAY_KILL_KINDS   # Ray mode: which kinds of kill the run gets
     actor_kills: int = 8                 # Ray mode: single actors killed (at steps of the plan)
     node_kills: int = 1                  # Ray mode: worker nodes removed (a fresh one joins each)
+    replica: str | None = None        # node-loss kills: the journal's bucket (see the module doc)
+    replica_options: dict | None = None
     timeout: float = 900.0
     verbose: bool = True
     trainer_args: list = field(default_factory=list)
@@ -116,6 +140,8 @@ def _trainer_cmd(o: Options, out: str) -> list[str]:
         cmd.append("--group-level")
     if o.ray:
         cmd += ["--ray", "--deadline-ms", str(RAY_DEADLINE_MS)]
+    if o.replica is not None:
+        cmd += ["--replica", o.replica, "--replica-options", json.dumps(o.replica_options or {})]
     return cmd + list(o.trainer_args)
 
 
@@ -293,6 +319,8 @@ def _run_children(o: Options, out: str, at_step=None) -> tuple[list[Kill], list[
         detail = f"checkpoint of step {p.saving} in progress" if "checkpoint_save" in after else ""
         kills.append(Kill(aim, landed, p.step, detail))
         _say(o, _run_line(n, p, f"killed {KIND_TEXT[landed]}, step {p.step}"))
+        if o.replica is not None:   # a node loss: the local disk goes with the trainer
+            shutil.rmtree(os.path.join(out, "journal"), ignore_errors=True)
 
 
 def _watch(o: Options, child: Child, p: Progress, aim: str | None, target: int, param: float,
@@ -345,10 +373,40 @@ def _tail(path: str, n: int = 25) -> str:
         return ""
 
 
-def audit_report(journal_dir: str) -> dict:
-    """`replay.audit` of the journal, as the document `journal-inspect audit --json` prints."""
+def audit_report(journal: str, replica_options: dict | None = None) -> dict:
+    """`replay.audit` of the journal (a directory, or a replica URL read from the bucket alone),
+    as the document `journal-inspect audit --json` prints."""
     from replay import audit
-    return audit(journal_dir).to_dict()
+    return audit(journal, replica_options=replica_options).to_dict()
+
+
+# obstore's LocalStore has no PutMode::Update (the lease's compare-and-swap); a MemoryStore
+# lives in one process
+UNUSABLE_REPLICA_SCHEMES = {
+    "file": "obstore's local store cannot compare-and-swap (PutMode::Update), which the journal's "
+            "lease needs",
+    "memory": "a memory store lives in one process and dies with the trainer"}
+
+
+def check_replica(url: str, options: dict | None) -> None:
+    """Refuse a replica the demo cannot use: a scheme without a lease, a prefix that holds
+    objects already (the first start would restore someone else's history), a store that does
+    not answer."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme in UNUSABLE_REPLICA_SCHEMES:
+        raise RuntimeError(f"journal-demo: --replica {url}: {UNUSABLE_REPLICA_SCHEMES[scheme]}; use "
+                           "an S3-compatible bucket (journal-demo --help says how to start one here)")
+    import obstore
+    from obstore.store import from_url
+    try:
+        first = next(iter(obstore.list(from_url(url, **(options or {})), chunk_size=1)), [])
+    except Exception as exc:  # obstore's own classes: a bad option, no server, no bucket
+        raise RuntimeError(f"journal-demo: cannot list --replica {url}: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0]} (journal-demo --help says how to start a "
+                           "local S3 server)") from exc
+    if first:
+        raise RuntimeError(f"journal-demo: --replica {url} already holds objects ({first[0]['path']}); "
+                           "pick a new prefix")
 
 
 def report_from_audit(doc: dict, dataset_size: int, epochs: int) -> dict:
@@ -403,9 +461,12 @@ def run(o: Options, cluster=None) -> dict:
     os.makedirs(out, exist_ok=True)
     if any(n in os.listdir(out) for n in ("journal", "ckpt", "ledger.log", "rows")):
         raise RuntimeError(f"journal-demo: {out} already holds a run; pick a new --out")
+    if o.replica is not None:
+        check_replica(o.replica, o.replica_options)
     level = "group-level" if o.baseline or o.group_level else "rollout-level"
     mode = "baseline (no journal)" if o.baseline else f"journal, {level}"
     mode += ", Ray actors" if o.ray else ""
+    mode += f", node-loss kills, replica {o.replica}" if o.replica else ""
     _say(o, f"journal-demo [{mode}]: {o.epochs} epochs x {o.dataset_size} prompts, batch "
             f"{o.batch_size}, {o.rollouts} rollouts per group,\n  {o.workers} generator workers, rollout "
             f"failure rate {o.failure_rate}, {o.kills} kills, seed {o.seed}\n  run dir {out}")
@@ -425,9 +486,11 @@ def run(o: Options, cluster=None) -> dict:
         audit = ledger_report
         summary["audit_source"] = "ledger"
     else:
-        cli = audit_report(os.path.join(out, "journal"))
+        source = o.replica if o.replica is not None else os.path.join(out, "journal")
+        cli = audit_report(source, o.replica_options)
         audit = report_from_audit(cli, o.dataset_size, o.epochs)
-        summary["audit_source"] = "replay.audit"
+        summary["audit_source"] = "replay.audit" + (" of the bucket" if o.replica else "")
+        summary["replica"] = o.replica
         summary["cli_audit"] = cli
         summary["ledger_mismatches"] = compare_reports(audit, ledger_report)
         summary["cli_clean"] = bool(cli.get("clean"))
@@ -439,6 +502,7 @@ def run(o: Options, cluster=None) -> dict:
         summary[key] = sum(int(r.get(field_name, 0)) for r in resumed)
     summary.update(generation_report(ledger_report, len(kills)))
     summary["restores"] = len(resumed)
+    summary["restored_from"] = dict(Counter(r.get("source", "-") for r in resumed))
     if ray_counts is not None:
         summary["ray"] = dict(ray_counts, rollouts_lost_with_actor=ledger_report["counters"].get("actors_lost", 0))
     summary["wall_seconds"] = round(time.monotonic() - t0, 1)
@@ -570,6 +634,13 @@ def _next_steps(s: dict) -> list[str]:
         ledger = shlex.quote(os.path.join(s["out"], "ledger.log"))
         return [f"ledger    {ledger}  (the baseline has no journal)",
                 "next      journal-demo   # the same seed and kills, with the journal"]
+    if s.get("replica"):   # the options are not echoed: they may hold credentials
+        url = shlex.quote(s["replica"])
+        return [f"replica   {url}  (the trainer's last local journal is {shlex.quote(os.path.join(s['out'], 'journal'))})",
+                f"next      journal-inspect audit {url} --replica-options \"$OPTS\"",
+                f"          journal-inspect summary {url} --replica-options \"$OPTS\"",
+                f"          journal-inspect log {url} --replica-options \"$OPTS\" --kind discarded",
+                "          (OPTS: the JSON given to --replica-options)"]
     j = shlex.quote(os.path.join(s["out"], "journal"))
     return [f"journal   {j}",
             f"next      journal-inspect audit {j}",
@@ -627,16 +698,24 @@ def parse_args(argv=None) -> tuple[Options, bool]:
                    help="with --ray: the kinds of kill, comma-separated, of actor (single actors "
                         "killed), node (a worker node removed, a fresh one joins), controller "
                         "(the trainer SIGKILLed: --kills of them) (default all three)")
+    add_replica_arguments(p, "node-loss kills: the trainer ships its journal to this bucket prefix "
+                             "(empty; s3://, gs://, az://), each kill also deletes its local journal/, "
+                             "each restart restores from the bucket alone, and the audit reads the "
+                             "bucket (see above for a local S3 server)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-run lines")
     a = p.parse_args(argv)
     if not a.ray and a.kill_kinds != RAY_KILL_KINDS:
         p.error("--kill-kinds needs --ray (without it every kill is a controller kill)")
+    if a.replica is not None and a.baseline:
+        p.error("--replica ships the journal: the baseline has none")
+    replica_options = parse_replica_options(p, a)
     o = Options(out=a.out, seed=a.seed, epochs=a.epochs, kills=a.kills, workers=a.workers,
                 failure_rate=a.failure_rate, dataset_size=a.dataset_size, batch_size=a.batch_size,
                 ckpt_every=a.ckpt_every, baseline=a.baseline, group_level=a.group_level, rollouts=a.rollouts,
-                ray=a.ray, kill_kinds=a.kill_kinds, timeout=a.timeout, verbose=not (a.quiet or a.json))
+                ray=a.ray, kill_kinds=a.kill_kinds, replica=a.replica, replica_options=replica_options,
+                timeout=a.timeout, verbose=not (a.quiet or a.json))
     return o, a.json
 
 

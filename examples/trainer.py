@@ -4,6 +4,7 @@
     python -m examples.trainer --out runs/demo --baseline # the same loop without the journal
     python -m examples.trainer --out runs/demo --ray      # rollout workers as Ray actors
     python -m examples.trainer --out runs/demo --no-journal  # the default loop, journal off
+    python -m examples.trainer --out runs/demo --replica s3://bucket/runs/demo --replica-options JSON
 
 The shape is the one of an async RL framework (NeMo-RL, verl, ...):
 
@@ -44,6 +45,17 @@ restore gives them; sealed ones are read back from the data plane), re-admits th
 ones, trains the replay ones and puts the spares back in the pool. Without a journal
 directory it resumes from the ownership cut inside the newest checkpoint directory (its
 `data_plane/` holds the rows of the replay groups and of the admitted groups' sealed rollouts).
+
+With `--replica URL` the journal is shipped to a bucket (`Journal.open(..., replica=URL)`) and
+the run survives the loss of its node: a start with an empty or missing `journal/` restores from
+the bucket alone (`replay.restore(URL, replica_options=...)`), then
+`Journal.open(journal, resume=state, replica=URL)` continues on a new timeline. What survives a
+node loss is the bucket and the rest of `--out`: `journal/` is the node's local disk (gone with
+it), while `ckpt/` (weights) and `rows/` (the data plane) stand for the shared file system or
+bucket real runs keep them on. A restore from the bucket may come back to an older checkpoint
+than the node had (the newest commits were not shipped yet), so checkpoint directories and rows
+are retired only up to the newest checkpoint whose commit is in the bucket; cuts carry no copy of
+the rows. A new run's first commit is a committed checkpoint of its initial weights.
 
 With `--baseline` there is no journal: it saves the loader's `state_dict()` with the
 weights at checkpoint time and drops whatever was in flight on a restart, as async
@@ -86,12 +98,14 @@ from .bookkeeping import Ledger
 from .data_plane import LocalDataPlane
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
 from .loader import stateful_loader
+from .replica_options import add_replica_arguments, parse_replica_options
 
 RESERVED, ADMITTED, REPLAY, SPARE, TRAINED, DROPPED = "RESERVED", "ADMITTED", "REPLAY", "SPARE", "TRAINED", "DROPPED"
 CKPT_NAME = re.compile(r"^step_(\d{8})$")
 TMP = ".tmp-"
 LATENCY_SIGMA = 0.8          # log-normal spread of a rollout's latency: a long tail
 DISCARD_REASON = "rollout_failed"
+REPLICA_FLUSH_SECONDS = 120.0   # the end of a run waits this long for the bucket to have it all
 
 _print_lock = threading.Lock()
 
@@ -129,6 +143,9 @@ class Config:
     ray: bool = False              # rollout workers are Ray actors (examples.ray_workers)
     ray_address: str | None = None  # the cluster to join (None: start a local one)
     ray_actors: int = 3
+    replica: str | None = None     # the bucket the journal is shipped to (a node loss restores from it)
+    replica_options: dict | None = None
+    ship_interval: float = 1.0
 
     @property
     def rollout_level(self) -> bool:
@@ -273,19 +290,20 @@ class JournalOwnership:
     """Write-ahead ownership through the public journal API (awaitable: commits run in worker
     threads and share fsyncs)."""
 
-    def __init__(self, j: Journal):
+    def __init__(self, j: Journal, acked):
         self.j = j
         self.aj = AsyncJournal(j)
+        self.acked = acked     # acked(lsn): the commit at `lsn` was acknowledged (the ledger's A line)
 
     async def taken(self, refs, loader_state, dataset_size: int) -> list[int]:
         return await self.aj.taken(refs, loader_state=loader_state, dataset_size=dataset_size)
 
     async def diverted(self, gids):
-        await self.aj.diverted(gids)
+        self.acked(await self.aj.diverted(gids))
 
     async def admitted(self, gids, target_step, policy_version, rollouts):
-        await self.aj.admitted(gids, target_step=target_step, policy_version=policy_version,
-                               rollouts=rollouts)
+        self.acked(await self.aj.admitted(gids, target_step=target_step, policy_version=policy_version,
+                                          rollouts=rollouts))
 
     async def finished(self, gid, policy_version, locator):
         await self.aj.finished([gid], policy_version=policy_version, locators=[locator])
@@ -308,7 +326,7 @@ class JournalOwnership:
         await self.aj.rollout_failed([RolloutRef(gid, index, attempt)], reason=reason)
 
     async def trained(self, gids, step):
-        await self.aj.trained(gids, step=step)
+        self.acked(await self.aj.trained(gids, step=step))
 
     async def discard_and_replace(self, failed, reason, spare, target_step, policy_version, rollouts):
         def commit():
@@ -320,10 +338,14 @@ class JournalOwnership:
         await asyncio.to_thread(commit)
 
     async def begin_checkpoint(self, step) -> int:
-        return await self.aj.begin_checkpoint(step=step)
+        lsn = await self.aj.begin_checkpoint(step=step)
+        self.acked(lsn)
+        return lsn
 
-    async def commit_checkpoint(self, step):
-        await self.aj.commit_checkpoint(step=step)
+    async def commit_checkpoint(self, step) -> int:
+        lsn = await self.aj.commit_checkpoint(step=step)
+        self.acked(lsn)
+        return lsn
 
 
 class NoOwnership:
@@ -362,7 +384,7 @@ class NoOwnership:
         return None
 
     async def commit_checkpoint(self, step):
-        pass
+        return None
 
 
 # -- checkpoints on disk -----------------------------------------------------------------------
@@ -441,6 +463,8 @@ class Trainer:
         self.spares: collections.deque[Work] = collections.deque()
         self.policies: dict[int, TinyPolicy] = {}
         self.trained_locators: dict[int, list[str]] = collections.defaultdict(list)
+        self.restorable = 0          # newest checkpoint step a restore can come back to
+        self.unshipped: dict[int, int] = {}   # replica: step -> LSN of a commit_checkpoint not known shipped
         self.stragglers: set[asyncio.Task] = set()   # slow workers that answer after their deadline
         self.sealing: set[asyncio.Task] = set()      # Ray mode: answers in time, being sealed
         self.jobs: asyncio.Queue | None = None
@@ -494,7 +518,12 @@ class Trainer:
         ckpts = [(s, p) for s, p in checkpoint_dirs(cfg.ckpt_dir)
                  if os.path.isdir(os.path.join(p, "ownership"))]
         journal_exists = os.path.isdir(jdir) and bool(list_segments(jdir))
-        if journal_exists or not ckpts:
+        if cfg.replica is not None and not journal_exists:
+            # the node is new (or its disk was lost): the bucket alone has the history
+            source = "replica"
+            state = restore(cfg.replica, replica_options=cfg.replica_options, dataset=self.ds,
+                            collate_fn=collate_fn, data_plane=self.dp, salvage=True)
+        elif journal_exists or not ckpts:
             os.makedirs(jdir, exist_ok=True)
             source = "journal"
             state = restore(jdir, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True)
@@ -504,12 +533,21 @@ class Trainer:
             cut = os.path.join(ckpts[0][1], "ownership")
             self.dp.import_cut(cut)
             state = restore(cut, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True)
-        self.journal = Journal.open(jdir, resume=state, segment_bytes=cfg.segment_bytes)
+        replica = {} if cfg.replica is None else {
+            "replica": cfg.replica, "replica_options": cfg.replica_options, "ship_interval": cfg.ship_interval}
+        self.journal = Journal.open(jdir, resume=state, segment_bytes=cfg.segment_bytes, **replica)
+        # the checkpoint a restore from the bucket stands on is in the bucket; one restored
+        # from the local journal may not be
+        self.restorable = (state.step or 0) if source == "replica" else 0
+        if cfg.replica is not None and state.lsn == 0:
+            self._initial_checkpoint()
         if source == "cut":
             compact(jdir, at="end", journal=self.journal, data_plane=self.dp)
-        self.own = JournalOwnership(self.journal)
-        self.compactor = BackgroundCompactor(self.journal, data_plane=self.dp, keep_cuts=2,
-                                             retention="archive")
+        self.own = JournalOwnership(self.journal, self.ledger.acked)
+        # with a replica the data plane is shared storage that outlives the node: the cuts (which
+        # the bucket receives) carry no second copy of its rows
+        self.compactor = BackgroundCompactor(self.journal, data_plane=None if cfg.replica else self.dp,
+                                             keep_cuts=2, retention="archive")
         ck = self._load_weights(state.step, state.lsn) if state.step is not None else None
         if state.loader_state is not None:
             self.dl.load_state_dict(state.loader_state)
@@ -555,6 +593,21 @@ class Trainer:
                  f"rollouts={cfg.rollouts}", f"mode={'rollout' if cfg.rollout_level else 'group'}",
                  f"base={state.base_cut or '-'}")
         return redispatch
+
+    def _initial_checkpoint(self) -> None:
+        """A new run with a replica: its first commit is a committed checkpoint of the initial
+        weights (begun and committed at once), so whenever the bucket holds a history it holds
+        a checkpoint to restore, and a restore from it never lands on LSN 0."""
+        lsn = self.journal.lsn + 1
+        tmp = os.path.join(self.cfg.ckpt_dir, f"{TMP}step_{0:08d}-{secrets.token_hex(4)}")
+        os.makedirs(tmp)
+        _save_fsynced({"model": self.policy.state_dict(), "optim": self.opt.state_dict(), "step": 0,
+                       "loader_epoch": 0, "lsn": lsn}, os.path.join(tmp, "model.pt"))
+        self._publish_checkpoint(tmp, 0)
+        with self.journal.transaction() as tx:
+            tx.begin_checkpoint(step=0)
+            tx.commit_checkpoint(step=0)
+        self.ledger.acked(lsn)
 
     def _reload_results(self, w: Work, g) -> None:
         """Fill `w`'s result slots from the data plane: a finished group's rows, or the sealed
@@ -1043,10 +1096,10 @@ class Trainer:
             await asyncio.wrap_future(fut)
         await asyncio.sleep(self.cfg.ckpt_save_seconds)   # stands in for writing large weights
         await asyncio.to_thread(self._publish_checkpoint, tmp, t)
-        await self.own.commit_checkpoint(t)
+        committed_lsn = await self.own.commit_checkpoint(t)
         announce("PHASE", "checkpoint_committed", f"step={t}")
         self.last_ckpt = t
-        self._retire_old(t)
+        self._retire_old(self._restorable_step(t, committed_lsn))
         if self.compactor is not None:
             self._compact_in_background()
 
@@ -1058,9 +1111,22 @@ class Trainer:
         os.rename(tmp, final)
         DEFAULT_FS.fsync_dir(self.cfg.ckpt_dir)
 
+    def _restorable_step(self, committed: int, lsn: int | None) -> int:
+        """The newest checkpoint no restore goes back before: the step-`committed` one just
+        committed, or with a replica the newest whose commit is in the bucket (a lost node takes
+        the journal's unshipped commits with it)."""
+        if self.cfg.replica is None:
+            return committed
+        self.unshipped[committed] = lsn
+        shipped = self.journal.replica_lag().shipped_lsn
+        for step in [s for s, at in self.unshipped.items() if at <= shipped]:
+            self.restorable = max(self.restorable, step)
+            del self.unshipped[step]
+        return self.restorable
+
     def _retire_old(self, committed: int) -> None:
-        """After the step-`committed` checkpoint is durable no restore goes back further: older
-        checkpoint directories (but the newest few) and the rows of groups trained up to it go."""
+        """No restore goes back before the step-`committed` checkpoint: older checkpoint
+        directories (but the newest few) and the rows of groups trained up to it go."""
         older = [(s, p) for s, p in checkpoint_dirs(self.cfg.ckpt_dir) if s < committed]
         for _, p in older[self.cfg.keep_ckpts - 1:]:
             shutil.rmtree(p, ignore_errors=True)
@@ -1140,6 +1206,8 @@ class Trainer:
                 await self._checkpoint(self.step)
             if self.compaction is not None:   # let it finish; a failure was announced already
                 await asyncio.wait([asyncio.wrap_future(self.compaction)])
+            if self.cfg.replica is not None:   # the run's history is in the bucket when it ends
+                await asyncio.to_thread(self.journal.flush_replica, REPLICA_FLUSH_SECONDS)
         finally:
             tasks = workers + list(self.stragglers) + list(self.sealing)
             for task in tasks:
@@ -1194,10 +1262,19 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--ray-address", default=os.environ.get("OJ_RAY_ADDRESS"),
                    help="Ray cluster to join (default $OJ_RAY_ADDRESS, else a local one is started)")
     p.add_argument("--ray-actors", type=int, default=3, help="rollout actors in Ray mode (default 3)")
+    add_replica_arguments(p, "ship the journal to this bucket (s3://, gs://, az://; needs the replica "
+                             "extra); a start with no local journal restores from the bucket alone. A "
+                             "node loss takes journal/ (the local disk) and what was not shipped yet; "
+                             "the bucket, ckpt/ and rows/ (shared storage in a real run) survive it")
+    p.add_argument("--ship-interval", type=float, default=1.0,
+                   help="seconds between the replica's shipping passes (default 1.0)")
     a = p.parse_args(argv)
     if a.no_journal and (a.baseline or a.group_level):
         p.error("--no-journal is the rollout-level loop without the journal: not with --baseline "
                 "(group-level, no journal) or --group-level")
+    if a.replica is not None and (a.baseline or a.no_journal):
+        p.error("--replica ships the journal: it does not combine with --baseline or --no-journal")
+    replica_options = parse_replica_options(p, a)
     return Config(out=a.out, seed=a.seed, epochs=a.epochs, dataset_size=a.dataset_size,
                   batch_size=a.batch_size, rollouts=a.rollouts, workers=a.workers,
                   failure_rate=a.failure_rate, latency_ms=a.latency_ms, slow_rate=a.slow_rate,
@@ -1205,7 +1282,8 @@ def parse_args(argv=None) -> Config:
                   ckpt_every=a.ckpt_every, ckpt_save_seconds=a.ckpt_save_seconds,
                   segment_bytes=a.segment_bytes, baseline=a.baseline or a.no_journal,
                   baseline_rollouts=a.no_journal, ray=a.ray,
-                  ray_address=a.ray_address, ray_actors=a.ray_actors)
+                  ray_address=a.ray_address, ray_actors=a.ray_actors, replica=a.replica,
+                  replica_options=replica_options, ship_interval=a.ship_interval)
 
 
 def main(argv=None) -> int:

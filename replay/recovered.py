@@ -89,7 +89,7 @@ class RecoveredState(ResumePlan):
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
     # becomes the dead tail): their weights are durable, so a resume marks them committed again
     recommit: list[int] = field(default_factory=list)
-    # the audit's row ledger at `lsn`, when the cut the state stands on at exactly `lsn` has one
+    # the audit's row ledger at `lsn`, when it is known
     # (a resume that seeds a cut writes it there, so the resumed journal can still be audited)
     ledger: RowLedger | None = None
 

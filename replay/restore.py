@@ -20,7 +20,7 @@ import journal
 from journal import LoaderStateError, Owner, Reader, State, list_segments
 from journal.layout import CUTS_PREFIX, DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
-from snapshot.row_ledger import RowLedger
+from snapshot.row_ledger import RowLedger, ledger_at
 
 from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
 from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
@@ -112,7 +112,7 @@ class _Restored:
     skipped: list = field(default_factory=list)
     reader: Reader | None = None      # the journal it belongs to, if any (dead tail, ids)
     tail: DeadTail | None = None      # what the dead tail did, when salvage reads it
-    ledger: RowLedger | None = None   # the audit's row ledger, when the base cut is at the point
+    ledger: RowLedger | None = None   # the audit's row ledger at the point, when it is known
 
 
 def _from_cut(path: str, at, step: int | None) -> _Restored:
@@ -142,10 +142,14 @@ def _from_journal(path: str, at, step: int | None, salvage: bool,
     if salvage and data_plane is not None and point.lsn < point.end_lsn:
         tail = _wrap_journal_errors(read_dead_tail, reader, point.state)
     at_base = point.base is not None and point.base.lsn == point.state.lsn
+    # the base cut of a resume carries the row ledger at its LSN, so that an audit of a history
+    # that starts at that cut (a resume on a fresh node, its journal restored from a bucket)
+    # still covers the rows taken before it
+    ledger = _ledger_of(point.base) if at_base else _wrap_journal_errors(
+        ledger_at, reader, [point.base] if point.base is not None else [], point.state)
     return _Restored(point.state, point.step, "journal",
                      point.base.path if point.base is not None else None, reader.run_id,
-                     point.committed, point.skipped, reader, tail,
-                     _ledger_of(point.base) if at_base else None)
+                     point.committed, point.skipped, reader, tail, ledger)
 
 
 def _kind_of(path: str, at, step: int | None) -> DirKind | None:

@@ -14,7 +14,7 @@ from journal import GroupRef, JournalFailed, layout
 from replay import restore
 from replay.from_replica import ReplicaChanged
 from snapshot import compact
-from tests.replica.test_replica import open_replica, prefix, proxy, s3, train, wait_for  # noqa: F401 (fixtures)
+from tests.replica.test_replica import open_replica, train
 from tests.support.s3_support import S3, fault_options, options
 
 

@@ -6,47 +6,20 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
-import signal
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
 
-from journal import (GroupRef, Journal, JournalFailed, JournalLocked, Reader, Taken, Trained, layout,
-                     list_segments)
+from journal import GroupRef, Journal, JournalFailed, JournalLocked, layout, list_segments
 from journal.errors import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
 from replay import audit, restore, verify
-from replay.from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, fetch_replica
+from replay.from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from tests.support.cli_run import cli, cli_json, cli_json_lines
-from tests.support.s3_support import S3, FaultProxy, fault_options, options
+from tests.support.s3_support import S3, fault_options, options
 from snapshot import compact
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD = os.path.join(os.path.dirname(HERE), "support", "replica_child.py")
 SHIP = 0.1
-
-
-@pytest.fixture(scope="session")
-def s3():
-    server = S3()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def proxy(s3):
-    p = FaultProxy(s3.port)
-    yield p
-    p.stop()
-
-
-@pytest.fixture
-def prefix():
-    return S3.prefix()
 
 
 def train(j: Journal, steps: int, start: int = 0) -> None:
@@ -65,26 +38,6 @@ def open_replica(path, s3_or_endpoint, prefix, **kw) -> Journal:
     opts = kw.pop("replica_options", None) or options(endpoint)
     return Journal.open(str(path), replica=S3.url(prefix), replica_options=opts,
                         ship_interval=kw.pop("ship_interval", SHIP), **kw)
-
-
-def trained_idx(path: str) -> list[int]:
-    """Every idx trained on the history the timelines at `path` make up one after another (each
-    resume on a fresh node starts a timeline of its own after its base cut), in order."""
-    reader = Reader(path, "strict")
-    timelines = sorted(reader.timelines.values(), key=lambda t: t.timeline)
-    records = []
-    for tl, nxt in zip(timelines, timelines[1:] + [None]):
-        stop = nxt.branch_lsn if nxt is not None else None
-        records += [r for r in reader.timeline_records(tl.timeline, stop_lsn=stop)
-                    if stop is None or r.commit.lsn <= stop]
-    idx_of, out = {}, []
-    for rec in records:
-        for ev in rec.commit.events:
-            if isinstance(ev, Taken):
-                idx_of.update((g.group_id, g.idx) for g in ev.groups)
-            if isinstance(ev, Trained):
-                out.extend(idx_of[g] for g in ev.groups)
-    return out
 
 
 def wait_for(predicate, what: str, timeout: float = 30.0):
@@ -278,41 +231,6 @@ def test_a_resume_ships_its_base_cut_before_the_new_timeline(s3, proxy, prefix, 
 def test_restore_of_an_empty_prefix_is_the_empty_state(s3, prefix):
     state = restore(S3.url(prefix), replica_options=options(s3.endpoint))
     assert state.lsn == 0 and state.loader_state is None
-
-
-def test_node_loss_kills(s3, prefix, tmp_path):
-    """A child trainer with a replica is SIGKILLed at a random moment and its directory deleted;
-    every restart restores from the bucket alone. Every commit acknowledged more than
-    ship_interval + the upload time before the kill is restored; in the end every prompt was
-    trained exactly once."""
-    kills = int(os.environ.get("OJ_NODE_LOSS_KILLS", "5"))
-    slack = 1.5  # upload time on this machine, generously
-    rng = random.Random(1234)
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(HERE)) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    opts = options(s3.endpoint)
-    local = str(tmp_path / "node")
-    for _ in range(kills):
-        proc = subprocess.Popen([sys.executable, CHILD, S3.url(prefix),
-                                 s3.endpoint, local, str(SHIP)], stdout=subprocess.PIPE, env=env, text=True)
-        acks: list[tuple[int, float]] = []
-        reader = threading.Thread(target=lambda: [acks.append((int(p[1]), float(p[2])))
-                                                  for line in proc.stdout
-                                                  if (p := line.split())[0] == "ack"], daemon=True)
-        reader.start()
-        wait_for(lambda: acks, "the child's first commit", timeout=60)
-        time.sleep(rng.uniform(0.3, 2.0))
-        killed_at = time.time()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        reader.join(5)
-        shutil.rmtree(local)  # the node is gone
-        must_have = max((lsn for lsn, t in acks if t <= killed_at - SHIP - slack), default=0)
-        assert restore(S3.url(prefix), replica_options=opts, at="end").lsn >= must_have
-    final = str(tmp_path / "final")
-    os.mkdir(final)
-    fetch_replica(S3.url(prefix), opts, final, at_end=False)
-    done = trained_idx(final)
-    assert done == list(range(len(done))) and len(done) > kills  # 0 twice, 0 lost, in order
 
 
 def test_verify_and_audit_read_the_bucket_alone(s3, prefix, tmp_path):

@@ -67,20 +67,24 @@ class S3:
     def url(prefix: str) -> str:
         return f"s3://{BUCKET}/{prefix}"
 
-    def keys(self, prefix: str) -> dict[str, bytes]:
-        """Every object under `prefix` (relative name -> bytes)."""
+    def listing(self, prefix: str) -> dict[str, datetime.datetime]:
+        """Every object under `prefix` (relative name -> when it was created)."""
         c, out, token = self.client(), {}, None
         while True:
             kw = {"Bucket": BUCKET, "Prefix": prefix + "/"}
             if token:
                 kw["ContinuationToken"] = token
             page = c.list_objects_v2(**kw)
-            for item in page.get("Contents", []):
-                body = c.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()
-                out[item["Key"][len(prefix) + 1:]] = body
+            out.update((item["Key"][len(prefix) + 1:], item["LastModified"]) for item in page.get("Contents", []))
             if not page.get("IsTruncated"):
                 return out
             token = page["NextContinuationToken"]
+
+    def keys(self, prefix: str) -> dict[str, bytes]:
+        """Every object under `prefix` (relative name -> bytes)."""
+        c = self.client()
+        return {name: c.get_object(Bucket=BUCKET, Key=f"{prefix}/{name}")["Body"].read()
+                for name in self.listing(prefix)}
 
     def put(self, prefix: str, name: str, body: bytes) -> None:
         self.client().put_object(Bucket=BUCKET, Key=f"{prefix}/{name}", Body=body)
