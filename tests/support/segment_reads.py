@@ -8,15 +8,24 @@ from journal import Reader, Taken
 
 
 def spy_segment_reads(monkeypatch) -> list[str]:
-    """The names of the segments whose bytes are read from now on (in order, with repeats)."""
+    """The names of the segments whose bytes are read from now on (in order, with repeats): a
+    reader's pass over a segment (a window at a time, `journal.reader._SegmentWindow`), and
+    every other read of a whole segment (`read_segment_bytes`)."""
     seen: list[str] = []
-    real = journal.reader.read_segment_bytes
+    real_read, window = journal.reader.read_segment_bytes, journal.reader._SegmentWindow
 
-    def spy(seg):
+    def read(seg):
         seen.append(seg.name)
-        return real(seg)
+        return real_read(seg)
 
-    monkeypatch.setattr(journal.reader, "read_segment_bytes", spy)
+    class Window(window):
+        def __init__(self, seg):
+            if not seg.archived:  # an archive is read whole by read_segment_bytes, counted there
+                seen.append(seg.name)
+            super().__init__(seg)
+
+    monkeypatch.setattr(journal.reader, "read_segment_bytes", read)
+    monkeypatch.setattr(journal.reader, "_SegmentWindow", Window)
     return seen
 
 
