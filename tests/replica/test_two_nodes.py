@@ -6,6 +6,7 @@ the takeover."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -63,8 +64,10 @@ def test_second_node_is_locked_and_a_takeover_fences_the_zombie_node(s3, prefix,
     assert shipped["ok"] and shipped["timeline"] == 1
     locked = heir.call("open")
     assert locked["error"] == "JournalLocked" and "another writer holds its lease" in locked["message"]
-    time.sleep(1.1)  # whatever node 1 uploaded is dated before the takeover, at any clock resolution
-    takeover = time.time()
+    # the store dates objects to the second: whatever node 1 uploaded is dated before the second
+    # of the takeover, and what is dated in that second or later was created after it began
+    time.sleep(1.1)
+    takeover = math.floor(time.time())
     took = heir.call("resume")
     assert took["ok"] and took["timeline"] > 1
     first = zombie.call("train 1")  # committed locally at most: its shipper finds the lease gone
@@ -81,7 +84,7 @@ def test_second_node_is_locked_and_a_takeover_fences_the_zombie_node(s3, prefix,
     assert max(lsn for tl, lsn in placed if tl == 1) == shipped["lsn"]
     # ... and what was created after it is the heir's: its timeline, and its base cut at the
     # branch point (named after the timeline it branches from)
-    after = [timeline_and_lsn(o) for o, created in objects if created > takeover]
+    after = [timeline_and_lsn(o) for o, created in objects if created >= takeover]
     assert after and all(tl == took["timeline"] or (tl == 1 and lsn <= shipped["lsn"]) for tl, lsn in after)
     assert any(tl == took["timeline"] for tl, _ in after)
     zombie.call("close")
