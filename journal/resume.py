@@ -10,7 +10,10 @@ resume=plan)` writes it and knows nothing else about restores:
    `<journal>/snapshots/`, so the journal can be restored and compacted again;
 3. the resume's first commit is `first_commit` (re-marked checkpoints, salvaged groups and
    rollouts, raised attempts, demoted groups under their new ids), so the journal says
-   exactly what the trainer was handed.
+   exactly what the trainer was handed;
+4. group ids from `group_id_floor` up are free: every id below it was allocated by a history
+   the restore read (a bucket's, which the directory may not hold), dead tails included. The
+   writer allocates above it and above every id on its own disk.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class ResumePlan:
     first_commit: list = field(default_factory=list)
     write_base_cut: Callable[[str, OsFileSystem], object] | None = None
     base_cut: str | None = None                # the cut the state was read from, for messages
+    group_id_floor: int = 0                    # ids below it were allocated (see 4. above)
 
     @classmethod
     def of(cls, resume: "ResumePlan | State") -> "ResumePlan":

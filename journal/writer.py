@@ -316,7 +316,7 @@ class Journal:
         # ids are never reused, not even those allocated on a dead tail (the fold of a single
         # timeline has seen every id it allocated)
         top_gid = reader.max_group_id() if plan is not None or len(reader.timelines) > 1 else -1
-        state.next_group_id = max(state.next_group_id, top_gid + 1)
+        state.next_group_id = max(state.next_group_id, top_gid + 1, plan.group_id_floor if plan else 0)
         branching = plan is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0)
         segment = self._open_segment(reader, lineage, state, end_lsn, end_blobs, branching)
         self._state = state
@@ -454,7 +454,9 @@ class Journal:
             # segment, and claiming its blobs would leave the next `taken` without them
             stored = set(end_blobs) if end_lsn >= last.first_lsn else set()
             return _SegmentPlan(last.header, last.path, f.offset, stored, f)
-        return self._create_segment(fmt.SegmentHeader(self.run_id, 1, 0, 1, 0,
+        # a new history; a resume at LSN 0 from a replica's history starts above its timelines
+        self.timeline = self._timeline_floor + 1
+        return self._create_segment(fmt.SegmentHeader(self.run_id, self.timeline, 0, 1, 0,
                                                       fmt.group_mark(state.next_group_id)), opening=True)
 
     def _forgotten_resume(self, state: State, last_ownership_lsn: int) -> str | None:

@@ -239,6 +239,8 @@ def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredSt
                 continue
             if last or result.base_cut is not None:
                 break
+        # a writer continuing on another node cannot read these ids off its own disk
+        result.group_id_floor = _wrap_journal_errors(Reader(tmp).max_group_id) + 1
     if result.base_cut is not None:
         result.base_cut = f"{describe_replica(replica)}/{CUTS_PREFIX}{os.path.basename(result.base_cut)}"
     return result
