@@ -204,6 +204,25 @@ class _SegmentWindow:
             self.at_eof = True
         return len(self.data) >= need
 
+    def zeros_to_end(self, pos: int) -> bool:
+        """Whether every byte from `pos` (in the window) to the end of the file is zero: the
+        preallocated rest of a live segment, checked a window at a time, the window kept."""
+        if self.data.count(0, pos) != len(self.data) - pos:
+            return False
+        if self.at_eof:
+            return True
+        at = self.file.tell()
+        try:
+            while chunk := self.file.read(WINDOW_BYTES):
+                if chunk.count(0) != len(chunk):
+                    return False
+            return True
+        finally:
+            self.file.seek(at)
+
+    def size(self) -> int:
+        return os.fstat(self.file.fileno()).st_size if self.file is not None else len(self.data)
+
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
@@ -477,6 +496,11 @@ class Reader:
                                     continue
                             start = expect - lsn
                 if not at_eof or base:  # the frame is not whole in the window, or is for the slow path
+                    if not intact and window.zeros_to_end(pos):  # the zero-filled rest (_bad_frame)
+                        kind, _ = self._classify(seg, lsn, self.timelines, ends_timeline=last, after=None)
+                        if kind is TORN:
+                            self.zero_tails[seg.path] = TornTail(seg, base + pos, window.size())
+                            return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
                     pos, moved = window.move_to(pos)
                     data, base, at_eof = window.data, window.base, window.at_eof
                     mv, end = memoryview(data), len(data)

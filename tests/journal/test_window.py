@@ -129,3 +129,35 @@ def test_a_segment_unlinked_mid_read_is_still_read_whole_for_the_slow_path(intac
         if rec.segment == os.path.basename(flipped) and os.path.exists(flipped):
             os.unlink(flipped)       # the read holds the file open
     assert not os.path.exists(flipped) and got == expected
+
+
+def test_the_zero_filled_rest_of_a_live_segment_is_read_a_window_at_a_time(tmp_path, monkeypatch):
+    """A live writer's segment ends in preallocated zeros: a windowed read ends the log there
+    without loading the segment whole, and finds what a whole read finds."""
+    path = str(tmp_path / "j")
+    j = Journal.open(path, sync="always")
+    for i in range(40):
+        j.taken([GroupRef(idx=i)], loader_state={"pos": i + 1})
+    (seg,) = list_segments(path)
+    with open(seg.path, "rb") as f:
+        data = f.read()
+    assert data.endswith(bytes(4096)) and len(data) > 4 * 997  # zeros ahead of the frames
+    def outcome():
+        r = Reader(path)
+        records = [(rec.commit.lsn, rec.chain, rec.offset) for rec in r.records()]
+        return records, list(r.problems), {p: (t.offset, t.size) for p, t in r.zero_tails.items()}
+    monkeypatch.setattr(reader_module, "WINDOW_BYTES", WHOLE)
+    whole = outcome()
+    assert len(whole[0]) == 40 and whole[2]
+    monkeypatch.setattr(reader_module, "WINDOW_BYTES", 997)
+    loads = []
+    move_to = reader_module._SegmentWindow.move_to
+
+    def spy(self, pos):
+        got = move_to(self, pos)
+        loads.append(got[1] is False)
+        return got
+    monkeypatch.setattr(reader_module._SegmentWindow, "move_to", spy)
+    assert outcome() == whole
+    assert not any(loads), "the segment was loaded whole for its zeros"
+    j.close()
