@@ -69,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _throughput_run(address: str, out: str, journal: bool, params: dict, seed: int) -> dict:
     """One trainer run without kills: `rate`, rollouts per second between its first and last
-    step; `seal_wait_ms`, what a generator task waited per seal (its DONE line's counters);
+    step; `seal_wait_ms`, what a seal waited for the group's lock and the commit (its DONE
+    line's counters);
     `task_ms`, a generator task's time per rollout at that rate."""
     from examples import chaos
     cmd = [sys.executable, "-m", "examples.trainer", "--out", out, "--ray", "--ray-address", address,
@@ -129,12 +130,13 @@ def _throughput(report: Report, address: str, directory: str, quick: bool, seed:
         reference_label="--no-journal, the same loop, median", samples=on, reference_samples=off))
     waits = [g["seal_wait_ms"] for g in runs["on"]]
     report.add(Figure(
-        "seal_wait", "journal on: a generator task's wait per seal (group lock + commit), median",
+        "seal_wait", "journal on: a seal's wait (group lock + commit), median",
         statistics.median(waits), "ms", reference=statistics.median(g["task_ms"] for g in runs["on"]),
         reference_label="a generator task's time per rollout, journal on", samples=waits,
         note=f"journal off the same wait (the lock, a no-op seal) is "
-             f"{statistics.median(g['seal_wait_ms'] for g in runs['off']):.3f} ms: a task takes its next "
-             "rollout only after the seal is durable, so this share of its time is what the journal costs"))
+             f"{statistics.median(g['seal_wait_ms'] for g in runs['off']):.3f} ms. A generator task hands "
+             "the answer to a task of its own that seals it and takes its next rollout meanwhile, so the "
+             "wait holds no actor idle; the group trains once every seal is durable"))
 
 
 # -- 2. per kill kind: rollout-level vs group-level vs the baseline ---------------------------

@@ -988,7 +988,8 @@ class Trainer:
             if self._wanted(w, i, attempt):
                 last = w.done == R - 1
                 await self.own.rollout_sealed(w.gid, i, attempt, loc, w.policy_version, finish=last)
-                # how long the generator task waited for the seal (the group's lock, the commit)
+                # how long the seal waited (the group's lock, the commit): the generator task's
+                # wait, except in Ray mode, where a task of its own seals (see `_ray_worker`)
                 self.stats["seal_wait_us"] += _us(time.perf_counter() - began)
                 self.stats["seals"] += 1
                 w.keep(i, result, seconds)
