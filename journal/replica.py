@@ -372,10 +372,15 @@ class Replica:
         with self._cv:
             if self._note is not None and self._note[0] == lsn:
                 return
+            had_news = self._has_news()
             self._note = (lsn, segment_path, end_offset)
             if self._unshipped_since is None and lsn > self._shipped_lsn:
                 self._unshipped_since = time.monotonic()
-            self._cv.notify_all()
+            # the shipper waits for news, or, with news, until its pass is due: only the first
+            # news since its last pass changes what it waits for, so only that wakes it (the
+            # writer calls this once per commit)
+            if not had_news:
+                self._cv.notify_all()
 
     def lag(self) -> ReplicaLag:
         with self._cv:
