@@ -102,14 +102,18 @@ frame_chain = zlib.crc32
 
 def encode_frame(records: list[bytes], chain_before: int) -> tuple[bytes, list[int]]:
     """One frame holding `records` (encoded commits); returns the bytes and the chain after each."""
+    chains = record_chains(records, chain_before)
+    return frame_bytes(records, chains[-1] if chains else chain_before), chains
+
+
+def frame_bytes(records: list[bytes], chain_after: int) -> bytes:
+    """One frame holding `records` (encoded commits), `chain_after` the chain after the last."""
     parts = []
     for r in records:
         parts.append(_U32.pack(len(r)))
         parts.append(r)
     payload = b"".join(parts)
-    chains = record_chains(records, chain_before)
-    chain_after = chains[-1] if chains else chain_before
-    return _FRAME.pack(len(payload), zlib.crc32(payload), chain_after) + payload, chains
+    return _FRAME.pack(len(payload), zlib.crc32(payload), chain_after) + payload
 
 
 FRAME_HEADER = _FRAME    # for readers' hot loops: unpack_from(data, offset) -> (length, crc, chain)

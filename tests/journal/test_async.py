@@ -89,3 +89,48 @@ def test_a_cancelled_await_does_not_lose_its_commit(fast_tmp):
     assert j.owner_of(g6) == Owner.RESERVED and j.owner_of(g6 - 1) == Owner.RESERVED
     j.close()
     assert Reader(path).fold().lsn == 2
+
+
+def test_a_batch_resumes_its_coroutines_a_bounded_number_per_loop_turn(fast_tmp):
+    """The flusher hands the loop a batch's outcomes in one callback, which settles at most
+    SETTLE_PER_TURN futures per turn: 256 commits made durable together do not resume 256
+    coroutines (each may commit again) in one turn of the loop."""
+    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 256)
+    gate = threading.Event()
+    fs.on("fsync", lambda kind, p: gate.wait(10) if p.endswith(".wal") else None)
+    turn, resumed_in = [0], []
+    wakeups = []
+
+    async def one(g):
+        await aj.admitted([g], target_step=1)
+        resumed_in.append(turn[0])
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        wake = loop.call_soon_threadsafe
+
+        def counting(*args):
+            wakeups.append(threading.current_thread().name)
+            return wake(*args)
+
+        loop.call_soon_threadsafe = counting
+
+        def tick():
+            turn[0] += 1
+            if len(resumed_in) < len(gids):
+                loop.call_soon(tick)
+
+        tasks = [asyncio.ensure_future(one(g)) for g in gids]
+        await asyncio.sleep(0)  # every commit queued while the first fsync is held
+        loop.call_soon(tick)
+        gate.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    per_turn = {t: resumed_in.count(t) for t in set(resumed_in)}
+    assert max(per_turn.values()) <= AsyncJournal.SETTLE_PER_TURN, per_turn
+    flusher_wakeups = [name for name in wakeups if name == "journal-async-flush"]
+    assert len(flusher_wakeups) <= fs.count("fsync", path_contains=".wal"), \
+        f"{len(flusher_wakeups)} wake-ups of the loop for 256 commits: not one per batch"
+    j.close()
+    assert Reader(path).fold().lsn == 257
