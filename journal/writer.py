@@ -64,10 +64,11 @@ class _SegmentPlan:
 
 
 class _Pending:
-    __slots__ = ("segment", "record", "lsn", "undo", "chain", "waiter")
+    __slots__ = ("segment", "prefixed", "lsn", "undo", "chain", "waiter")
 
-    def __init__(self, segment: _SegmentPlan, record: bytes, lsn: int, undo: Undo, chain: int):
-        self.segment, self.record, self.lsn, self.undo = segment, record, lsn, undo
+    def __init__(self, segment: _SegmentPlan, prefixed: bytes, lsn: int, undo: Undo, chain: int):
+        self.segment, self.lsn, self.undo = segment, lsn, undo
+        self.prefixed = prefixed  # the encoded commit as its frame holds it (format.length_prefixed)
         self.chain = chain  # the chain after this commit
         self.waiter = None  # a held lock its committer sleeps on (see Journal._await_commit)
 
@@ -705,13 +706,14 @@ class Journal:
             commit = _commit_decoder.decode(record)
         except msgspec.ValidationError as exc:
             raise self._bad_argument(lsn, events, exc) from None
-        chain = fmt.chain_next(state.chain, record)
+        prefixed = fmt.length_prefixed(record)
+        chain = fmt.frame_chain(prefixed, state.chain)
         table = {d: blobs[d] for d in refs} if refs else None
         undo = apply(state, commit, chain=chain, timeline=self.timeline, blobs=table)
         seg.blobs.update(refs)
-        seg.size += fmt.FRAME_HEADER_SIZE + 4 + len(record)
+        seg.size += fmt.FRAME_HEADER_SIZE + len(prefixed)
         self._segment = seg
-        p = _Pending(seg, record, lsn, undo, chain)
+        p = _Pending(seg, prefixed, lsn, undo, chain)
         self._pending.append(p)
         return p
 
@@ -814,15 +816,17 @@ class Journal:
 
     def _write_batch(self, batch: list[_Pending]) -> None:
         """Write queued commits as one frame per segment, rotating where the plan says, then fsync."""
-        i = 0
-        while i < len(batch):
+        i, n = 0, len(batch)
+        while i < n:
             seg = batch[i].segment
-            j = i
-            while j < len(batch) and batch[j].segment is seg:
-                j += 1
+            j = n
+            if batch[-1].segment is not seg:  # the batch goes on in a later segment
+                j = i + 1
+                while batch[j].segment is seg:
+                    j += 1
             if seg is not self._disk_segment:
                 self._rotate_to(seg)
-            frame = fmt.frame_bytes([p.record for p in batch[i:j]], batch[j - 1].chain)
+            frame = fmt.frame_of_prefixed([p.prefixed for p in batch[i:j]], batch[j - 1].chain)
             if self._preallocate:
                 self._zero_fill_ahead(seg.file, len(frame))
             seg.file.write(frame)
