@@ -95,9 +95,16 @@ def test_a_batch_resumes_its_coroutines_a_bounded_number_per_loop_turn(fast_tmp)
     """The flusher hands the loop a batch's outcomes in one callback, which settles at most
     SETTLE_PER_TURN futures per turn: 256 commits made durable together do not resume 256
     coroutines (each may commit again) in one turn of the loop."""
-    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 256)
-    gate = threading.Event()
-    fs.on("fsync", lambda kind, p: gate.wait(10) if p.endswith(".wal") else None)
+    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 257)
+    first, batch = gids[0], gids[1:]
+    held, gate = threading.Event(), threading.Event()
+
+    def hold(kind, p):
+        if p.endswith(".wal") and not gate.is_set():
+            held.set()
+            gate.wait(10)
+
+    fs.on("fsync", hold)
     turn, resumed_in = [0], []
     wakeups = []
 
@@ -117,20 +124,23 @@ def test_a_batch_resumes_its_coroutines_a_bounded_number_per_loop_turn(fast_tmp)
 
         def tick():
             turn[0] += 1
-            if len(resumed_in) < len(gids):
+            if len(resumed_in) < len(batch):
                 loop.call_soon(tick)
 
-        tasks = [asyncio.ensure_future(one(g)) for g in gids]
-        await asyncio.sleep(0)  # every commit queued while the first fsync is held
+        ahead = asyncio.ensure_future(aj.admitted([first], target_step=1))
+        while not held.is_set():  # the flusher is in the fsync of `first`
+            await asyncio.sleep(0.001)
+        tasks = [asyncio.ensure_future(one(g)) for g in batch]
+        await asyncio.sleep(0)  # all 256 queued meanwhile: the flusher's next batch
         loop.call_soon(tick)
         gate.set()
-        await asyncio.gather(*tasks)
+        await asyncio.gather(ahead, *tasks)
 
     asyncio.run(main())
     per_turn = {t: resumed_in.count(t) for t in set(resumed_in)}
     assert max(per_turn.values()) <= AsyncJournal.SETTLE_PER_TURN, per_turn
     flusher_wakeups = [name for name in wakeups if name == "journal-async-flush"]
     assert len(flusher_wakeups) <= fs.count("fsync", path_contains=".wal"), \
-        f"{len(flusher_wakeups)} wake-ups of the loop for 256 commits: not one per batch"
+        f"{len(flusher_wakeups)} wake-ups of the loop for 257 commits: not one per batch"
     j.close()
-    assert Reader(path).fold().lsn == 257
+    assert Reader(path).fold().lsn == 258
