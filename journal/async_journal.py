@@ -18,11 +18,17 @@ class AsyncJournal:
     settles the futures of every commit that became durable, so all the commits awaited while
     an fsync runs share the next one. An illegal call raises at once, as `Journal`'s does;
     `JournalFailed` reaches every commit the failed write took. The flusher exits after a
-    second without work and starts again on demand."""
+    second without work and starts again on demand.
+
+    The flusher hands a loop each batch's outcome in one callback, which settles at most
+    SETTLE_PER_TURN futures per turn of the loop (the rest in the next turns): each settled
+    future resumes a coroutine that may commit again on the loop's thread, so this bounds the
+    loop's longest turn, and the first resumed commits reach the flusher sooner."""
 
     _CALLS = frozenset({"taken", "diverted", "admitted", "finished", "trained", "discarded",
                         "rollout_sealed", "rollout_failed", "begin_checkpoint", "commit_checkpoint"})
     _IDLE_SECONDS = 1.0
+    SETTLE_PER_TURN = 32
 
     def __init__(self, journal: Journal):
         self.journal = journal
@@ -42,9 +48,11 @@ class AsyncJournal:
             return await self._commit(name, args, kwargs)
 
         call.__name__ = name
+        self.__dict__[name] = call  # built once per name: later lookups find it
         return call
 
-    async def _commit(self, name: str, args: tuple, kwargs: dict):
+    def _commit(self, name: str, args: tuple, kwargs: dict) -> asyncio.Future:
+        """Queue the commit of `name(*args, **kwargs)`; the future its caller awaits."""
         tx = Transaction(self.journal)
         tx.__enter__()
         try:
@@ -61,7 +69,7 @@ class AsyncJournal:
                                                  daemon=True)
                 self._flusher.start()
             self._cond.notify()
-        return await future
+        return future
 
     def _flush_loop(self) -> None:
         j = self.journal
@@ -80,15 +88,24 @@ class AsyncJournal:
                 except BaseException as exc:  # JournalFailed: for the commits the write took
                     error = exc
                 durable = j._durable_lsn
+            by_loop: dict[asyncio.AbstractEventLoop, list] = {}
             for lsn, future, result in batch:
-                future.get_loop().call_soon_threadsafe(_settle, future, result,
-                                                       error if lsn > durable else None)
+                by_loop.setdefault(future.get_loop(), []).append(
+                    (future, result, error if lsn > durable else None))
+            for loop, outcomes in by_loop.items():
+                loop.call_soon_threadsafe(_settle, loop, outcomes, 0, self.SETTLE_PER_TURN)
 
 
-def _settle(future: asyncio.Future, result, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+def _settle(loop: asyncio.AbstractEventLoop, outcomes: list, start: int, per_turn: int) -> None:
+    """Settle outcomes[start:start + per_turn] ((future, result, error) each), the rest in the
+    loop's next turns."""
+    stop = start + per_turn
+    for future, result, error in outcomes[start:stop]:
+        if future.cancelled():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    if stop < len(outcomes):
+        loop.call_soon(_settle, loop, outcomes, stop, per_turn)

@@ -102,14 +102,22 @@ frame_chain = zlib.crc32
 
 def encode_frame(records: list[bytes], chain_before: int) -> tuple[bytes, list[int]]:
     """One frame holding `records` (encoded commits); returns the bytes and the chain after each."""
-    parts = []
-    for r in records:
-        parts.append(_U32.pack(len(r)))
-        parts.append(r)
-    payload = b"".join(parts)
     chains = record_chains(records, chain_before)
-    chain_after = chains[-1] if chains else chain_before
-    return _FRAME.pack(len(payload), zlib.crc32(payload), chain_after) + payload, chains
+    return (frame_of_prefixed([length_prefixed(r) for r in records], chains[-1] if chains else chain_before),
+            chains)
+
+
+def length_prefixed(record: bytes) -> bytes:
+    """An encoded commit as a frame's payload holds it: its length (u32), then its bytes. The
+    chain after it is `frame_chain(length_prefixed(record), chain_before)` (= `chain_next`)."""
+    return _U32.pack(len(record)) + record
+
+
+def frame_of_prefixed(prefixed: list[bytes], chain_after: int) -> bytes:
+    """One frame holding the `length_prefixed` records `prefixed`, `chain_after` the chain after
+    the last of them."""
+    payload = prefixed[0] if len(prefixed) == 1 else b"".join(prefixed)
+    return _FRAME.pack(len(payload), zlib.crc32(payload), chain_after) + payload
 
 
 FRAME_HEADER = _FRAME    # for readers' hot loops: unpack_from(data, offset) -> (length, crc, chain)

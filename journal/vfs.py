@@ -65,12 +65,18 @@ class OsFileSystem:
         return File(self, path, fd, os.lseek(fd, 0, os.SEEK_END))
 
     def write(self, f: File, data: bytes) -> None:
-        view = memoryview(data)
+        n = os.pwrite(f.fd, data, f.offset)
+        f.offset += n
+        if n < len(data):  # a short write: the rest, until all of it is written
+            self._write_rest(f, memoryview(data)[n:])
+        f.allocated = max(f.allocated, f.offset)
+
+    @staticmethod
+    def _write_rest(f: File, view: memoryview) -> None:
         while view:
             n = os.pwrite(f.fd, view, f.offset)
             f.offset += n
             view = view[n:]
-        f.allocated = max(f.allocated, f.offset)
 
     def fsync(self, f: File) -> None:
         """Make `f`'s data durable, and the metadata needed to read it back (its size): not its

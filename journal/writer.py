@@ -64,12 +64,13 @@ class _SegmentPlan:
 
 
 class _Pending:
-    __slots__ = ("segment", "record", "lsn", "undo", "chain_before", "waiter")
+    __slots__ = ("segment", "prefixed", "lsn", "undo", "chain", "waiter")
 
-    def __init__(self, segment: _SegmentPlan, record: bytes, lsn: int, undo: Undo, chain_before: int):
-        self.segment, self.record, self.lsn, self.undo = segment, record, lsn, undo
-        self.chain_before = chain_before
-        self.waiter = None  # a held lock its committer sleeps on (see Journal._wait)
+    def __init__(self, segment: _SegmentPlan, prefixed: bytes, lsn: int, undo: Undo, chain: int):
+        self.segment, self.lsn, self.undo = segment, lsn, undo
+        self.prefixed = prefixed  # the encoded commit as its frame holds it (format.length_prefixed)
+        self.chain = chain  # the chain after this commit
+        self.waiter = None  # a held lock its committer sleeps on (see Journal._await_commit)
 
 
 def _wake(pendings: list[_Pending]) -> None:
@@ -672,17 +673,23 @@ class Journal:
             raise JournalClosed(f"journal {self.path} is closed")
 
     def _commit(self, events: list, blobs: dict[bytes, bytes] | None = None) -> int:
-        with self._cond:
+        self._lock.acquire()
+        try:
             self._check_usable()
             pending = self._enqueue(events, blobs or {})
-            return self._wait(pending.lsn, pending)
+        except BaseException:
+            self._lock.release()
+            raise
+        return self._await_commit(pending)
 
     def _enqueue(self, events: list, blobs: dict[bytes, bytes]) -> _Pending:
         state = self._state
         lsn = state.lsn + 1
         seg = self._segment
+        # the digests of the loader-state blobs the commit references (only a taken() with
+        # loader_state= brings blobs along)
         refs = [d for ev in events if type(ev) is Taken and ev.loader_state is not None
-                for d in ev.loader_state.refs]
+                for d in ev.loader_state.refs] if blobs else ()
         try:
             record = self._encode(lsn, events, refs, blobs, seg)
         except (TypeError, OverflowError) as exc:  # a value msgpack cannot hold
@@ -701,14 +708,14 @@ class Journal:
             commit = _commit_decoder.decode(record)
         except msgspec.ValidationError as exc:
             raise self._bad_argument(lsn, events, exc) from None
-        chain_before = state.chain
-        chain = fmt.chain_next(chain_before, record)
+        prefixed = fmt.length_prefixed(record)
+        chain = fmt.frame_chain(prefixed, state.chain)
         table = {d: blobs[d] for d in refs} if refs else None
         undo = apply(state, commit, chain=chain, timeline=self.timeline, blobs=table)
         seg.blobs.update(refs)
-        seg.size += fmt.FRAME_HEADER_SIZE + 4 + len(record)
+        seg.size += fmt.FRAME_HEADER_SIZE + len(prefixed)
         self._segment = seg
-        p = _Pending(seg, record, lsn, undo, chain_before)
+        p = _Pending(seg, prefixed, lsn, undo, chain)
         self._pending.append(p)
         return p
 
@@ -719,40 +726,56 @@ class Journal:
         return cls(f"{what} (journal {self.path}, commit LSN {lsn}; nothing was written)")
 
     @staticmethod
-    def _encode(lsn: int, events: list, refs: list[bytes], blobs: dict[bytes, bytes], seg: _SegmentPlan) -> bytes:
-        new = [Blob(d, blobs[d]) for d in dict.fromkeys(refs) if d not in seg.blobs]
+    def _encode(lsn: int, events: list, refs: Sequence[bytes], blobs: dict[bytes, bytes], seg: _SegmentPlan) -> bytes:
+        new = [Blob(d, blobs[d]) for d in dict.fromkeys(refs) if d not in seg.blobs] if refs else []
         return commit_encoder.encode(Commit(lsn, events, new))
 
-    def _wait(self, lsn: int, mine: _Pending | None = None) -> int:
+    def _await_commit(self, mine: _Pending) -> int:
+        """Return once commit `mine` is written (and fsynced under sync="always"), letting go
+        of the journal lock the caller took once for it.
+
+        While a batch is in flight the committer sleeps on a lock of its own, so a batch wakes
+        its committers only, not every thread waiting on the journal; one woken because its
+        commit is durable returns without taking the journal lock again. With no batch in
+        flight, or handed the lead (`_pass_lead`), it leads (`_wait`)."""
+        lock, held = self._lock, True
+        try:
+            while self._flushing and self._failed is None and self._durable_lsn < mine.lsn:
+                waiter = _allocate_lock()
+                waiter.acquire()
+                mine.waiter = waiter
+                saved = lock._release_save()  # fully, like Condition.wait
+                held = False
+                try:
+                    waiter.acquire()
+                except BaseException:  # interrupted: do not stay the one the lead is handed to
+                    lock._acquire_restore(saved)
+                    held = True
+                    mine.waiter = None
+                    if not self._flushing:
+                        self._pass_lead()
+                    raise
+                if saved[0] == 1 and self._failed is None and self._durable_lsn >= mine.lsn:
+                    return mine.lsn
+                lock._acquire_restore(saved)
+                held = True
+            return self._wait(mine.lsn)
+        finally:
+            if held:
+                lock.release()
+
+    def _wait(self, lsn: int) -> int:
         """Return once commit `lsn` is written (and fsynced under sync="always"); lock held.
 
         With no batch in flight the caller leads: it writes every queued commit as one batch,
-        then wakes that batch's committers and hands the lead to the oldest queued one. A
-        committer passing its own commit (`mine`) sleeps on a lock of its own, so a batch wakes
-        its committers only, not every thread waiting on the journal."""
+        then wakes that batch's committers and hands the lead to the oldest queued one."""
         while True:
             if self._failed is not None:
                 self._check_usable()
             if self._durable_lsn >= lsn:
                 return lsn
             if self._flushing:
-                if mine is None:
-                    self._cond.wait()
-                    continue
-                waiter = _allocate_lock()
-                waiter.acquire()
-                mine.waiter = waiter
-                try:
-                    saved = self._lock._release_save()  # fully, like Condition.wait
-                    try:
-                        waiter.acquire()
-                    finally:
-                        self._lock._acquire_restore(saved)
-                except BaseException:  # interrupted: do not stay the one the lead is handed to
-                    mine.waiter = None
-                    if not self._flushing:
-                        self._pass_lead()
-                    raise
+                self._cond.wait()
                 continue
             self._flushing = True
             batch, self._pending = self._pending, []
@@ -795,15 +818,17 @@ class Journal:
 
     def _write_batch(self, batch: list[_Pending]) -> None:
         """Write queued commits as one frame per segment, rotating where the plan says, then fsync."""
-        i = 0
-        while i < len(batch):
+        i, n = 0, len(batch)
+        while i < n:
             seg = batch[i].segment
-            j = i
-            while j < len(batch) and batch[j].segment is seg:
-                j += 1
+            j = n
+            if batch[-1].segment is not seg:  # the batch goes on in a later segment
+                j = i + 1
+                while batch[j].segment is seg:
+                    j += 1
             if seg is not self._disk_segment:
                 self._rotate_to(seg)
-            frame, _ = fmt.encode_frame([p.record for p in batch[i:j]], batch[i].chain_before)
+            frame = fmt.frame_of_prefixed([p.prefixed for p in batch[i:j]], batch[j - 1].chain)
             if self._preallocate:
                 self._zero_fill_ahead(seg.file, len(frame))
             seg.file.write(frame)
@@ -1072,18 +1097,18 @@ class Transaction:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         j = self._j
-        pending = self._end(commit=exc_type is None)
+        pending = self._end(commit=exc_type is None, hand_over=True)
         if pending is not None:
-            # Wait for durability only after letting go of the transaction's hold. The
-            # leader releases the lock once while it writes and fsyncs; with this hold still
-            # taken (an RLock acquired twice) it kept the lock, so every taken() and
-            # transaction paid its own fsync and blocked all other committers meanwhile.
-            with j._cond:
-                self.lsn = j._wait(pending.lsn, pending)
+            # The wait takes over the transaction's hold and lets go of it: the lock is then
+            # held once, so the leader's release while it writes and fsyncs frees it for the
+            # other committers (held twice, every transaction paid its own fsync).
+            self.lsn = j._await_commit(pending)
 
-    def _end(self, *, commit: bool) -> _Pending | None:
+    def _end(self, *, commit: bool, hand_over: bool = False) -> _Pending | None:
         """End the block: queue its commit (folded, not yet durable) unless `commit` is false
-        or it holds no event, and let go of the journal's lock. The queued commit, if any."""
+        or it holds no event, and let go of the journal's lock; with `hand_over`, a queued
+        commit keeps the lock held once for the caller's `Journal._await_commit`. The queued
+        commit, if any."""
         j, pending, events = self._j, None, self._events
         self._phase, self._events = "ended", _Refusing(weakref.ref(self))
         try:
@@ -1091,7 +1116,10 @@ class Transaction:
                 j._check_usable()
                 pending = j._enqueue(events, self._blobs)
         finally:
-            self._release()
+            if hand_over and pending is not None:
+                self._held = False
+            else:
+                self._release()
         return pending
 
     def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,

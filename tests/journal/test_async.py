@@ -89,3 +89,58 @@ def test_a_cancelled_await_does_not_lose_its_commit(fast_tmp):
     assert j.owner_of(g6) == Owner.RESERVED and j.owner_of(g6 - 1) == Owner.RESERVED
     j.close()
     assert Reader(path).fold().lsn == 2
+
+
+def test_a_batch_resumes_its_coroutines_a_bounded_number_per_loop_turn(fast_tmp):
+    """The flusher hands the loop a batch's outcomes in one callback, which settles at most
+    SETTLE_PER_TURN futures per turn: 256 commits made durable together do not resume 256
+    coroutines (each may commit again) in one turn of the loop."""
+    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 257)
+    first, batch = gids[0], gids[1:]
+    held, gate = threading.Event(), threading.Event()
+
+    def hold(kind, p):
+        if p.endswith(".wal") and not gate.is_set():
+            held.set()
+            gate.wait(10)
+
+    fs.on("fsync", hold)
+    turn, resumed_in = [0], []
+    wakeups = []
+
+    async def one(g):
+        await aj.admitted([g], target_step=1)
+        resumed_in.append(turn[0])
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        wake = loop.call_soon_threadsafe
+
+        def counting(*args):
+            wakeups.append(threading.current_thread().name)
+            return wake(*args)
+
+        loop.call_soon_threadsafe = counting
+
+        def tick():
+            turn[0] += 1
+            if len(resumed_in) < len(batch):
+                loop.call_soon(tick)
+
+        ahead = asyncio.ensure_future(aj.admitted([first], target_step=1))
+        while not held.is_set():  # the flusher is in the fsync of `first`
+            await asyncio.sleep(0.001)
+        tasks = [asyncio.ensure_future(one(g)) for g in batch]
+        await asyncio.sleep(0)  # all 256 queued meanwhile: the flusher's next batch
+        loop.call_soon(tick)
+        gate.set()
+        await asyncio.gather(ahead, *tasks)
+
+    asyncio.run(main())
+    per_turn = {t: resumed_in.count(t) for t in set(resumed_in)}
+    assert max(per_turn.values()) <= AsyncJournal.SETTLE_PER_TURN, per_turn
+    flusher_wakeups = [name for name in wakeups if name == "journal-async-flush"]
+    assert len(flusher_wakeups) <= fs.count("fsync", path_contains=".wal"), \
+        f"{len(flusher_wakeups)} wake-ups of the loop for 257 commits: not one per batch"
+    j.close()
+    assert Reader(path).fold().lsn == 258
