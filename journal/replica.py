@@ -184,6 +184,11 @@ class Bucket:
             return self._ob.put(self.store, layout.LEASE_NAME, json.dumps(body).encode(), mode=mode)["e_tag"]
         except (self._exc.AlreadyExistsError, self._exc.PreconditionError):
             return None
+        except NotImplementedError as exc:  # obstore's LocalStore (file://) has no PutMode::Update
+            raise ReplicaError(
+                f"replica {self.where}: this store cannot replace {layout.LEASE_NAME} only if its "
+                f"ETag is unchanged (compare-and-swap), which the writer's lease needs "
+                f"({str(exc).splitlines()[0]}); use an s3://, gs:// or az:// URL") from None
 
 
 def _lease_fields(data: bytes) -> dict:
@@ -348,6 +353,13 @@ class Replica:
         (`local_timeline`) and reserved by the previous holder (`Lease.reserved`)."""
         floor = max(self.inventory.max_timeline(), local_timeline)
         self._on_open(lambda: self.lease.acquire(takeover=takeover, floor=floor), "take the lease")
+        # the first renewal at once: a store without compare-and-swap fails the open, not the
+        # shipper 10 s later; the lease it created goes with the failed open
+        try:
+            self._on_open(self.lease.renew, "renew the lease")
+        except ReplicaError:
+            self._on_open(lambda: self.bucket.delete(layout.LEASE_NAME), "remove the lease")
+            raise
 
     def _on_open(self, fn: Callable[[], Any], what: str):
         """`fn()` retried for at most OPEN_SECONDS: an open fails rather than hang on a store
