@@ -496,11 +496,11 @@ class Reader:
                                     continue
                             start = expect - lsn
                 if not at_eof or base:  # the frame is not whole in the window, or is for the slow path
-                    if not intact and window.zeros_to_end(pos):  # the zero-filled rest (_bad_frame)
-                        kind, _ = self._classify(seg, lsn, self.timelines, ends_timeline=last, after=None)
-                        if kind is TORN:
-                            self.zero_tails[seg.path] = TornTail(seg, base + pos, window.size())
-                            return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
+                    # the zero-filled rest, told without loading the segment whole (damage goes
+                    # to the slow path, which words it)
+                    if not intact and window.zeros_to_end(pos) and \
+                            self._zeros_end_log(seg, lsn, last, base + pos, window.size()) is None:
+                        return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
                     pos, moved = window.move_to(pos)
                     data, base, at_eof = window.data, window.base, window.at_eof
                     mv, end = memoryview(data), len(data)
@@ -571,16 +571,26 @@ class Reader:
         cur.pos = frame.end
         return None
 
+    def _zeros_end_log(self, seg: Segment, lsn: int | None, last: bool, offset: int, size: int) -> str | None:
+        """Zeros from `offset` to the end (`size`) of `seg`, where commit `lsn` would start: the
+        end of the log where a torn tail could be (the never written rest of a preallocated
+        segment, recorded in `zero_tails`; None), else damage (what `_classify` adds to its
+        message)."""
+        kind, note = self._classify(seg, lsn, self.timelines, ends_timeline=last, after=None)
+        if kind is TORN:
+            self.zero_tails[seg.path] = TornTail(seg, offset, size)
+            return None
+        return note
+
     def _bad_frame(self, seg: Segment, data: bytes, cur: "_Cursor", bad: str, last: bool) -> _SegmentEnd | None:
         """Bytes at `cur.pos` that are no intact frame: classified and the mode applied. Returns
         the `_SegmentEnd` when the read ends here, else None with `cur` at the next intact frame
         (salvage: its chain and LSN cannot be checked)."""
         pos, end = cur.pos, len(data)
         zeros_end = zero_fill(data, pos)
-        if zeros_end == end:  # zeros to the end of the file end the log where a torn tail could
-            kind, note = self._classify(seg, cur.lsn, self.timelines, ends_timeline=last, after=None)
-            if kind is TORN:
-                self.zero_tails[seg.path] = TornTail(seg, pos, end)
+        if zeros_end == end:
+            note = self._zeros_end_log(seg, cur.lsn, last, pos, end)
+            if note is None:
                 return _SegmentEnd(cur.seen_lsn, cur.seen_chain, False, False, cur.yielded)
             after, kind = None, DAMAGED
             bad = f"the segment ends in {end - pos} zero bytes" + ("" if note else SEALED_ZEROS)
