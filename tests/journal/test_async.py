@@ -97,14 +97,7 @@ def test_a_batch_resumes_its_coroutines_a_bounded_number_per_loop_turn(fast_tmp)
     coroutines (each may commit again) in one turn of the loop."""
     path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 257)
     first, batch = gids[0], gids[1:]
-    held, gate = threading.Event(), threading.Event()
-
-    def hold(kind, p):
-        if p.endswith(".wal") and not gate.is_set():
-            held.set()
-            gate.wait(10)
-
-    fs.on("fsync", hold)
+    held, gate = fs.hold_segment_fsyncs()
     turn, resumed_in = [0], []
     wakeups = []
 

@@ -309,14 +309,7 @@ def test_committers_woken_by_their_durable_batch_do_not_take_the_journal_lock_ag
     gids = j.taken([GroupRef(idx=i) for i in range(9)])
     j._lock = _CountingLock()
     j._cond = threading.Condition(j._lock)
-    held, gate = threading.Event(), threading.Event()
-
-    def hold(kind, p):
-        if p.endswith(".wal") and not gate.is_set():
-            held.set()
-            gate.wait(10)
-
-    fs.on("fsync", hold)
+    held, gate = fs.hold_segment_fsyncs()
     first = threading.Thread(target=j.admitted, args=([gids[0]],), kwargs={"target_step": 1})
     first.start()
     assert held.wait(10)

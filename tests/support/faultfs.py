@@ -151,6 +151,19 @@ class FaultFS(OsFileSystem):
         """Call `fn(kind, path)` before every operation of `kind` runs (outside the record lock)."""
         self.hooks.setdefault(kind, []).append(fn)
 
+    def hold_segment_fsyncs(self, seconds: float = 10) -> tuple[threading.Event, threading.Event]:
+        """(held, gate): every fsync of a segment waits (at most `seconds`) until `gate` is set;
+        `held` is set once one waits."""
+        held, gate = threading.Event(), threading.Event()
+
+        def hold(kind, p):
+            if p.endswith(".wal") and not gate.is_set():
+                held.set()
+                gate.wait(seconds)
+
+        self.on("fsync", hold)
+        return held, gate
+
     # -- queries -------------------------------------------------------------------
 
     def ops_of(self, kind: str | None = None, *, path_contains: str | None = None,
