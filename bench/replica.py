@@ -98,6 +98,14 @@ def _step(j: Journal, i: int) -> int:
     return 2
 
 
+def _checkpointed_step(j: Journal, i: int) -> None:
+    """`_step`, and a committed checkpoint every 1,000 steps."""
+    _step(j, i)
+    if i % 1000 == 999:
+        j.begin_checkpoint(step=i)
+        j.commit_checkpoint(step=i)
+
+
 def measure_lag(s3: LocalS3, path: str, seconds: float, rate: float) -> list[float]:
     """Per-commit replication lag (s) at `rate` commits per second."""
     j = Journal.open(path, replica=f"s3://{BUCKET}/lag", replica_options=s3.options,
@@ -175,10 +183,7 @@ def measure_restore(s3: LocalS3, path: str, steps: int) -> tuple[float, float]:
     j = Journal.open(path, replica=url, replica_options=s3.options, ship_interval=SHIP_INTERVAL,
                      segment_bytes=1 << 20)
     for i in range(steps):
-        _step(j, i)
-        if i % 1000 == 999:
-            j.begin_checkpoint(step=i)
-            j.commit_checkpoint(step=i)
+        _checkpointed_step(j, i)
         if i == steps // 2:
             compact(path, at="latest-checkpoint", journal=j, retention=None)
     j.flush_replica(timeout=120)
@@ -202,17 +207,14 @@ def measure_retention(s3: LocalS3, path: str, steps: int) -> tuple[int, int, int
                      ship_interval=SHIP_INTERVAL, segment_bytes=1 << 18)
     written: dict[str, int] = {}  # segment -> its size (retention deletes the local files)
     for i in range(steps):
-        _step(j, i)
-        if i % 1000 == 999:
-            j.begin_checkpoint(step=i)
-            j.commit_checkpoint(step=i)
+        _checkpointed_step(j, i)
         if i % 5000 == 4999:
             j.flush_replica(timeout=120)
             written.update((s.name, s.size) for s in list_segments(path))
             compact(path, at="latest-checkpoint", journal=j, retention="delete", keep_cuts=1)
     j.flush_replica(timeout=120)
+    j.close()  # cuts the active segment's preallocated zeros: its size is what was journaled
     written.update((s.name, s.size) for s in list_segments(path))
-    j.close()
     return s3.stored_bytes("retention"), s3.stored_bytes("retention/cuts"), sum(written.values())
 
 
