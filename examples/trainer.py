@@ -599,10 +599,8 @@ class Trainer:
         weights (begun and committed at once), so whenever the bucket holds a history it holds
         a checkpoint to restore, and a restore from it never lands on LSN 0."""
         lsn = self.journal.lsn + 1
-        tmp = os.path.join(self.cfg.ckpt_dir, f"{TMP}step_{0:08d}-{secrets.token_hex(4)}")
-        os.makedirs(tmp)
-        _save_fsynced({"model": self.policy.state_dict(), "optim": self.opt.state_dict(), "step": 0,
-                       "loader_epoch": 0, "lsn": lsn}, os.path.join(tmp, "model.pt"))
+        tmp = self._save_weights({"model": self.policy.state_dict(), "optim": self.opt.state_dict(),
+                                  "step": 0, "loader_epoch": 0, "lsn": lsn}, 0)
         self._publish_checkpoint(tmp, 0)
         with self.journal.transaction() as tx:
             tx.begin_checkpoint(step=0)
@@ -1087,9 +1085,7 @@ class Trainer:
         lsn = await self.own.begin_checkpoint(t)     # the journal's state here is what we captured
         captured["lsn"] = lsn
         self.ledger.checkpoint(t)
-        tmp = os.path.join(self.cfg.ckpt_dir, f"{TMP}step_{t:08d}-{secrets.token_hex(4)}")
-        os.makedirs(tmp)
-        await asyncio.to_thread(_save_fsynced, captured, os.path.join(tmp, "model.pt"))
+        tmp = await asyncio.to_thread(self._save_weights, captured, t)
         if self.compactor is not None:
             # the ownership cut at the checkpoint's LSN goes with the weights, so the checkpoint
             # directory restores on its own; it runs on the compactor's one thread
@@ -1103,6 +1099,14 @@ class Trainer:
         self._retire_old(self._restorable_step(t, committed_lsn))
         if self.compactor is not None:
             self._compact_in_background()
+
+    def _save_weights(self, captured: dict, t: int) -> str:
+        """The step-`t` checkpoint's weights, fsynced, in a new temporary directory (its path),
+        which `_publish_checkpoint` renames into place."""
+        tmp = os.path.join(self.cfg.ckpt_dir, f"{TMP}step_{t:08d}-{secrets.token_hex(4)}")
+        os.makedirs(tmp)
+        _save_fsynced(captured, os.path.join(tmp, "model.pt"))
+        return tmp
 
     def _publish_checkpoint(self, tmp: str, t: int) -> None:
         DEFAULT_FS.fsync_dir(tmp)
