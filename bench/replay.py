@@ -33,7 +33,8 @@ Figures (interleaved rounds, medians):
 4. restore of a cut of 100,000 live groups (20,000 with --quick) plus the
    tail: `restore(path)` wall time in a fresh process, beside the sum of its
    floors measured in this run (loading the cut with `read_cut` + decoding the
-   tail). Target: <= 5 s (<= 1.5 s quick).
+   tail). Target: <= 1.5x that floor (the issue's; it was <= 5 s, <= 1.5 s
+   quick, an absolute bound this machine met with room).
 5. that restore's peak RSS, beside the same child's RSS right before it
    called `restore` (interpreter, torch, the library); the peak is reset
    (/proc/self/clear_refs) just before the call, so it is the restore's own.
@@ -65,6 +66,7 @@ GROUPS_PER_STEP = 64
 CHECKPOINT_EVERY = 10
 ROLLOUTS_PER_GROUP = 8
 TAIL_EVENTS_PER_SECOND, TAIL_RATIO = 1_500_000, 0.7  # the trainer-shaped tail's targets
+RESTORE_RATIO = 1.5  # restore() over read_cut + decode-only of the journal
 FAIL_EVERY = 32  # one rollout in 32 fails once and is sealed with its next attempt
 ROLLOUT_EVENTS = (RolloutSealed, RolloutFailed)
 _GENERATOR = torch.zeros(1300, dtype=torch.int32)  # ~5 KB, like torch.Generator().get_state()
@@ -284,7 +286,6 @@ def run(args) -> Report:
     report = Report("replay", quick=quick, directory=parent)
     if parent:
         os.makedirs(parent, exist_ok=True)
-    restore_target = 1.5 if quick else 5.0
     rss_target = 256 if quick else 512
 
     with scratch_dir(parent, "bench-replay-") as d:
@@ -382,7 +383,7 @@ def run(args) -> Report:
         "restore_seconds", f"restore(): cut of {live:,} live groups + {tail_events:,}-event tail",
         "s", value="restore", reference="floor",
         reference_label="read_cut + decode-only of the journal",
-        target=Target(max_value=restore_target),
+        target=Target(max_ratio=RESTORE_RATIO),
         note=f"in a fresh process; restored {state['live']:,} live groups at LSN {state['lsn']:,} "
              f"(step {state['step']}) from {os.path.basename(state['base_cut'] or '-')}"))
     report.add(Figure(

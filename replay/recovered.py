@@ -89,19 +89,26 @@ class RecoveredState(ResumePlan):
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
     # becomes the dead tail): their weights are durable, so a resume marks them committed again
     recommit: list[int] = field(default_factory=list)
-    # the audit's row ledger at `lsn`, when it is known
-    # (a resume that seeds a cut writes it there, so the resumed journal can still be audited)
-    ledger: RowLedger | None = None
+    # computes the audit's row ledger at `lsn` (None when it is not known); see `ledger`
+    ledger_source: Callable[[], RowLedger | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def groups(self) -> list[RecoveredGroup]:
         return self.reserved + self.admitted + self.replay + self.spare
 
+    @property
+    def ledger(self) -> RowLedger | None:
+        """The audit's row ledger at `lsn`, when it is known: a resume that seeds a cut writes it
+        there, so the resumed journal can still be audited. Computed on first use (only such a
+        resume needs it, so a restore does not read its tail a second time for it), from the
+        files the restore read; None when they no longer hold the history it restored."""
+        return self.ledger_source() if self.ledger_source is not None else None
+
 
 def base_cut_writer(state: State, run_id: bytes | None,
-                    ledger: RowLedger | None) -> Callable[[str, OsFileSystem], str | None] | None:
+                    ledger: Callable[[], RowLedger | None]) -> Callable[[str, OsFileSystem], str | None] | None:
     """The plan's `write_base_cut` for `state`: make sure `<journal>/snapshots` holds a cut at
-    its LSN (none for an empty state), with the audit's row `ledger` when it is known. A cut
+    its LSN (none for an empty state), with the audit's row ledger (`ledger()`) when it is known. A cut
     with the same anchor already there is kept; a
     damaged or foreign one under that name is renamed aside first. Returns the cut written."""
     if state.lsn == 0 or run_id is None:
@@ -123,5 +130,5 @@ def base_cut_writer(state: State, run_id: bytes | None,
             fs.rename(target, os.path.join(os.path.dirname(target),
                                            replaced_name(os.path.basename(target), int(time.time()))))
             fs.fsync_dir(os.path.dirname(target))
-        return write_cut(target, state, run_id=run_id, timeline=state.timeline, fs=fs, ledger=ledger)
+        return write_cut(target, state, run_id=run_id, timeline=state.timeline, fs=fs, ledger=ledger())
     return write

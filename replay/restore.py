@@ -10,6 +10,7 @@ read only for salvage.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import tempfile
@@ -91,6 +92,19 @@ def _ledger_of(cut) -> RowLedger | None:
         return None
 
 
+def _ledger_later(reader: Reader, base, state: State) -> Callable[[], RowLedger | None]:
+    """The row ledger at `state`, computed once on first use from the journal the restore read
+    (a second read of its tail, which only a resume that seeds a cut needs); None when the
+    journal no longer holds the history restored (changed or removed since)."""
+    @functools.cache
+    def ledger() -> RowLedger | None:
+        try:
+            return ledger_at(reader, [base] if base is not None else [], state)
+        except (journal.JournalError, OSError):
+            return None
+    return ledger
+
+
 def _empty_state() -> RecoveredState:
     """The state of a journal that holds nothing yet."""
     state = State()
@@ -112,7 +126,8 @@ class _Restored:
     skipped: list = field(default_factory=list)
     reader: Reader | None = None      # the journal it belongs to, if any (dead tail, ids)
     tail: DeadTail | None = None      # what the dead tail did, when salvage reads it
-    ledger: RowLedger | None = None   # the audit's row ledger at the point, when it is known
+    # computes the audit's row ledger at the point once, on first use (None when not known)
+    ledger: Callable[[], RowLedger | None] = lambda: None
 
 
 def _from_cut(path: str, at, step: int | None) -> _Restored:
@@ -131,7 +146,7 @@ def _from_cut(path: str, at, step: int | None) -> _Restored:
     # a cut alone knows nothing after it: only its own checkpoint is known to be durable
     return _Restored(cut.state, point_step, "cut", path, bytes.fromhex(cut.manifest.run_id),
                      {point_step: cut.lsn} if point_step is not None else {}, reader=reader,
-                     ledger=_ledger_of(cut))
+                     ledger=functools.cache(lambda: _ledger_of(cut)))
 
 
 def _from_journal(path: str, at, step: int | None, salvage: bool,
@@ -145,8 +160,8 @@ def _from_journal(path: str, at, step: int | None, salvage: bool,
     # the base cut of a resume carries the row ledger at its LSN, so that an audit of a history
     # that starts at that cut (a resume on a fresh node, its journal restored from a bucket)
     # still covers the rows taken before it
-    ledger = _ledger_of(point.base) if at_base else _wrap_journal_errors(
-        ledger_at, reader, [point.base] if point.base is not None else [], point.state)
+    base = point.base
+    ledger = functools.cache(lambda: _ledger_of(base)) if at_base else _ledger_later(reader, base, point.state)
     return _Restored(point.state, point.step, "journal",
                      point.base.path if point.base is not None else None, reader.run_id,
                      point.committed, point.skipped, reader, tail, ledger)
@@ -211,7 +226,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
         salvaged=groups.salvaged, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, run_id=r.run_id, fold_state=state, recommit=recommit,
-        first_commit=groups.first_commit, ledger=r.ledger,
+        first_commit=groups.first_commit, ledger_source=r.ledger,
         write_base_cut=base_cut_writer(state, r.run_id, r.ledger))
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
@@ -239,6 +254,7 @@ def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredSt
                 continue
             if last or result.base_cut is not None:
                 break
+        result.ledger  # computed now: the files it is read from go with the temporary directory
         # a writer continuing on another node cannot read these ids off its own disk
         result.group_id_floor = _wrap_journal_errors(Reader(tmp).max_group_id) + 1
     if result.base_cut is not None:

@@ -290,8 +290,9 @@ def ledger_at(reader: Reader, cuts: Iterable[Cut], state: State,
     `start` (a ledger of that history at or before the point) if given, else that of the
     first of `cuts` (cuts of that history at or before the point, newest first) that has a
     loadable ledger, or an empty one at LSN 0, with the commits after it up to `state.lsn`
-    added. None when neither is there: the cuts were written without a ledger and the
-    history on disk does not start at LSN 1."""
+    added. None when neither is there (the cuts were written without a ledger and the
+    history on disk does not start at LSN 1), or when the commits read do not end at
+    `state`'s anchor."""
     ledger = start
     for cut in cuts if ledger is None else ():
         try:
@@ -305,9 +306,13 @@ def ledger_at(reader: Reader, cuts: Iterable[Cut], state: State,
         if first is not None and first.commit.lsn != 1 or first is None and state.lsn > 0:
             return None
         ledger = RowLedger()
+    chain = None
     for rec in reader.records(start_lsn=ledger.lsn + 1, stop_lsn=state.lsn):
         ledger.add(rec.commit)
-    return ledger if ledger.lsn == state.lsn else None
+        chain = rec.chain
+    if ledger.lsn != state.lsn or chain is not None and chain != state.chain:
+        return None  # the history read is not the one `state` is a point of
+    return ledger
 
 
 def _encode_bytes(b: Bytes) -> dict:
