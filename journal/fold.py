@@ -352,8 +352,9 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
     hand their commits to it (a caller that acts between two commits hands it one `(rec,)`).
 
     With `log` (a list or deque), every commit gets its own undo record instead, appended as
-    `(lsn, undo)` once the commit is folded: a caller that may have to go back to an earlier
-    LSN keeps the ones it needs and reverts them, newest first."""
+    `(lsn, undo, commit)` once the commit is folded: a caller that may have to go back to an
+    earlier LSN keeps the ones it needs and reverts them, newest first (and has the commits it
+    took back without reading them again)."""
     undo = Undo(state) if undo is None else undo
     live, counts, undo_records = state.live, state.counts, undo.records
     live_get, record = live.get, undo_records.append
@@ -467,7 +468,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
         state.chain = chain
         state.timeline = timeline
         if log is not None:
-            log_append((lsn, undo))
+            log_append((lsn, undo, commit))
     return state
 
 

@@ -23,10 +23,10 @@ exactly what the trainer was handed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
-from journal import (Admitted, CheckpointCommitted, Discarded, Finished, Owner, Reader, RolloutFailed,
-                     RolloutRef, RolloutSealed, State, Taken, TakenGroup)
+from journal import (Admitted, CheckpointCommitted, Commit, Discarded, Finished, Owner, Reader,
+                     RolloutFailed, RolloutRef, RolloutSealed, State, Taken, TakenGroup)
 from snapshot import DataPlane
 from snapshot.row_ledger import ABANDONED_ON_RESTORE
 
@@ -50,12 +50,15 @@ class DeadTail:
     attempts: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
-def read_dead_tail(reader: Reader, state: State) -> DeadTail:
-    """One pass over the commits after `state.lsn` (the dead tail a resume abandons)."""
+def read_dead_tail(reader: Reader, state: State, commits: Iterable[Commit] | None = None) -> DeadTail:
+    """One pass over the commits after `state.lsn` (the dead tail a resume abandons): `commits`
+    when the caller has them (the fold that found the point kept them), else read."""
     tail = DeadTail()
     live = state.live
-    for rec in reader.records(start_lsn=state.lsn + 1):
-        for ev in rec.commit.events:
+    if commits is None:
+        commits = (rec.commit for rec in reader.records(start_lsn=state.lsn + 1))
+    for commit in commits:
+        for ev in commit.events:
             kind = type(ev)
             if kind is Finished:
                 for i, gid in enumerate(ev.groups):

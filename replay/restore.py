@@ -155,7 +155,7 @@ def _from_journal(path: str, at, step: int | None, salvage: bool,
     point = _wrap_journal_errors(state_at, path, at, step=step, reader=reader)
     tail = None
     if salvage and data_plane is not None and point.lsn < point.end_lsn:
-        tail = _wrap_journal_errors(read_dead_tail, reader, point.state)
+        tail = _wrap_journal_errors(read_dead_tail, reader, point.state, point.dead_tail)
     at_base = point.base is not None and point.base.lsn == point.state.lsn
     # the base cut of a resume carries the row ledger at its LSN, so that an audit of a history
     # that starts at that cut (a resume on a fresh node, its journal restored from a bucket)

@@ -12,7 +12,7 @@ import gc
 import itertools
 from dataclasses import dataclass, field
 
-from journal import JournalCorrupt, OwnershipError, Reader, State, checkpoint_markers, fold_records
+from journal import Commit, JournalCorrupt, OwnershipError, Reader, State, checkpoint_markers, fold_records
 from journal.history import NoSuchPoint, restore_point
 
 from .catalog import Skipped, anchored_cuts, newest_readable
@@ -33,6 +33,9 @@ class Point:
     # every checkpoint committed on the active history, up to its end: step -> checkpoint_begun LSN
     # (a step pending at `lsn` whose commit marker is later has durable weights all the same)
     committed: dict[int, int] = field(default_factory=dict)
+    # the commits after `lsn` to the end of the active history (the dead tail a resume
+    # abandons), in LSN order, when the fold that found the point kept them; None: read them
+    dead_tail: list[Commit] | None = None
 
 
 _MAX_UNDO_COMMITS = 100_000  # beyond this, going back means folding again from a cut
@@ -95,17 +98,21 @@ class _GoBack:
             undos.clear()
             self.overflow = True
 
-    def back_to(self, target: int) -> bool:
-        """Revert the state to `target` with the kept undo records; False if they do not reach."""
+    def back_to(self, target: int) -> list[Commit] | None:
+        """Revert the state to `target` with the kept undo records: the commits taken back, in
+        LSN order; None if the undo records do not reach."""
         st = self.state
         if self.overflow or target < self.floor and st.lsn > target:
-            return False
+            return None
+        taken_back = []
         while self.undos and self.undos[-1][0] > target:
-            lsn, undo = self.undos.pop()
+            lsn, undo, commit = self.undos.pop()
             if lsn != st.lsn:
-                return False
+                return None
             undo.revert(st)
-        return st.lsn == target
+            taken_back.append(commit)
+        taken_back.reverse()
+        return taken_back if st.lsn == target else None
 
 
 def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: int | None = None,
@@ -143,9 +150,11 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
         target, target_step = restore_point(at, step, end, committed)
     except NoSuchPoint as exc:
         raise RestoreError(f"{journal_path}: {exc}") from None
+    dead_tail = None
     if target == 0 and step is None and at == "latest-checkpoint":
         base, state = None, State()
-    elif state is None or newest is not None and newest.lsn > target or not back.back_to(target):
+    elif state is None or newest is not None and newest.lsn > target or (
+            dead_tail := back.back_to(target)) is None:
         # fold again, from a cut at or before the point
         base = (newest if newest is not None and newest.lsn <= target
                 else newest_readable(views, target, skipped))
@@ -159,7 +168,7 @@ def state_at(journal_path: str, at: str | int = "latest-checkpoint", *, step: in
     if state.lsn != target:
         raise JournalCorrupt(f"{journal_path}: the active history ends at LSN {state.lsn}, before the "
                              f"restore point {target}", lsn=state.lsn + 1)
-    return Point(target, target_step, state, base, end, skipped, committed)
+    return Point(target, target_step, state, base, end, skipped, committed, dead_tail)
 
 
 def _from(cut: Cut | None) -> State:
