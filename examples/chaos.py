@@ -63,6 +63,7 @@ which the journal's lease needs; `memory://` lives in one process and dies with 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -719,11 +720,31 @@ def parse_args(argv=None) -> tuple[Options, bool]:
     return o, a.json
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr(enabled: bool):
+    """While enabled, file descriptor 1 is stderr's, for this process and every process it
+    starts (the trainer, Ray's raylets and workers, which print to stdout from C++ and from
+    threads): stdout then carries only what is printed after, the JSON document."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main(argv=None) -> int:
     o, as_json = parse_args(argv)
     o.out = o.out or new_run_dir(o.baseline)
     try:
-        s = run(o)
+        with _stdout_to_stderr(as_json):
+            s = run(o)
     except RuntimeError as exc:
         print(str(exc), file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -214,3 +215,27 @@ def test_ctrl_c_prints_one_line_and_leaves_no_trainer_running(fast_tmp):
         for pid in trainers:   # only if the driver left it behind
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+_NOISY_RUN = """
+import os, sys, threading
+from examples import chaos
+
+def noisy_run(o):  # what Ray's raylets and a driver thread print while a --ray run goes on
+    os.system("echo from-a-child-process")
+    t = threading.Thread(target=print, args=("from-a-thread",))
+    t.start()
+    t.join()
+    return {"ok": True, "out": o.out}
+
+chaos.run = noisy_run
+sys.exit(chaos.main(["--json", "--kills", "0", "--out", sys.argv[1]]))
+"""
+
+
+def test_json_output_is_only_the_document_whatever_the_run_prints(fast_tmp):
+    p = subprocess.run([sys.executable, "-c", _NOISY_RUN, str(fast_tmp / "run")], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {"ok": True, "out": str(fast_tmp / "run")}
+    assert "from-a-child-process" in p.stderr and "from-a-thread" in p.stderr
