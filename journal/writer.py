@@ -46,9 +46,6 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 # segment_bytes. A frame then overwrites allocated zeros, so its fdatasync writes no metadata.
 PREALLOCATE_MIN = 64 << 10
 PREALLOCATE_MAX = 4 << 20
-# Batches written but not yet acknowledged at once: while one batch's fsync runs the next one
-# is written and its fsync started (overlapping fsyncs).
-SYNCS_IN_FLIGHT = 2
 LOCK_NAME = layout.LOCK_NAME
 TORN_DIR = layout.TORN_DIR
 
@@ -74,19 +71,6 @@ class _Pending:
         self.prefixed = prefixed  # the encoded commit as its frame holds it (format.length_prefixed)
         self.chain = chain  # the chain after this commit
         self.waiter = None  # a held lock its committer sleeps on (see Journal._await_commit)
-
-
-class _Batch:
-    """Commits taken from the queue together: written as one frame per segment, then made
-    durable by one fsync of the segment they end in (`file`, which holds them up to `end`)."""
-
-    __slots__ = ("pendings", "file", "end", "synced")
-
-    def __init__(self, pendings: list[_Pending]):
-        self.pendings = pendings
-        self.file = None
-        self.end = 0
-        self.synced = False  # its fsync returned (or, unless sync="always", its write did)
 
 
 def _wake(pendings: list[_Pending]) -> None:
@@ -211,8 +195,7 @@ class Journal:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._pending: list[_Pending] = []
-        self._flushing = False  # one thread writes a batch, or flush() fsyncs
-        self._in_flight: list[_Batch] = []  # taken batches not yet acknowledged, in LSN order
+        self._flushing = False
         self._failed: BaseException | None = None
         self._closed = False
         self._dirty = False
@@ -258,14 +241,10 @@ class Journal:
             self.fs.makedirs(status)  # from now on retention retires shipped segments only
         self._timeline_floor = self._replica.lease.reserved - 1
 
-    def _note_durable(self, batch: "_Batch | None" = None) -> None:
-        """Tell the shipper what is durable now: up to the end of `batch`, else of the segment
-        on disk (journal lock held)."""
-        if batch is None:
-            seg = self._disk_segment
-            self._replica.note_durable(self._durable_lsn, seg.path, seg.file.offset)
-        else:
-            self._replica.note_durable(self._durable_lsn, batch.file.path, batch.end)
+    def _note_durable(self) -> None:
+        """Tell the shipper what is durable now (journal lock held)."""
+        seg = self._disk_segment
+        self._replica.note_durable(self._durable_lsn, seg.path, seg.file.offset)
 
     def _lose_lease(self, exc: BaseException) -> None:
         """Another writer took the replica's lease: fail-stop, so this one writes nothing more."""
@@ -755,13 +734,13 @@ class Journal:
         """Return once commit `mine` is written (and fsynced under sync="always"), letting go
         of the journal lock the caller took once for it.
 
-        While it cannot lead (`_may_lead`) the committer sleeps on a lock of its own, so a batch
-        wakes its committers only, not every thread waiting on the journal; one woken because
-        its commit is durable returns without taking the journal lock again. Otherwise, or
-        handed the lead (`_pass_lead`), it leads (`_wait`)."""
+        While a batch is in flight the committer sleeps on a lock of its own, so a batch wakes
+        its committers only, not every thread waiting on the journal; one woken because its
+        commit is durable returns without taking the journal lock again. With no batch in
+        flight, or handed the lead (`_pass_lead`), it leads (`_wait`)."""
         lock, held = self._lock, True
         try:
-            while not self._may_lead(mine.lsn) and self._failed is None and self._durable_lsn < mine.lsn:
+            while self._flushing and self._failed is None and self._durable_lsn < mine.lsn:
                 waiter = _allocate_lock()
                 waiter.acquire()
                 mine.waiter = waiter
@@ -773,7 +752,8 @@ class Journal:
                     lock._acquire_restore(saved)
                     held = True
                     mine.waiter = None
-                    self._pass_lead()
+                    if not self._flushing:
+                        self._pass_lead()
                     raise
                 if saved[0] == 1 and self._failed is None and self._durable_lsn >= mine.lsn:
                     return mine.lsn
@@ -784,132 +764,80 @@ class Journal:
             if held:
                 lock.release()
 
-    def _may_lead(self, lsn: int) -> bool:
-        """Whether the committer of `lsn` may take the queue as the next batch now: its commit
-        is still queued, no thread is writing, and fewer than SYNCS_IN_FLIGHT batches await
-        their fsync or their acknowledgement (lock held)."""
-        queue = self._pending
-        return (not self._flushing and len(self._in_flight) < SYNCS_IN_FLIGHT
-                and bool(queue) and queue[0].lsn <= lsn)
-
     def _wait(self, lsn: int) -> int:
         """Return once commit `lsn` is written (and fsynced under sync="always"); lock held.
 
-        When it may (`_may_lead`) the caller leads: it takes every queued commit as one batch,
-        writes it, hands the lead on to the oldest queued committer (who may write the next
-        batch while this one's fsync runs), fsyncs, and acknowledges in LSN order."""
+        With no batch in flight the caller leads: it writes every queued commit as one batch,
+        then wakes that batch's committers and hands the lead to the oldest queued one."""
         while True:
             if self._failed is not None:
                 self._check_usable()
             if self._durable_lsn >= lsn:
                 return lsn
-            if self._may_lead(lsn):
-                self._lead()
-            else:
+            if self._flushing:
                 self._cond.wait()
-
-    def _lead(self) -> None:
-        """Write the queue as one batch and make it durable (lock held, released meanwhile).
-
-        A batch is acknowledged only once an fsync that started after its frames were written
-        has returned and every earlier batch is acknowledged. A batch that rolls to a new
-        segment first waits until no fsync is in flight: the roll fsyncs and closes the old
-        segment. Any failure fails the journal and takes back every commit not acknowledged,
-        the other batch in flight's too."""
-        batch = _Batch(self._pending)
-        self._pending = []
-        self._in_flight.append(batch)
-        self._flushing = True
-        try:
-            while batch.pendings[-1].segment is not self._disk_segment and len(self._in_flight) > 1 \
-                    and self._failed is None:
-                self._cond.wait()
-            self._io_unlocked(batch, self._write_batch)
-        finally:
-            self._flushing = False
-        if self.sync == "always":
-            self._pass_lead()  # the next batch may be written while this one's fsync runs
-            self._io_unlocked(batch, lambda b: b.file.sync())
-        else:
-            self._dirty = True
-        batch.synced = True
-        self._acknowledge()
-
-    def _io_unlocked(self, batch: _Batch, io) -> None:
-        """Run `io(batch)` with the journal lock released; a failure of it, or one of another
-        batch meanwhile, fails the journal and raises JournalFailed naming the batch's LSNs."""
-        error = self._failed
-        if error is None:
+                continue
+            self._flushing = True
+            batch, self._pending = self._pending, []
             self._cond.release()
+            error = None
             try:
-                io(batch)
+                self._write_batch(batch)
             except BaseException as exc:  # fail-stop on anything, including KeyboardInterrupt
                 error = exc
             finally:
                 self._cond.acquire()
-        if error is None:
-            error = self._failed
-        if error is not None:
-            self._fail(error)
-            raise JournalFailed(f"journal {self.path}: writing LSNs {batch.pendings[0].lsn}.."
-                                f"{batch.pendings[-1].lsn} failed: {error!r}; the journal now refuses "
-                                "every call") from error
-
-    def _acknowledge(self) -> None:
-        """Acknowledge the batches at the head of the flight whose fsync returned, in LSN order:
-        wake their committers, then hand the lead on."""
-        flight = self._in_flight
-        while flight and flight[0].synced:
-            batch = flight.pop(0)
-            self._durable_lsn = batch.pendings[-1].lsn
+            self._flushing = False
+            if error is not None:
+                self._fail(error, batch)
+                raise JournalFailed(f"journal {self.path}: writing LSNs {batch[0].lsn}..{batch[-1].lsn} "
+                                    f"failed: {error!r}; the journal now refuses every call") from error
+            self._durable_lsn = batch[-1].lsn
             if self._replica is not None and self.sync == "always":
-                self._note_durable(batch)
-            _wake(batch.pendings)
-        self._pass_lead()
+                self._note_durable()
+            _wake(batch)
+            self._pass_lead()
 
     def _pass_lead(self) -> None:
-        """Wake the oldest queued committer (it leads the next batch if it may) and every
-        thread waiting on the condition."""
+        """No batch in flight any more: wake the oldest queued committer (it leads the next
+        batch) and every thread waiting on the condition."""
         for p in self._pending:
             if p.waiter is not None:
                 _wake([p])
                 break
         self._cond.notify_all()
 
-    def _fail(self, error: BaseException) -> None:
-        """Fail-stop: take every commit not acknowledged back out of the state, newest first,
-        and wake their committers (they raise JournalFailed). The first error is the one kept."""
-        if self._failed is None:
-            self._failed = error
-        lost = [p for batch in self._in_flight for p in batch.pendings] + self._pending
-        self._in_flight, self._pending = [], []
-        _wake(lost)
+    def _fail(self, error: BaseException, batch: list[_Pending]) -> None:
+        self._failed = error
+        _wake(batch)
+        _wake(self._pending)
         self._cond.notify_all()
-        for p in reversed(lost):
+        for p in reversed(batch + self._pending):
             p.undo.revert(self._state)
+        self._pending = []
 
-    def _write_batch(self, batch: _Batch) -> None:
-        """Write a batch as one frame per segment, rotating where the plan says; note where it
-        ends for its fsync."""
-        pendings = batch.pendings
-        i, n = 0, len(pendings)
+    def _write_batch(self, batch: list[_Pending]) -> None:
+        """Write queued commits as one frame per segment, rotating where the plan says, then fsync."""
+        i, n = 0, len(batch)
         while i < n:
-            seg = pendings[i].segment
+            seg = batch[i].segment
             j = n
-            if pendings[-1].segment is not seg:  # the batch goes on in a later segment
+            if batch[-1].segment is not seg:  # the batch goes on in a later segment
                 j = i + 1
-                while pendings[j].segment is seg:
+                while batch[j].segment is seg:
                     j += 1
             if seg is not self._disk_segment:
                 self._rotate_to(seg)
-            frame = fmt.frame_of_prefixed([p.prefixed for p in pendings[i:j]], pendings[j - 1].chain)
+            frame = fmt.frame_of_prefixed([p.prefixed for p in batch[i:j]], batch[j - 1].chain)
             if self._preallocate:
                 self._zero_fill_ahead(seg.file, len(frame))
             seg.file.write(frame)
             i = j
-        batch.file = self._disk_segment.file
-        batch.end = batch.file.offset
-        if self._next is not None and 2 * batch.end >= self.segment_bytes:
+        if self.sync == "always":
+            self._disk_segment.file.sync()
+        else:
+            self._dirty = True
+        if self._next is not None and 2 * self._disk_segment.file.offset >= self.segment_bytes:
             self._next.start()  # half full: the next segment is prepared meanwhile
 
     def _zero_fill_ahead(self, f, n: int) -> None:
@@ -981,7 +909,7 @@ class Journal:
         """Make every commit so far durable (fsync), whatever the sync mode."""
         with self._cond:
             self._check_usable()
-            while self._flushing or self._in_flight:
+            while self._flushing:
                 self._cond.wait()
             # re-check: the flush or batch we waited for may have failed (fail-stop: never
             # fsync again after a failed fsync and report success)
@@ -1003,7 +931,8 @@ class Journal:
                 self._cond.acquire()
                 self._flushing = False
             if error is not None:
-                self._fail(error)
+                self._fail(error, [])
+                self._cond.notify_all()
                 raise JournalFailed(f"journal {self.path}: fsync failed: {error!r}; the journal now "
                                     "refuses every call") from error
             self._dirty = False
