@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import threading
 from typing import Any
 
@@ -33,7 +34,12 @@ class AsyncJournal:
     def __init__(self, journal: Journal):
         self.journal = journal
         self._cond = threading.Condition()
-        self._waiting: list[tuple[int, asyncio.Future, Any]] = []  # (lsn, future, its result)
+        # the queued commits, in LSN order, as parallel lists (no container per commit: a
+        # pending commit's objects live through garbage collections, and fewer of them
+        # promote fewer to the old generations, whose full collections stall the loop)
+        self._lsns: list[int] = []
+        self._futures: list[asyncio.Future] = []
+        self._results: list[Any] = []
         self._flusher: threading.Thread | None = None
 
     def __getattr__(self, name: str):
@@ -63,7 +69,9 @@ class AsyncJournal:
         pending = tx._end(commit=True)
         future = asyncio.get_running_loop().create_future()
         with self._cond:
-            self._waiting.append((pending.lsn, future, result if name == "taken" else pending.lsn))
+            self._lsns.append(pending.lsn)
+            self._futures.append(future)
+            self._results.append(result if name == "taken" else pending.lsn)
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._flush_loop, name="journal-async-flush",
                                                  daemon=True)
@@ -75,37 +83,48 @@ class AsyncJournal:
         j = self.journal
         while True:
             with self._cond:
-                if not self._waiting:
+                if not self._lsns:
                     self._cond.wait(self._IDLE_SECONDS)
-                    if not self._waiting:
+                    if not self._lsns:
                         self._flusher = None
                         return
-                batch, self._waiting = self._waiting, []
+                lsns, futures, results = self._lsns, self._futures, self._results
+                self._lsns, self._futures, self._results = [], [], []
             error = None
             with j._cond:
                 try:
-                    j._wait(max(lsn for lsn, _, _ in batch))
+                    j._wait(lsns[-1])
                 except BaseException as exc:  # JournalFailed: for the commits the write took
                     error = exc
                 durable = j._durable_lsn
-            by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-            for lsn, future, result in batch:
-                by_loop.setdefault(future.get_loop(), []).append(
-                    (future, result, error if lsn > durable else None))
-            for loop, outcomes in by_loop.items():
-                loop.call_soon_threadsafe(_settle, loop, outcomes, 0, self.SETTLE_PER_TURN)
+            outcome = _Outcome(futures, results, bisect.bisect_right(lsns, durable), error)
+            for loop in {f.get_loop() for f in futures}:
+                loop.call_soon_threadsafe(_settle, loop, outcome, 0, self.SETTLE_PER_TURN)
 
 
-def _settle(loop: asyncio.AbstractEventLoop, outcomes: list, start: int, per_turn: int) -> None:
-    """Settle outcomes[start:start + per_turn] ((future, result, error) each), the rest in the
-    loop's next turns."""
-    stop = start + per_turn
-    for future, result, error in outcomes[start:stop]:
-        if future.cancelled():
-            continue
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-    if stop < len(outcomes):
-        loop.call_soon(_settle, loop, outcomes, stop, per_turn)
+class _Outcome:
+    """A batch's outcome: futures[i] gets results[i] if i < durable (its commit is durable),
+    else `error`."""
+
+    __slots__ = ("futures", "results", "durable", "error")
+
+    def __init__(self, futures: list, results: list, durable: int, error: BaseException | None):
+        self.futures, self.results, self.durable, self.error = futures, results, durable, error
+
+
+def _settle(loop: asyncio.AbstractEventLoop, outcome: _Outcome, start: int, per_turn: int) -> None:
+    """Settle at most `per_turn` of `loop`'s futures of the outcome from index `start` on, the
+    rest in the loop's next turns."""
+    futures, results, durable, error = outcome.futures, outcome.results, outcome.durable, outcome.error
+    i, n, settled = start, len(futures), 0
+    while i < n and settled < per_turn:
+        future = futures[i]
+        if future.get_loop() is loop and not future.cancelled():
+            if i < durable:
+                future.set_result(results[i])
+            else:
+                future.set_exception(error)
+            settled += 1
+        i += 1
+    if i < n:
+        loop.call_soon(_settle, loop, outcome, i, per_turn)
