@@ -51,7 +51,9 @@ class AsyncJournal:
             return getattr(self.journal, name)
 
         async def call(*args, **kwargs):
-            return await self._commit(name, args, kwargs)
+            future = self._commit(name, args, kwargs)
+            del args, kwargs  # not kept alive while the commit waits for its fsync
+            return await future
 
         call.__name__ = name
         self.__dict__[name] = call  # built once per name: later lookups find it

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import threading
 
 import pytest
@@ -137,3 +138,35 @@ def test_a_batch_resumes_its_coroutines_a_bounded_number_per_loop_turn(fast_tmp)
         f"{len(flusher_wakeups)} wake-ups of the loop for 257 commits: not one per batch"
     j.close()
     assert Reader(path).fold().lsn == 258
+
+
+def test_a_queued_commit_keeps_no_tuple_of_its_own_alive(fast_tmp):
+    """While its commit waits for the fsync, an awaited call keeps no tuple alive: none holding
+    its future, none holding its arguments. (Every object a queued commit keeps lives through
+    the garbage collections meanwhile, and the ones that reach the old generation bring the
+    full collections that stall the loop.)"""
+    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 65)
+    held, gate = fs.hold_segment_fsyncs()
+    arguments = [[g] for g in gids]
+
+    async def one(gs):
+        return await aj.admitted(gs, target_step=1)
+
+    async def main():
+        ahead = asyncio.ensure_future(one(arguments[0]))
+        while not held.is_set():  # the flusher is in the fsync of `ahead`
+            await asyncio.sleep(0.001)
+        tasks = [asyncio.ensure_future(one(gs)) for gs in arguments[1:]]
+        await asyncio.sleep(0)  # each task runs up to its await: 64 commits queued
+        assert len(j._pending) == 64
+        futures = [t._fut_waiter for t in tasks]
+        holders = [r for held_object in futures + arguments[1:]
+                   for r in gc.get_referrers(held_object) if type(r) is tuple]
+        gate.set()
+        await asyncio.gather(ahead, *tasks)
+        return len(holders)
+
+    holders = asyncio.run(main())
+    assert holders == 0, f"{holders} tuples hold the futures or the arguments of 64 queued commits"
+    j.close()
+    assert Reader(path).fold().lsn == 66  # the taken, then 65 admitted
