@@ -121,12 +121,14 @@ def _settle(loop: asyncio.AbstractEventLoop, outcome: _Outcome, start: int, per_
     i, n, settled = start, len(futures), 0
     while i < n and settled < per_turn:
         future = futures[i]
-        if future.get_loop() is loop and not future.cancelled():
-            if i < durable:
-                future.set_result(results[i])
-            else:
-                future.set_exception(error)
-            settled += 1
+        if future is not None and future.get_loop() is loop:
+            if not future.cancelled():
+                if i < durable:
+                    future.set_result(results[i])
+                else:
+                    future.set_exception(error)
+                settled += 1
+            futures[i] = results[i] = None  # freed once its coroutine resumed, not with the batch
         i += 1
     if i < n:
         loop.call_soon(_settle, loop, outcome, i, per_turn)

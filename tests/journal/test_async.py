@@ -7,6 +7,7 @@ import asyncio
 import errno
 import gc
 import threading
+import weakref
 
 import pytest
 
@@ -170,3 +171,32 @@ def test_a_queued_commit_keeps_no_tuple_of_its_own_alive(fast_tmp):
     assert holders == 0, f"{holders} tuples hold the futures or the arguments of 64 queued commits"
     j.close()
     assert Reader(path).fold().lsn == 66  # the taken, then 65 admitted
+
+
+def test_a_settled_future_is_not_kept_until_its_whole_batch_is_settled(fast_tmp):
+    """A batch settles SETTLE_PER_TURN futures per turn of the loop; the futures settled in a
+    turn are freed once their coroutines resumed, not kept by the batch until its last turn."""
+    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 2 * AsyncJournal.SETTLE_PER_TURN + 1)
+    held, gate = fs.hold_segment_fsyncs()
+    per_turn = AsyncJournal.SETTLE_PER_TURN
+    futures, alive_at_last_of_first_turn = [], []
+
+    async def one(k, g):
+        await aj.admitted([g], target_step=1)
+        if k == per_turn - 1:  # the last coroutine the batch's first turn resumed
+            alive_at_last_of_first_turn.append(sum(f() is not None for f in futures[:k]))
+
+    async def main():
+        ahead = asyncio.ensure_future(aj.admitted([gids[0]], target_step=1))
+        while not held.is_set():  # the flusher is in the fsync of `ahead`
+            await asyncio.sleep(0.001)
+        tasks = [asyncio.ensure_future(one(k, g)) for k, g in enumerate(gids[1:])]
+        await asyncio.sleep(0)  # all queued: the flusher's next batch
+        futures.extend(weakref.ref(t._fut_waiter) for t in tasks)
+        gate.set()
+        await asyncio.gather(ahead, *tasks)
+
+    asyncio.run(main())
+    assert alive_at_last_of_first_turn == [0], \
+        f"{alive_at_last_of_first_turn} of {per_turn - 1} settled futures still alive"
+    j.close()
