@@ -37,7 +37,7 @@ class AsyncJournal:
         # the queued commits, in LSN order, as parallel lists (no container per commit: a
         # pending commit's objects live through garbage collections, and fewer of them
         # promote fewer to the old generations, whose full collections stall the loop)
-        self._lsns: list[int] = []
+        self._pendings: list = []  # the writer's queued commits (writer._Pending)
         self._futures: list[asyncio.Future] = []
         self._results: list[Any] = []
         self._flusher: threading.Thread | None = None
@@ -71,7 +71,7 @@ class AsyncJournal:
         pending = tx._end(commit=True)
         future = asyncio.get_running_loop().create_future()
         with self._cond:
-            self._lsns.append(pending.lsn)
+            self._pendings.append(pending)
             self._futures.append(future)
             self._results.append(result if name == "taken" else pending.lsn)
             if self._flusher is None:
@@ -85,33 +85,44 @@ class AsyncJournal:
         j = self.journal
         while True:
             with self._cond:
-                if not self._lsns:
+                if not self._pendings:
                     self._cond.wait(self._IDLE_SECONDS)
-                    if not self._lsns:
+                    if not self._pendings:
                         self._flusher = None
                         return
-                lsns, futures, results = self._lsns, self._futures, self._results
-                self._lsns, self._futures, self._results = [], [], []
+                pendings, futures, results = self._pendings, self._futures, self._results
+                self._pendings, self._futures, self._results = [], [], []
             error = None
             with j._cond:
                 try:
-                    j._wait(lsns[-1])
+                    j._wait(pendings[-1].lsn)
                 except BaseException as exc:  # JournalFailed: for the commits the write took
                     error = exc
                 durable = j._durable_lsn
-            outcome = _Outcome(futures, results, bisect.bisect_right(lsns, durable), error)
+            outcome = _Outcome(pendings, futures, results,
+                               bisect.bisect_right(pendings, durable, key=_lsn_of), error)
             for loop in {f.get_loop() for f in futures}:
                 loop.call_soon_threadsafe(_settle, loop, outcome, 0, self.SETTLE_PER_TURN)
 
 
+def _lsn_of(pending) -> int:
+    return pending.lsn
+
+
 class _Outcome:
-    """A batch's outcome: futures[i] gets results[i] if i < durable (its commit is durable),
-    else `error`."""
+    """A batch's outcome: futures[i] gets results[i] if i < durable (commit pendings[i] is
+    durable), else `error`. The pendings are held until their futures are settled: freed then,
+    in the loop's turns, among the next commits' allocations, not all at once when the batch
+    returns (the collector counts allocations minus frees, and frees with none to offset are
+    lost to that count: a batch's frees at once and its next commits' allocations later ran a
+    young collection per batch)."""
 
-    __slots__ = ("futures", "results", "durable", "error")
+    __slots__ = ("pendings", "futures", "results", "durable", "error")
 
-    def __init__(self, futures: list, results: list, durable: int, error: BaseException | None):
-        self.futures, self.results, self.durable, self.error = futures, results, durable, error
+    def __init__(self, pendings: list, futures: list, results: list, durable: int,
+                 error: BaseException | None):
+        self.pendings, self.futures, self.results = pendings, futures, results
+        self.durable, self.error = durable, error
 
 
 def _settle(loop: asyncio.AbstractEventLoop, outcome: _Outcome, start: int, per_turn: int) -> None:
@@ -128,7 +139,8 @@ def _settle(loop: asyncio.AbstractEventLoop, outcome: _Outcome, start: int, per_
                 else:
                     future.set_exception(error)
                 settled += 1
-            futures[i] = results[i] = None  # freed once its coroutine resumed, not with the batch
+            # freed once its coroutine resumed, not with the batch
+            outcome.pendings[i] = futures[i] = results[i] = None
         i += 1
     if i < n:
         loop.call_soon(_settle, loop, outcome, i, per_turn)

@@ -200,3 +200,39 @@ def test_a_settled_future_is_not_kept_until_its_whole_batch_is_settled(fast_tmp)
     assert alive_at_last_of_first_turn == [0], \
         f"{alive_at_last_of_first_turn} of {per_turn - 1} settled futures still alive"
     j.close()
+
+
+def test_a_batch_lets_go_of_its_commits_in_the_turns_that_settle_them(fast_tmp):
+    """A batch's queued commits (the writer's `_Pending`s, with their undo records) are freed
+    turn by turn as their futures are settled, among the allocations of the commits their
+    coroutines make next, not all at once when the batch is durable: the garbage collector
+    counts allocations minus frees, and frees made before the next allocations offset none,
+    so freeing a batch at once ran a young collection per batch and, through the objects it
+    promoted, full collections that stall the loop."""
+    per_turn = AsyncJournal.SETTLE_PER_TURN
+    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 2 * per_turn + 1)
+    held, gate = fs.hold_segment_fsyncs()
+    alive_at_last_of_first_turn = []
+
+    def queued_commits_alive() -> int:  # of this journal (earlier tests' may be alive too)
+        return sum(1 for o in gc.get_objects()
+                   if type(o).__name__ == "_Pending" and o.segment.path.startswith(path))
+
+    async def one(k, g):
+        await aj.admitted([g], target_step=1)
+        if k == per_turn - 1:  # the last coroutine the batch's first turn resumed
+            alive_at_last_of_first_turn.append(queued_commits_alive())
+
+    async def main():
+        ahead = asyncio.ensure_future(aj.admitted([gids[0]], target_step=1))
+        while not held.is_set():  # the flusher is in the fsync of `ahead`
+            await asyncio.sleep(0.001)
+        tasks = [asyncio.ensure_future(one(k, g)) for k, g in enumerate(gids[1:])]
+        await asyncio.sleep(0)  # all queued: the flusher's next batch
+        gate.set()
+        await asyncio.gather(ahead, *tasks)
+
+    asyncio.run(main())
+    assert alive_at_last_of_first_turn == [per_turn], \
+        f"{alive_at_last_of_first_turn} queued commits alive, not the {per_turn} still unsettled"
+    j.close()
