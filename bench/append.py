@@ -270,16 +270,17 @@ def sqlite_lifecycle(conn: sqlite3.Connection, gids, first_idx: int):
 
 class GcPauses:
     """The longest pause of the cyclic garbage collector while in use (a full collection walks
-    every object of the process, whoever allocated it), in ms."""
+    every object of the process, whoever allocated it), in ms, and how many full collections ran."""
 
     def __init__(self) -> None:
-        self.longest_ms, self._start = 0.0, 0.0
+        self.longest_ms, self._start, self.full = 0.0, 0.0, 0
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
             self._start = time.perf_counter()
         else:
             self.longest_ms = max(self.longest_ms, (time.perf_counter() - self._start) * 1e3)
+            self.full += info["generation"] == 2
 
     def __enter__(self) -> "GcPauses":
         gc.callbacks.append(self)
@@ -289,8 +290,9 @@ class GcPauses:
         gc.callbacks.remove(self)
 
 
-def measure_async(parent: str, coroutines: int, seconds: float) -> tuple[float, float, float]:
-    """(durable events/s, longest event-loop stall in ms, longest garbage-collector pause in ms)
+def measure_async(parent: str, coroutines: int, seconds: float) -> tuple[float, float, float, int]:
+    """(durable events/s, longest event-loop stall in ms, longest garbage-collector pause in ms,
+    full collections)
     of `coroutines` coroutines, each committing one-event commits through `AsyncJournal` (group
     lifecycles, sync="always") while a ticker coroutine measures how late the loop runs it."""
     with scratch_dir(parent, "async-") as d, GcPauses() as pauses:
@@ -326,7 +328,7 @@ def measure_async(parent: str, coroutines: int, seconds: float) -> tuple[float, 
         end = 0.0
         elapsed = asyncio.run(main())
         j.close()
-    return commits / elapsed, stall * 1e3, pauses.longest_ms
+    return commits / elapsed, stall * 1e3, pauses.longest_ms, pauses.full
 
 
 def journal_bytes(path: str) -> int:
@@ -617,7 +619,8 @@ def run(args) -> Report:
         r.add("one", measure_journal(parent, "none", 1, seconds))
         r.add("raw_multi", measure_raw(parent, 1, MULTI_GROUPS, seconds))
         r.add("multi", measure_journal(parent, "none", 1, seconds, workload=multi_group))
-        rate, stall, gc_pause = measure_async(parent, ASYNC_COROUTINES, seconds)
+        rate, stall, gc_pause, full = measure_async(parent, ASYNC_COROUTINES, seconds)
+        r.add("async_full_per_100k", full * 1e5 / (rate * seconds))
         r.add("async", rate)
         r.add("async_stall", stall)
         r.add("async_gc", gc_pause)
@@ -701,7 +704,8 @@ def run(args) -> Report:
         max(r.samples["async_gc"]), "ms", reference=max(r.samples["async_stall"]),
         reference_label="the longest event-loop stall", samples=list(r.samples["async_gc"]),
         note="a full collection walks every object of the process and holds the loop's thread "
-             "meanwhile; the worst of every round"))
+             "meanwhile; the worst of every round; full collections per 100,000 commits: "
+             + ", ".join(f"{x:.1f}" for x in r.samples["async_full_per_100k"]) + " (per round)"))
     add_commit_cost(report, r, parent, threads, quick)
 
     # bytes per event
