@@ -173,33 +173,44 @@ def test_a_queued_commit_keeps_no_tuple_of_its_own_alive(fast_tmp):
     assert Reader(path).fold().lsn == 66  # the taken, then 65 admitted
 
 
-def test_a_settled_future_is_not_kept_until_its_whole_batch_is_settled(fast_tmp):
-    """A batch settles SETTLE_PER_TURN futures per turn of the loop; the futures settled in a
-    turn are freed once their coroutines resumed, not kept by the batch until its last turn."""
-    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 2 * AsyncJournal.SETTLE_PER_TURN + 1)
-    held, gate = fs.hold_segment_fsyncs()
+def _at_the_last_resume_of_a_batchs_first_turn(fast_tmp, make_probe):
+    """Queue 2 * SETTLE_PER_TURN commits as one batch (behind a held fsync); once they are
+    queued, `make_probe(path, tasks)` gives a probe; return what it says when the last
+    coroutine the batch's first turn resumed runs."""
     per_turn = AsyncJournal.SETTLE_PER_TURN
-    futures, alive_at_last_of_first_turn = [], []
+    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 2 * per_turn + 1)
+    held, gate = fs.hold_segment_fsyncs()
+    tasks, probe, seen = [], [], []
 
     async def one(k, g):
         await aj.admitted([g], target_step=1)
-        if k == per_turn - 1:  # the last coroutine the batch's first turn resumed
-            alive_at_last_of_first_turn.append(sum(f() is not None for f in futures[:k]))
+        if k == per_turn - 1:
+            seen.append(probe[0]())
 
     async def main():
         ahead = asyncio.ensure_future(aj.admitted([gids[0]], target_step=1))
         while not held.is_set():  # the flusher is in the fsync of `ahead`
             await asyncio.sleep(0.001)
-        tasks = [asyncio.ensure_future(one(k, g)) for k, g in enumerate(gids[1:])]
+        tasks.extend(asyncio.ensure_future(one(k, g)) for k, g in enumerate(gids[1:]))
         await asyncio.sleep(0)  # all queued: the flusher's next batch
-        futures.extend(weakref.ref(t._fut_waiter) for t in tasks)
+        probe.append(make_probe(path, tasks))
         gate.set()
         await asyncio.gather(ahead, *tasks)
 
     asyncio.run(main())
-    assert alive_at_last_of_first_turn == [0], \
-        f"{alive_at_last_of_first_turn} of {per_turn - 1} settled futures still alive"
     j.close()
+    return seen
+
+
+def test_a_settled_future_is_not_kept_until_its_whole_batch_is_settled(fast_tmp):
+    """A batch settles SETTLE_PER_TURN futures per turn of the loop; the futures settled in a
+    turn are freed once their coroutines resumed, not kept by the batch until its last turn."""
+    def settled_futures_alive(path, tasks):
+        settled = [weakref.ref(t._fut_waiter) for t in tasks[:AsyncJournal.SETTLE_PER_TURN - 1]]
+        return lambda: sum(f() is not None for f in settled)
+
+    alive = _at_the_last_resume_of_a_batchs_first_turn(fast_tmp, settled_futures_alive)
+    assert alive == [0], f"{alive} of {AsyncJournal.SETTLE_PER_TURN - 1} settled futures still alive"
 
 
 def test_a_batch_lets_go_of_its_commits_in_the_turns_that_settle_them(fast_tmp):
@@ -209,30 +220,10 @@ def test_a_batch_lets_go_of_its_commits_in_the_turns_that_settle_them(fast_tmp):
     counts allocations minus frees, and frees made before the next allocations offset none,
     so freeing a batch at once ran a young collection per batch and, through the objects it
     promoted, full collections that stall the loop."""
+    def queued_commits_alive(path, tasks):  # of this journal (earlier tests' may be alive too)
+        return lambda: sum(1 for o in gc.get_objects()
+                           if type(o).__name__ == "_Pending" and o.segment.path.startswith(path))
+
+    alive = _at_the_last_resume_of_a_batchs_first_turn(fast_tmp, queued_commits_alive)
     per_turn = AsyncJournal.SETTLE_PER_TURN
-    path, fs, j, gids, aj = _journal_with_groups(fast_tmp, 2 * per_turn + 1)
-    held, gate = fs.hold_segment_fsyncs()
-    alive_at_last_of_first_turn = []
-
-    def queued_commits_alive() -> int:  # of this journal (earlier tests' may be alive too)
-        return sum(1 for o in gc.get_objects()
-                   if type(o).__name__ == "_Pending" and o.segment.path.startswith(path))
-
-    async def one(k, g):
-        await aj.admitted([g], target_step=1)
-        if k == per_turn - 1:  # the last coroutine the batch's first turn resumed
-            alive_at_last_of_first_turn.append(queued_commits_alive())
-
-    async def main():
-        ahead = asyncio.ensure_future(aj.admitted([gids[0]], target_step=1))
-        while not held.is_set():  # the flusher is in the fsync of `ahead`
-            await asyncio.sleep(0.001)
-        tasks = [asyncio.ensure_future(one(k, g)) for k, g in enumerate(gids[1:])]
-        await asyncio.sleep(0)  # all queued: the flusher's next batch
-        gate.set()
-        await asyncio.gather(ahead, *tasks)
-
-    asyncio.run(main())
-    assert alive_at_last_of_first_turn == [per_turn], \
-        f"{alive_at_last_of_first_turn} queued commits alive, not the {per_turn} still unsettled"
-    j.close()
+    assert alive == [per_turn], f"{alive} queued commits alive, not the {per_turn} still unsettled"
