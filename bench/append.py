@@ -38,7 +38,7 @@ round, in an order that rotates from round to round.
    msgspec-encoding the same `Commit`s, checksumming and `os.write`-ing them.
 5. `AsyncJournal` with 256 coroutines, one-event commits, `sync="always"`: target >=
    100,000 durable events/s, and the event loop's longest stall <= 5 ms (beside it, the
-   longest garbage-collector pause meanwhile).
+   longest garbage-collector pause meanwhile and how many full collections ran).
 6. the commit path's CPU per commit, stage by stage (`bench.commit_cost`), and the CPU,
    system time and context switches per commit of the 8-thread run.
 7. bytes per event on a trainer-like mix, without and with a real
