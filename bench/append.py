@@ -19,21 +19,26 @@ rounds (medians over rounds; see `bench.common`):
    overwriting a file preallocated, zero-filled and fsynced beforehand, the way the
    journal writes its segments (target >= 0.85x).
 2. group commit: 8 producer threads, `sync="always"`. Target >= 50,000 durable
-   events/s and >= 5x the 1-thread figure.
+   events/s and >= 5x the 1-thread figure. Beside it the raw overwrite loop run by 2
+   and by 8 threads at once (as many fdatasyncs in flight): what overlapping fsyncs
+   gain on this disk, and its rate with 8 writers of one commit per fdatasync.
 3. peer: stdlib sqlite3 (WAL, `synchronous=FULL`), the same events as rows,
    one `BEGIN IMMEDIATE` transaction per commit, each thread its own
    connection (sqlite serialises writers). Targets journal/sqlite >= 1.5x at 1
-   thread, >= 10x at 8 threads.
+   thread, >= 10x at 8 threads; sqlite beside the raw overwrite loops too. These
+   rows show the round whose ratio is the median of the per-round ratios.
 
 The four 1-thread measurements (both raw loops, journal, sqlite) run in alternating
-0.25 s slices, so a load change on the shared machine hits them alike.
+0.25 s slices, so a load change on the shared machine hits them alike; the four
+8-thread ones (journal, sqlite, raw loop with 2 and 8 threads) run back to back in each
+round, in an order that rotates from round to round.
 4. bulk append, `sync="none"`: transactions of 64 one-group events. Target
    >= 1,000,000 events/s. Also one-event commits and 64-group events
    (group-transitions/s), informational; their reference is the floor of
    msgspec-encoding the same `Commit`s, checksumming and `os.write`-ing them.
 5. `AsyncJournal` with 256 coroutines, one-event commits, `sync="always"`: target >=
    100,000 durable events/s, and the event loop's longest stall <= 5 ms (beside it, the
-   longest garbage-collector pause meanwhile).
+   longest garbage-collector pause meanwhile and how many full collections ran).
 6. the commit path's CPU per commit, stage by stage (`bench.commit_cost`), and the CPU,
    system time and context switches per commit of the 8-thread run.
 7. bytes per event on a trainer-like mix, without and with a real
@@ -50,6 +55,7 @@ import os
 import pickle
 import random
 import sqlite3
+import statistics
 import time
 import zlib
 
@@ -205,6 +211,22 @@ def raw_overwrite_loop(fd: int, frame: bytes, size: int = PREALLOCATED_BYTES):
     return body
 
 
+def raw_overwrite_threads(fd: int, frame: bytes, size: int = PREALLOCATED_BYTES):
+    """`make_body` for `timed_threads`: each thread `os.pwrite`s `frame` at the next free offset
+    of a preallocated file and `os.fdatasync`s it, so as many fdatasyncs overlap as there are
+    threads: what the disk gives concurrent fsyncs, one commit each."""
+    offsets = itertools.count(0, len(frame))  # next() of a count is atomic under the GIL
+    slots = (size - len(frame)) // len(frame)
+
+    def make_body(_: int):
+        def body() -> int:
+            os.pwrite(fd, frame, next(offsets) % slots * len(frame))
+            os.fdatasync(fd)
+            return 1
+        return body
+    return make_body
+
+
 SQL_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
     lsn INTEGER PRIMARY KEY, kind TEXT NOT NULL, group_id INTEGER NOT NULL, idx INTEGER,
     task_name TEXT, epoch INTEGER, step INTEGER, policy_version INTEGER, locator TEXT)"""
@@ -248,16 +270,17 @@ def sqlite_lifecycle(conn: sqlite3.Connection, gids, first_idx: int):
 
 class GcPauses:
     """The longest pause of the cyclic garbage collector while in use (a full collection walks
-    every object of the process, whoever allocated it), in ms."""
+    every object of the process, whoever allocated it), in ms, and how many full collections ran."""
 
     def __init__(self) -> None:
-        self.longest_ms, self._start = 0.0, 0.0
+        self.longest_ms, self._start, self.full = 0.0, 0.0, 0
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
             self._start = time.perf_counter()
         else:
             self.longest_ms = max(self.longest_ms, (time.perf_counter() - self._start) * 1e3)
+            self.full += info["generation"] == 2
 
     def __enter__(self) -> "GcPauses":
         gc.callbacks.append(self)
@@ -267,8 +290,9 @@ class GcPauses:
         gc.callbacks.remove(self)
 
 
-def measure_async(parent: str, coroutines: int, seconds: float) -> tuple[float, float, float]:
-    """(durable events/s, longest event-loop stall in ms, longest garbage-collector pause in ms)
+def measure_async(parent: str, coroutines: int, seconds: float) -> tuple[float, float, float, int]:
+    """(durable events/s, longest event-loop stall in ms, longest garbage-collector pause in ms,
+    full collections)
     of `coroutines` coroutines, each committing one-event commits through `AsyncJournal` (group
     lifecycles, sync="always") while a ticker coroutine measures how late the loop runs it."""
     with scratch_dir(parent, "async-") as d, GcPauses() as pauses:
@@ -304,7 +328,7 @@ def measure_async(parent: str, coroutines: int, seconds: float) -> tuple[float, 
         end = 0.0
         elapsed = asyncio.run(main())
         j.close()
-    return commits / elapsed, stall * 1e3, pauses.longest_ms
+    return commits / elapsed, stall * 1e3, pauses.longest_ms, pauses.full
 
 
 def journal_bytes(path: str) -> int:
@@ -355,6 +379,54 @@ def measure_journal(parent: str, sync: str, threads: int, seconds: float, worklo
             if threads == 1:
                 return timed_loop(workload(j, 0) if workload is lifecycle else workload(j), seconds)
             return timed_threads(lambda i: workload(j, i * 10_000_000), threads, seconds)
+
+
+def measure_raw_threads(parent: str, frame: bytes, threads: int, seconds: float) -> float:
+    """fdatasyncs per second of `threads` threads overwriting one preallocated file."""
+    with scratch_dir(parent, "raw-threads-") as d:
+        fd = preallocated_file(os.path.join(d, "raw-prealloc.log"))
+        try:
+            return timed_threads(raw_overwrite_threads(fd, frame), threads, seconds)
+        finally:
+            os.close(fd)
+
+
+def measure_many_threads(parent: str, frame: bytes, threads: int, seconds: float, fs: OsFileSystem,
+                         first: int) -> dict:
+    """The many-thread measurements of one round, back to back, starting at index `first` of
+    their list (rounds rotate it, so no one of them always runs first): the journal ("j8", with
+    its CPU use per commit), sqlite with as many connections ("sq8"), and the raw overwrite loop
+    with 2 threads ("raw2") and with `threads` threads ("raw8")."""
+    out: dict = {}
+
+    def journal() -> float:
+        rate, out["usage"] = commit_cost.usage_per_commit(
+            lambda: measure_journal(parent, "always", threads, seconds, fs=fs), seconds)
+        return rate
+
+    runs = {"j8": journal,
+            "sq8": lambda: measure_sqlite(parent, threads, seconds),
+            "raw2": lambda: measure_raw_threads(parent, frame, 2, seconds),
+            "raw8": lambda: measure_raw_threads(parent, frame, threads, seconds)}
+    names = list(runs)
+    for k in range(len(names)):
+        name = names[(first + k) % len(names)]
+        out[name] = runs[name]()
+    return out
+
+
+def median_round(r: Rounds, name: str, label: str, unit: str, *, value: str, reference: str,
+                 reference_label: str, target: Target | None = None, note: str = "") -> Figure:
+    """A Figure of the round whose ratio value/reference is the median of the per-round ratios
+    (the lower one of an even count): the value and its reference measured side by side in that
+    round, so a load change between rounds moves both."""
+    values, refs = r.samples[value], r.samples[reference]
+    ratios = [v / ref if ref else 0.0 for v, ref in zip(values, refs)]
+    i = ratios.index(statistics.median_low(ratios))
+    spread = f"per-round ratios {min(ratios):.2f}-{max(ratios):.2f}x, the median round's shown"
+    return Figure(name, label, values[i], unit, reference=refs[i], reference_label=reference_label,
+                  target=target, note=f"{note}; {spread}" if note else spread,
+                  samples=list(values), reference_samples=list(refs))
 
 
 def measure_sqlite(parent: str, threads: int, seconds: float) -> float:
@@ -535,29 +607,32 @@ def run(args) -> Report:
         r.add("j1", one["journal"])
         r.add("sq1", one["sqlite"])
         before = fs8.fsyncs
-        j8, usage = commit_cost.usage_per_commit(
-            lambda: measure_journal(parent, "always", threads, seconds, fs=fs8), seconds)
-        r.add("j8", j8)
-        for key, value in usage.items():
+        many = measure_many_threads(parent, frame, threads, seconds, fs8, first=i)
+        for key in ("j8", "sq8", "raw2", "raw8"):
+            r.add(key, many[key])
+        for key, value in many["usage"].items():
             r.add(f"j8_{key}", value)
         fsyncs_8.append((fs8.fsyncs - before) / seconds)
-        r.add("sq8", measure_sqlite(parent, threads, seconds))
         r.add("raw_bulk", measure_raw(parent, BULK_EVENTS, 1, seconds))
         r.add("bulk", measure_journal(parent, "none", 1, seconds, workload=bulk_transactions))
         r.add("raw_one", measure_raw(parent, 1, 1, seconds))
         r.add("one", measure_journal(parent, "none", 1, seconds))
         r.add("raw_multi", measure_raw(parent, 1, MULTI_GROUPS, seconds))
         r.add("multi", measure_journal(parent, "none", 1, seconds, workload=multi_group))
-        rate, stall, gc_pause = measure_async(parent, ASYNC_COROUTINES, seconds)
+        rate, stall, gc_pause, full = measure_async(parent, ASYNC_COROUTINES, seconds)
+        r.add("async_full_per_100k", full * 1e5 / (rate * seconds))
         r.add("async", rate)
         r.add("async_stall", stall)
         r.add("async_gc", gc_pause)
         log(f"  limit {r.samples['limit'][-1]:,.0f}/s  prealloc {r.samples['prealloc'][-1]:,.0f}/s  journal 1t {r.samples['j1'][-1]:,.0f}/s  "
-            f"8t {j8:,.0f}/s  sqlite 1t {r.samples['sq1'][-1]:,.0f}/s  "
-            f"8t {r.samples['sq8'][-1]:,.0f}/s  bulk {r.samples['bulk'][-1]:,.0f}/s")
+            f"{threads}t {many['j8']:,.0f}/s  sqlite 1t {r.samples['sq1'][-1]:,.0f}/s  "
+            f"{threads}t {many['sq8']:,.0f}/s  raw 2t {many['raw2']:,.0f}/s  {threads}t {many['raw8']:,.0f}/s  "
+            f"bulk {r.samples['bulk'][-1]:,.0f}/s")
 
     fsync_rate = sorted(fsyncs_8)[len(fsyncs_8) // 2]
-    ceiling = threads / 2 * r.median("limit")
+    # one fsync in flight: it carries the producers queued while the one before it ran (about
+    # half); two overlapping: each carries at most half of them, at the disk's 2-thread rate
+    ceiling = threads / 2 * max(r.median("prealloc"), r.median("raw2"))
     report.meta.update(group_commit_fsyncs_per_s=fsyncs_8, group_commit_ceiling=ceiling)
     report.add(r.figure(
         "limit", "1 thread, one-event commits, sync=always", "commits/s", value="j1", reference="limit",
@@ -575,13 +650,33 @@ def run(args) -> Report:
         note=f"{fsync_rate:,.0f} fsyncs/s, so {r.median('j8') / max(fsync_rate, 1):.1f} commits per "
              f"fsync (median round). An fsync covers only commits queued before it starts and each "
              f"producer waits for its own commit, so with one fsync in flight about {threads}/2 "
-             f"producers share one: ceiling ~ {threads / 2:g} x limit = {ceiling:,.0f} events/s"))
-    report.add(r.figure(
-        "sqlite_1", "peer: 1 thread vs sqlite3 WAL synchronous=FULL", "events/s", value="j1",
-        reference="sq1", reference_label="sqlite, 1 txn per event", target=Target(min_ratio=1.5)))
-    report.add(r.figure(
-        "sqlite_8", f"peer: {threads} threads vs sqlite3 WAL synchronous=FULL", "events/s", value="j8",
-        reference="sq8", reference_label=f"sqlite, {threads} connections", target=Target(min_ratio=10)))
+             f"producers share one, and with two overlapping each carries at most {threads}/2: "
+             f"ceiling ~ {threads / 2:g} x the faster of the raw overwrite loop with 1 and 2 threads "
+             f"= {ceiling:,.0f} events/s"))
+    report.add(median_round(
+        r, "raw_overlap", "raw os.pwrite+fdatasync over zeros, 2 threads (two fdatasyncs overlapping)",
+        "fdatasyncs/s", value="raw2", reference="prealloc", reference_label="the same loop, 1 thread",
+        note="what overlapping fsyncs (a second batch written and fsynced while one's fsync runs) "
+             "can gain on this disk"))
+    report.add(median_round(
+        r, "group_commit_raw", f"{threads} threads, sync=always, vs {threads} raw loops", "events/s",
+        value="j8", reference="raw8",
+        reference_label=f"raw os.pwrite+fdatasync over zeros, {threads} threads, one commit per fdatasync"))
+    report.add(median_round(
+        r, "sqlite_1", "peer: 1 thread vs sqlite3 WAL synchronous=FULL", "events/s", value="j1",
+        reference="sq1", reference_label="sqlite, 1 txn per event", target=Target(min_ratio=1.5),
+        note="journal and sqlite in alternating 0.25 s slices"))
+    report.add(median_round(
+        r, "sqlite_1_raw", "peer: sqlite3, 1 connection, vs the raw overwrite loop", "events/s",
+        value="sq1", reference="prealloc", reference_label="raw os.pwrite+fdatasync over zeros, 1 thread",
+        note="where the disk's limit is for both peers (alternating slices)"))
+    report.add(median_round(
+        r, "sqlite_8", f"peer: {threads} threads vs sqlite3 WAL synchronous=FULL", "events/s", value="j8",
+        reference="sq8", reference_label=f"sqlite, {threads} connections", target=Target(min_ratio=10),
+        note="measured back to back in each round, the order rotating between rounds"))
+    report.add(median_round(
+        r, "sqlite_8_raw", f"peer: sqlite3, {threads} connections, vs {threads} raw loops", "events/s",
+        value="sq8", reference="raw8", reference_label=f"raw os.pwrite+fdatasync over zeros, {threads} threads"))
     report.add(r.figure(
         "bulk", f"bulk append, sync=none, transactions of {BULK_EVENTS} one-group events", "events/s",
         value="bulk", reference="raw_bulk", reference_label="encode+write floor",
@@ -609,7 +704,8 @@ def run(args) -> Report:
         max(r.samples["async_gc"]), "ms", reference=max(r.samples["async_stall"]),
         reference_label="the longest event-loop stall", samples=list(r.samples["async_gc"]),
         note="a full collection walks every object of the process and holds the loop's thread "
-             "meanwhile; the worst of every round"))
+             "meanwhile; the worst of every round; full collections per 100,000 commits: "
+             + ", ".join(f"{x:.1f}" for x in r.samples["async_full_per_100k"]) + " (per round)"))
     add_commit_cost(report, r, parent, threads, quick)
 
     # bytes per event

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import threading
 from typing import Any
 
@@ -33,7 +34,12 @@ class AsyncJournal:
     def __init__(self, journal: Journal):
         self.journal = journal
         self._cond = threading.Condition()
-        self._waiting: list[tuple[int, asyncio.Future, Any]] = []  # (lsn, future, its result)
+        # the queued commits, in LSN order, as parallel lists (no container per commit: a
+        # pending commit's objects live through garbage collections, and fewer of them
+        # promote fewer to the old generations, whose full collections stall the loop)
+        self._pendings: list = []  # the writer's queued commits (writer._Pending)
+        self._futures: list[asyncio.Future] = []
+        self._results: list[Any] = []
         self._flusher: threading.Thread | None = None
 
     def __getattr__(self, name: str):
@@ -45,7 +51,9 @@ class AsyncJournal:
             return getattr(self.journal, name)
 
         async def call(*args, **kwargs):
-            return await self._commit(name, args, kwargs)
+            future = self._commit(name, args, kwargs)
+            del args, kwargs  # not kept alive while the commit waits for its fsync
+            return await future
 
         call.__name__ = name
         self.__dict__[name] = call  # built once per name: later lookups find it
@@ -63,7 +71,9 @@ class AsyncJournal:
         pending = tx._end(commit=True)
         future = asyncio.get_running_loop().create_future()
         with self._cond:
-            self._waiting.append((pending.lsn, future, result if name == "taken" else pending.lsn))
+            self._pendings.append(pending)
+            self._futures.append(future)
+            self._results.append(result if name == "taken" else pending.lsn)
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._flush_loop, name="journal-async-flush",
                                                  daemon=True)
@@ -75,37 +85,62 @@ class AsyncJournal:
         j = self.journal
         while True:
             with self._cond:
-                if not self._waiting:
+                if not self._pendings:
                     self._cond.wait(self._IDLE_SECONDS)
-                    if not self._waiting:
+                    if not self._pendings:
                         self._flusher = None
                         return
-                batch, self._waiting = self._waiting, []
+                pendings, futures, results = self._pendings, self._futures, self._results
+                self._pendings, self._futures, self._results = [], [], []
             error = None
             with j._cond:
                 try:
-                    j._wait(max(lsn for lsn, _, _ in batch))
+                    j._wait(pendings[-1].lsn)
                 except BaseException as exc:  # JournalFailed: for the commits the write took
                     error = exc
                 durable = j._durable_lsn
-            by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-            for lsn, future, result in batch:
-                by_loop.setdefault(future.get_loop(), []).append(
-                    (future, result, error if lsn > durable else None))
-            for loop, outcomes in by_loop.items():
-                loop.call_soon_threadsafe(_settle, loop, outcomes, 0, self.SETTLE_PER_TURN)
+            outcome = _Outcome(pendings, futures, results,
+                               bisect.bisect_right(pendings, durable, key=_lsn_of), error)
+            for loop in {f.get_loop() for f in futures}:
+                loop.call_soon_threadsafe(_settle, loop, outcome, 0, self.SETTLE_PER_TURN)
 
 
-def _settle(loop: asyncio.AbstractEventLoop, outcomes: list, start: int, per_turn: int) -> None:
-    """Settle outcomes[start:start + per_turn] ((future, result, error) each), the rest in the
-    loop's next turns."""
-    stop = start + per_turn
-    for future, result, error in outcomes[start:stop]:
-        if future.cancelled():
-            continue
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-    if stop < len(outcomes):
-        loop.call_soon(_settle, loop, outcomes, stop, per_turn)
+def _lsn_of(pending) -> int:
+    return pending.lsn
+
+
+class _Outcome:
+    """A batch's outcome: futures[i] gets results[i] if i < durable (commit pendings[i] is
+    durable), else `error`. The pendings are held until their futures are settled: freed then,
+    in the loop's turns, among the next commits' allocations, not all at once when the batch
+    returns (the collector counts allocations minus frees, and frees with none to offset are
+    lost to that count: a batch's frees at once and its next commits' allocations later ran a
+    young collection per batch)."""
+
+    __slots__ = ("pendings", "futures", "results", "durable", "error")
+
+    def __init__(self, pendings: list, futures: list, results: list, durable: int,
+                 error: BaseException | None):
+        self.pendings, self.futures, self.results = pendings, futures, results
+        self.durable, self.error = durable, error
+
+
+def _settle(loop: asyncio.AbstractEventLoop, outcome: _Outcome, start: int, per_turn: int) -> None:
+    """Settle at most `per_turn` of `loop`'s futures of the outcome from index `start` on, the
+    rest in the loop's next turns."""
+    futures, results, durable, error = outcome.futures, outcome.results, outcome.durable, outcome.error
+    i, n, settled = start, len(futures), 0
+    while i < n and settled < per_turn:
+        future = futures[i]
+        if future is not None and future.get_loop() is loop:
+            if not future.cancelled():
+                if i < durable:
+                    future.set_result(results[i])
+                else:
+                    future.set_exception(error)
+                settled += 1
+            # freed once its coroutine resumed, not with the batch
+            outcome.pendings[i] = futures[i] = results[i] = None
+        i += 1
+    if i < n:
+        loop.call_soon(_settle, loop, outcome, i, per_turn)
