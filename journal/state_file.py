@@ -25,7 +25,7 @@ import operator
 import os
 import struct
 import zlib
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import msgspec
 import zstandard
@@ -199,10 +199,14 @@ def _rollouts_of(block: _Block, where: str) -> list[Rollouts | None]:
             len(c) != rows for c in (block.rollout_attempt, block.rollout_locator, block.rollout_version)):
         raise StateFileCorrupt(f"{where}: the rollout columns do not hold the {len(ns)} tracked "
                                f"groups' {rows} rollouts")
-    rows_of = list(map(slice, [0] + ends[:-1], ends))
+    if len(set(ns)) == 1:  # one N for every tracked group (the usual trainer): zip N-tuples
+        def per_group(column: list) -> Iterator[tuple]:
+            return zip(*[iter(column)] * ns[0])
+    else:
+        rows_of = list(map(slice, [0] + ends[:-1], ends))
 
-    def per_group(column: list) -> map:
-        return map(tuple, map(column.__getitem__, rows_of))
+        def per_group(column: list) -> Iterator[tuple]:
+            return map(tuple, map(column.__getitem__, rows_of))
 
     tracked = iter(list(map(Rollouts, per_group(block.rollout_attempt), block.rollout_sealed,
                             per_group(block.rollout_locator), per_group(block.rollout_version))))
