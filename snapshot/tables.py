@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from journal import Group, Owner, Rollouts, SampledRow, state_file
+from journal import Group, Owner, Rollouts, SampledRow
 
 from .errors import CorruptRecord, SchemaMismatch
 from .manifest import READABLE_SCHEMAS, SCHEMA_VERSION
@@ -109,14 +109,12 @@ def _read_bytes_column(col, n: int, where: str) -> list[bytes | None]:
     return out
 
 
-def encode_table(groups: Sequence[Group], owner: Owner | None = None,
-                 columns: Mapping[str, list] | None = None) -> dict:
-    """The table of `groups` (live records of the owners this file holds), in the given order.
-    `owner`: every group has this owner (the caller partitioned them), so its phase is constant.
-    `columns`: `state_file.group_columns(groups)` when the caller has them (a cut hands the same
-    lists to its state file)."""
-    n = len(groups)
-    by_name = columns if columns is not None else state_file.group_columns(groups)
+def encode_table(by_name: Mapping[str, list], owner: Owner | None = None) -> dict:
+    """The table of the groups whose columns are `by_name` (`state_file.group_columns` of live
+    records of the owners this file holds; a cut hands the same lists to its state file), in
+    their order. `owner`: every group has this owner (the caller partitioned them), so its
+    phase is constant."""
+    n = len(by_name["group_id"])
     table = {"schema_version": SCHEMA_VERSION, "count": n}
     for name in _INT_COLUMNS:
         table[name] = _int_tensor(by_name[name])
