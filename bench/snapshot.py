@@ -10,7 +10,10 @@ reference measured in the same run, in interleaved rounds (medians):
    live journal, from the copy of the in-memory state to the fsynced cut
    (four .pt files + manifest, temporary directory, renames, directory
    fsyncs). The previous cut is removed between rounds, outside the timing.
-   Reported as cuts/s. Reference, the **peer**: what the reference ledger
+   Reported as cuts/s. A live writer's first cut also folds the row ledger
+   (`audit_rows.pt`) from LSN 1, later ones only the commits since: the first cut
+   of each journal is timed before the rounds and reported on its own row, the
+   rounds time the cuts after it. Reference, the **peer**: what the reference ledger
    (NeMo-RL `rollout_recovery.py`) does at checkpoint time for the same
    groups: `torch.save` of a list of per-group dicts (the same ten fields)
    into a file plus the sha256 of those bytes (no fsync: the peer is given
@@ -24,7 +27,8 @@ reference measured in the same run, in interleaved rounds (medians):
    >= 5x the peer, and a smaller cut than the peer's file.
 3. history independence: the same live set after 1x and after 10x as much
    history (groups taken, admitted, finished, trained before the live set was
-   taken). (a) the cut from the live journal at "end" (`journal=j`) and (b)
+   taken). (a) the cut from the live journal at "end" (`journal=j`; its first
+   cut, which folds the row ledger from LSN 1, on its own row) and (b)
    the cut from disk at "latest-checkpoint" (no live journal: newest usable
    cut, read and verified, plus the tail folded, then written), with a recent
    cut taken at the previous checkpoint and retention having archived the
@@ -33,7 +37,10 @@ reference measured in the same run, in interleaved rounds (medians):
    On the same from-disk pair, `Journal.open(path)` without resume= (newest cut's state
    file plus the tail) and `replay.restore(path)`: opens/s and restores/s after 10x over
    after 1x, the same target.
-4. peak memory per live group while cutting (tracemalloc peak during the
+4. the state file's share (100k groups, and x 8 rollouts): `state_file.encode` of
+   the state from the columns of the cut's three group tables (built outside the
+   timing, as the cut builds them for the tables), beside the cut's time, and its size.
+5. peak memory per live group while cutting (tracemalloc peak during the
    cut, run separately from the timing), beside the peer's peak for the same
    groups; and how long appends wait while a cut copies the state
    (`Journal.state_copy`), informational.
@@ -52,7 +59,7 @@ import tracemalloc
 
 import torch
 
-from journal import GroupRef, Journal, Owner, RolloutRef
+from journal import GroupRef, Journal, Owner, RolloutRef, state_file
 from replay import restore
 from snapshot import compact, read_cut
 
@@ -63,6 +70,7 @@ ROLLOUT_GROUPS = 100_000
 ROLLOUTS = 8
 BATCH = 1_000
 PEER_TARGET = 5.0
+TABLE_OWNERS = ((Owner.RESERVED, Owner.ADMITTED), (Owner.REPLAY,), (Owner.SPARE,))  # a cut's tables
 HISTORY_TARGET = 1 / 1.2
 # The from-disk case spreads its history over 1 MiB segments, as a long run spreads it over
 # 64 MiB ones: the cost of a from-disk cut follows the size of the segment holding the newest
@@ -169,6 +177,19 @@ def time_cut_live(j: Journal) -> tuple[float, str]:
     result = compact(j.path, "end", journal=j, retention=None)
     elapsed = time.perf_counter() - t
     return elapsed, result.cut_path
+
+
+def time_state_file(j: Journal) -> tuple[float, int]:
+    """(seconds, bytes) of the state file of `j`'s state as a cut encodes it: from the columns
+    of its group tables, built outside the timing (the cut builds them for the tables)."""
+    state = j.state_copy()
+    groups = state.groups()
+    columns = [state_file.group_columns([g for g in groups if g.owner in owners])
+               for owners in TABLE_OWNERS]
+    gc.collect()
+    t = time.perf_counter()
+    data = state_file.encode(state, j.run_id, columns)
+    return time.perf_counter() - t, len(data)
 
 
 def peer_groups(j: Journal) -> list[dict]:
@@ -296,8 +317,13 @@ def run(args) -> Report:
             dj = build(disk[k], hist_live, k * hist_live, segment_bytes=DISK_SEGMENT_BYTES)
             prepare_disk_case(dj)
             dj.close()
+        log("first cut of each live journal (its row ledger folded from LSN 1)")
+        first = {}
+        for key, j in [*journals.items(), ("rollouts", rj), *((f"hist{k}", j) for k, j in hist.items())]:
+            first[key], cut = time_cut_live(j)
+            shutil.rmtree(cut)
         r = Rounds()
-        sizes, peer_sizes, copy_ms = {}, {}, {}
+        sizes, peer_sizes, copy_ms, sf_sizes = {}, {}, {}, {}
         for i in range(rounds):
             log(f"round {i + 1}/{rounds}")
             for n in SIZES:
@@ -314,6 +340,10 @@ def run(args) -> Report:
                 t = time.perf_counter()
                 j.state_copy()
                 copy_ms.setdefault(n, []).append((time.perf_counter() - t) * 1e3)
+            elapsed, sf_sizes[SIZES[-1]] = time_state_file(journals[SIZES[-1]])
+            r.add(f"sf{SIZES[-1]}", elapsed * 1e3)
+            elapsed, sf_sizes["rollouts"] = time_state_file(rj)
+            r.add("sf_rollouts", elapsed * 1e3)
             elapsed, cut = time_cut_live(rj)
             r.add("cut_rollouts", 1 / elapsed)
             sizes["rollouts"] = cut_size(cut)
@@ -343,6 +373,21 @@ def run(args) -> Report:
                 reference_label="peer: torch.save(list of dicts) + sha256", target=target))
             f.note = (f"cut {1e3 / f.value:.1f} ms vs peer {1e3 / f.reference:.1f} ms "
                       f"({f.ratio:.1f}x faster)")
+        for key, suffix, label in (
+                (SIZES[-1], str(SIZES[-1]), f"{SIZES[-1]:,} live groups"),
+                ("rollouts", "_rollouts", f"{ROLLOUT_GROUPS:,} live groups x {ROLLOUTS} rollouts")):
+            f = report.add(Figure(
+                f"first_cut_{key}", f"first cut of a live writer, {label} (row ledger folded from LSN 1)",
+                1 / first[key], "cuts/s", reference=r.median(f"peer{suffix}"),
+                reference_label="peer, median of the rounds"))
+            f.note = f"cut {1e3 * first[key]:.1f} ms, once; the rounds time the cuts after it"
+            cut_ms = 1e3 / r.median(f"cut{suffix}")
+            f = report.add(r.figure(f"state_file_{key}", f"state file encode, {label}", "ms",
+                                    value=f"sf{suffix}"))
+            f.reference, f.reference_label = cut_ms, "the whole cut (median of the rounds)"
+            groups = ROLLOUT_GROUPS if key == "rollouts" else key
+            f.note = (f"{f.value / cut_ms:.0%} of the cut's time; {sf_sizes[key] / 1e6:.2f} MB "
+                      f"({sf_sizes[key] / groups:.0f} B/group)")
         for n in SIZES:
             report.add(Figure(f"size_{n}", f"cut size, {n:,} live groups", sizes[n], "bytes",
                               reference=peer_sizes[n], reference_label="peer file",
@@ -360,6 +405,13 @@ def run(args) -> Report:
             reference_label="peer file", target=Target(max_value=peer_sizes["rollouts"]),
             note=f"{sizes['rollouts'] / ROLLOUT_GROUPS:.0f} B/group vs peer "
                  f"{peer_sizes['rollouts'] / ROLLOUT_GROUPS:.0f} B/group; target: smaller than the peer"))
+        f = report.add(Figure(
+            "hist_first_cut", f"history independence: first cut of a live writer at 'end' (row ledger "
+            f"folded from LSN 1), {hist_live:,} live after 10x history", 1 / first["hist10"], "cuts/s",
+            reference=1 / first["hist1"], reference_label="same live set after 1x history",
+            target=Target(min_ratio=HISTORY_TARGET)))
+        f.note = (f"{1e3 * first['hist10']:.1f} ms after 10x vs {1e3 * first['hist1']:.1f} ms after 1x "
+                  f"(once each): time ratio {first['hist10'] / first['hist1']:.2f} (target <= 1.2)")
         for k_name, label, unit in (
                 ("hist_live", "history independence: cut from the live journal at 'end'", "cuts/s"),
                 ("hist_disk", "history independence: cut from disk at 'latest-checkpoint', recent cut",

@@ -6,32 +6,74 @@ file of the cut, so it is written by the cut's atomic protocol: temporary direct
 file fsynced, rename, parent fsynced). The format is this module's, read by the journal
 alone (no torch, no pickle):
 
-    magic "OWNJST01" | crc32 of the payload: u32 | payload length: u64 | payload
+    magic "OWNJST02" | crc32 of the payload: u32 | payload length: u64 | payload
 
-The payload is a zstandard frame (level 1: the group records' field names repeat, it
-shrinks them about 25-fold for a few ms per 100k groups) of msgpack of `_Body`: the run id
-and every field of the `State`. `read` checks the magic, the length and the CRC, then
-decompresses and decodes with the schema, so a torn, damaged or foreign file is a
-`StateFileCorrupt`, never a wrong state. Whether the state is a point
-of the journal's active history (its LSN, chain and timeline) is the opener's check.
+The payload is a zstandard frame (level `ZSTD_LEVEL`) of msgpack of `_Body`: the run id and
+every field of the `State`, the live groups as column blocks (`_Block`: per field of `Group`
+the values of the block's groups, the owners as one code byte each). A cut builds the columns
+of each of its group tables once (`group_columns`) and hands the same lists to the state file.
+Format 1 ("OWNJST01", the live groups as one msgpack map each) is still read. `read` checks
+the magic, the length and the CRC, then decompresses and decodes with the schema, so a torn,
+damaged or foreign file is a `StateFileCorrupt`, never a wrong state. Whether the state is a
+point of the journal's active history (its LSN, chain and timeline) is the opener's check.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import struct
 import zlib
+from typing import Iterator, Mapping, Sequence
 
 import msgspec
 import zstandard
 
 from . import layout
 from .errors import StateFileCorrupt
-from .events import PackedLoaderState
-from .fold import Group, LoaderState, SampledRow, State, TerminalOwners
+from .events import LIVE_OWNERS, PackedLoaderState
+from .fold import GROUP_FIELDS, Group, LoaderState, Rollouts, SampledRow, State, TerminalOwners
 
-MAGIC = b"OWNJST01"
+MAGIC = b"OWNJST02"
+MAGIC_V1 = b"OWNJST01"  # read only
+# the columns are small ints, short strings and 16-byte fingerprints (which do not compress):
+# level 1 took 2-2.5x level -1's time for 6-10% less output
+ZSTD_LEVEL = -1
 _HEAD = struct.Struct("<8sIQ")
+_GETTERS = tuple((name, operator.attrgetter(name)) for name in GROUP_FIELDS)
+# per tracked group (admitted with rollouts=N) its N (0 for the others, in `rollout_n`) and
+# sealed bits; per rollout, in group order and then by index, its attempt, locator, version
+ROLLOUT_COLUMNS = ("rollout_n", "rollout_sealed", "rollout_attempt", "rollout_locator",
+                   "rollout_version")
+_PLAIN_FIELDS = tuple(n for n in GROUP_FIELDS if n not in ("owner", "rollouts"))  # stored as is
+_BLOCK_COLUMNS = _PLAIN_FIELDS + ROLLOUT_COLUMNS
+_SEALED_OF = operator.attrgetter("sealed")
+_ATTEMPTS_OF = operator.attrgetter("attempts")
+_LOCATORS_OF = operator.attrgetter("locators")
+_VERSIONS_OF = operator.attrgetter("versions")
+_LIVE_OWNER_OF_CODE = {int(o): o for o in LIVE_OWNERS}
+
+
+class _Block(msgspec.Struct, array_like=True):
+    """Live groups by column: per field of `Group` but `rollouts` one value per group (the
+    owners as one code byte each), then their rollouts flattened (`ROLLOUT_COLUMNS`)."""
+
+    group_id: list[int]
+    idx: list[int]
+    task_name: list[str | None]
+    epoch: list[int | None]
+    fingerprint: list[bytes | None]
+    owner: bytes
+    target_step: list[int | None]
+    policy_version: list[int | None]
+    locator: list[str | None]
+    replaces: list[int | None]
+    rollout_n: list[int]
+    rollout_sealed: list[int]
+    rollout_attempt: list[int]
+    rollout_locator: list[str | None]
+    rollout_version: list[int | None]
 
 
 class _Body(msgspec.Struct, array_like=True):
@@ -40,7 +82,7 @@ class _Body(msgspec.Struct, array_like=True):
     chain: int
     timeline: int
     next_group_id: int
-    live: list[Group]
+    live: list[_Block]
     terminal_codes: bytes
     terminal_sparse: dict[int, int]
     counts: list[int]
@@ -52,32 +94,61 @@ class _Body(msgspec.Struct, array_like=True):
     row_sample: list[SampledRow]
 
 
+class _BodyV1(_Body, array_like=True):
+    """Format 1's body: the same fields, the live groups one `Group` map each."""
+
+    live: list[Group]  # type: ignore[assignment]
+
+
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(_Body)
+_decoders = {MAGIC: msgspec.msgpack.Decoder(_Body), MAGIC_V1: msgspec.msgpack.Decoder(_BodyV1)}
 
 
-def encode(state: State, run_id: bytes) -> bytes:
-    """The state file of `state` (a state of the run `run_id`)."""
+def group_columns(groups: Sequence[Group]) -> dict[str, list]:
+    """Per field of `Group` (`GROUP_FIELDS`), its values over `groups` in their order, and
+    their rollouts flattened (`ROLLOUT_COLUMNS`): one attribute pass, shared by the state file
+    and the cut's group tables."""
+    columns = {name: list(map(getter, groups)) for name, getter in _GETTERS}
+    tracked = [r for r in columns["rollouts"] if r is not None]
+    chain = itertools.chain.from_iterable
+    columns["rollout_n"] = [0 if r is None else r.n for r in columns["rollouts"]]
+    columns["rollout_sealed"] = list(map(_SEALED_OF, tracked))
+    columns["rollout_attempt"] = list(chain(map(_ATTEMPTS_OF, tracked)))
+    columns["rollout_locator"] = list(chain(map(_LOCATORS_OF, tracked)))
+    columns["rollout_version"] = list(chain(map(_VERSIONS_OF, tracked)))
+    return columns
+
+
+def encode(state: State, run_id: bytes, live_columns: Sequence[Mapping[str, list]] | None = None) -> bytes:
+    """The state file of `state` (a state of the run `run_id`). `live_columns`: the
+    `group_columns` of a partition of `state.live` (each live group in exactly one), when the
+    caller has them; by default those of `state.live` as one block."""
+    if live_columns is None:
+        live_columns = (group_columns(list(state.live.values())),)
+    blocks = [_Block(owner=bytes(cols["owner"]), **{name: cols[name] for name in _BLOCK_COLUMNS})
+              for cols in live_columns]
     loader = state.loader
-    body = _Body(run_id, state.lsn, state.chain, state.timeline, state.next_group_id,
-                 list(state.live.values()), bytes(state.terminal.codes), state.terminal.sparse,
-                 state.counts, loader.packed if loader is not None else None,
+    body = _Body(run_id, state.lsn, state.chain, state.timeline, state.next_group_id, blocks,
+                 bytes(state.terminal.codes), state.terminal.sparse, state.counts,
+                 loader.packed if loader is not None else None,
                  loader.blobs if loader is not None else {}, state.pending_checkpoints,
                  state.committed_checkpoints, state.dataset_size, list(state.row_sample))
-    payload = zstandard.ZstdCompressor(level=1).compress(_encoder.encode(body))
+    payload = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(_encoder.encode(body))
     return _HEAD.pack(MAGIC, zlib.crc32(payload), len(payload)) + payload
 
 
 def decode(data: bytes, where: str) -> tuple[State, bytes]:
-    """(state, run id) of a state file's bytes; StateFileCorrupt naming `where` when they are
-    torn, damaged or not a state file."""
+    """(state, run id) of a state file's bytes (format 2 or 1); StateFileCorrupt naming `where`
+    when they are torn, damaged or not a state file."""
     if len(data) < _HEAD.size:
         raise StateFileCorrupt(f"{where}: {len(data)} bytes, shorter than the {_HEAD.size}-byte "
                                "header (a torn or foreign file)")
     magic, crc, length = _HEAD.unpack_from(data)
     payload = memoryview(data)[_HEAD.size:]
-    if magic != MAGIC:
-        raise StateFileCorrupt(f"{where}: bad magic {magic!r}, not a journal state file")
+    decoder = _decoders.get(magic)
+    if decoder is None:
+        raise StateFileCorrupt(f"{where}: bad magic {magic!r}, not a journal state file (this "
+                               f"code reads {MAGIC!r} and {MAGIC_V1!r})")
     if length != len(payload):
         raise StateFileCorrupt(f"{where}: the header says {length} payload bytes, the file holds "
                                f"{len(payload)} (a torn file)")
@@ -85,16 +156,67 @@ def decode(data: bytes, where: str) -> tuple[State, bytes]:
         raise StateFileCorrupt(f"{where}: payload checksum mismatch (damaged)")
     try:
         # a decompressobj grows its output with what comes out, never to a size a frame claims
-        body = _decoder.decode(zstandard.ZstdDecompressor().decompressobj().decompress(payload))
+        body = decoder.decode(zstandard.ZstdDecompressor().decompressobj().decompress(payload))
     except (msgspec.DecodeError, ValueError, zstandard.ZstdError) as exc:
         raise StateFileCorrupt(f"{where}: the payload does not decode as a state: {exc}") from None
-    return _state_of(body), body.run_id
+    live = {g.group_id: g for g in body.live} if magic == MAGIC_V1 else _live_of(body.live, where)
+    return _state_of(body, live), body.run_id
 
 
-def _state_of(body: _Body) -> State:
+def _live_of(blocks: list[_Block], where: str) -> dict[int, Group]:
+    """The live groups of the column blocks; StateFileCorrupt naming `where` for a block whose
+    columns disagree in length, an owner that is not a live one, or a group id given twice."""
+    live: dict[int, Group] = {}
+    total = 0
+    for i, block in enumerate(blocks):
+        n = len(block.group_id)
+        lengths = [len(getattr(block, name)) for name in _PLAIN_FIELDS + ("owner", "rollout_n")]
+        if any(length != n for length in lengths):
+            raise StateFileCorrupt(f"{where}: live block {i} has columns of lengths {lengths}, "
+                                   f"not all {n}")
+        values = {name: getattr(block, name) for name in _PLAIN_FIELDS}
+        try:
+            values["owner"] = list(map(_LIVE_OWNER_OF_CODE.__getitem__, block.owner))
+        except KeyError as exc:
+            raise StateFileCorrupt(f"{where}: live block {i} has a group of owner code {exc}, "
+                                   "not a live owner") from None
+        values["rollouts"] = _rollouts_of(block, f"{where}: live block {i}")
+        groups = map(Group, *(values[name] for name in GROUP_FIELDS))
+        live.update(zip(block.group_id, groups))
+        total += n
+    if len(live) != total:
+        raise StateFileCorrupt(f"{where}: {total} live groups listed, {total - len(live)} of "
+                               "their ids twice")
+    return live
+
+
+def _rollouts_of(block: _Block, where: str) -> list[Rollouts | None]:
+    """Each group's `Rollouts` (None for an untracked one) from a block's rollout columns."""
+    ns = [n for n in block.rollout_n if n]
+    ends = list(itertools.accumulate(ns))
+    rows = ends[-1] if ends else 0
+    if min(ns, default=1) < 1 or len(ns) != len(block.rollout_sealed) or any(
+            len(c) != rows for c in (block.rollout_attempt, block.rollout_locator, block.rollout_version)):
+        raise StateFileCorrupt(f"{where}: the rollout columns do not hold the {len(ns)} tracked "
+                               f"groups' {rows} rollouts")
+    if len(set(ns)) == 1:  # one N for every tracked group (the usual trainer): zip N-tuples
+        def per_group(column: list) -> Iterator[tuple]:
+            return zip(*[iter(column)] * ns[0])
+    else:
+        rows_of = list(map(slice, [0] + ends[:-1], ends))
+
+        def per_group(column: list) -> Iterator[tuple]:
+            return map(tuple, map(column.__getitem__, rows_of))
+
+    tracked = iter(list(map(Rollouts, per_group(block.rollout_attempt), block.rollout_sealed,
+                            per_group(block.rollout_locator), per_group(block.rollout_version))))
+    return [next(tracked) if n else None for n in block.rollout_n]
+
+
+def _state_of(body: _Body, live: dict[int, Group]) -> State:
     s = State()
     s.lsn, s.chain, s.timeline, s.next_group_id = body.lsn, body.chain, body.timeline, body.next_group_id
-    s.live = {g.group_id: g for g in body.live}
+    s.live = live
     s.terminal = TerminalOwners()
     s.terminal.codes, s.terminal.sparse = bytearray(body.terminal_codes), body.terminal_sparse
     s.counts = body.counts

@@ -192,19 +192,22 @@ def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: 
 
     loader = state.loader.decode() if state.loader is not None else None
     put(DATALOADER_FILE, _save_bytes(loader))
-    table = encode_table(recovery)
+    # one attribute pass per table's groups, for the table and the state file's live blocks
+    columns = [state_file.group_columns(groups) for groups in (recovery, replay, spare)]
+    table = encode_table(columns[0])
     table[TERMINAL_KEY] = encode_terminal(state.terminal.codes, state.terminal.sparse)
     for entry in OPTIONAL_ENTRIES:
         value = entry.encode(state)
         if value is not None:
             table[entry.key] = value
     put(RECOVERY_FILE, _save_bytes(table))
-    put(REPLAY_FILE, _save_bytes(encode_table(replay, owner=Owner.REPLAY)))
+    put(REPLAY_FILE, _save_bytes(encode_table(columns[1], owner=Owner.REPLAY)))
     if spare:
-        put(RESERVE_FILE, _save_bytes(encode_table(spare, owner=Owner.SPARE)))
+        put(RESERVE_FILE, _save_bytes(encode_table(columns[2], owner=Owner.SPARE)))
     if ledger is not None:
         put(LEDGER_FILE, _save_bytes(ledger.encode()))
-    put(STATE_FILE, state_file.encode(state, run_id))  # what Journal.open folds the tail onto
+    # what Journal.open folds the tail onto
+    put(STATE_FILE, state_file.encode(state, run_id, live_columns=columns))
     if data_plane is not None:
         with_rows = replay + [g for g in recovery if g.rollouts is not None and g.rollouts.sealed]
         files.update(_save_data_plane(fs, tmp, data_plane, with_rows))

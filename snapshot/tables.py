@@ -22,7 +22,7 @@ import itertools
 import operator
 import re
 from array import array
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -39,9 +39,6 @@ _STR_COLUMNS = frozenset({"task_name", "locator"})
 _PHASES = {Owner.RESERVED: 1, Owner.ADMITTED: 2, Owner.REPLAY: 3, Owner.SPARE: 4}
 _PHASE_OWNERS = {v: k for k, v in _PHASES.items()}
 _TRACKS_ROLLOUTS = frozenset({_PHASES[Owner.ADMITTED], _PHASES[Owner.REPLAY]})
-_FIELDS = ("group_id", "idx", "epoch", "target_step", "policy_version", "replaces", "task_name",
-           "fingerprint", "locator", "owner")
-_GETTERS = {name: operator.attrgetter(name) for name in _FIELDS}
 
 
 def _int_tensor(values: Sequence[int | None]) -> torch.Tensor:
@@ -112,12 +109,12 @@ def _read_bytes_column(col, n: int, where: str) -> list[bytes | None]:
     return out
 
 
-def encode_table(groups: Sequence[Group], owner: Owner | None = None) -> dict:
-    """The table of `groups` (live records of the owners this file holds), in the given order.
-    `owner`: every group has this owner (the caller partitioned them), so its phase is constant."""
-    n = len(groups)
-    by_name = {name: list(map(getter, groups)) for name, getter in _GETTERS.items()
-               if owner is None or name != "owner"}
+def encode_table(by_name: Mapping[str, list], owner: Owner | None = None) -> dict:
+    """The table of the groups whose columns are `by_name` (`state_file.group_columns` of live
+    records of the owners this file holds; a cut hands the same lists to its state file), in
+    their order. `owner`: every group has this owner (the caller partitioned them), so its
+    phase is constant."""
+    n = len(by_name["group_id"])
     table = {"schema_version": SCHEMA_VERSION, "count": n}
     for name in _INT_COLUMNS:
         table[name] = _int_tensor(by_name[name])
@@ -129,7 +126,7 @@ def encode_table(groups: Sequence[Group], owner: Owner | None = None) -> dict:
     table["phase"] = torch.frombuffer(bytearray(phase), dtype=torch.int8) if n else torch.empty(0, dtype=torch.int8)
     for name in _BYTES_COLUMNS:
         table[name] = _bytes_column(by_name[name], name in _STR_COLUMNS)
-    table.update(_encode_rollouts(groups))
+    table.update(_encode_rollouts(by_name))
     return table
 
 
@@ -161,29 +158,24 @@ def _typed_tensor(values: list, column: str) -> torch.Tensor:
         raise ValueError(f"a rollout {column} does not fit the cut's {dtype} column") from None
 
 
-def _encode_rollouts(groups: Sequence[Group]) -> dict:
-    counts = [NONE if g.rollouts is None else g.rollouts.n for g in groups]
-    tracked = [g for g in groups if g.rollouts is not None]
-    rs = list(map(_ROLLOUTS_OF, tracked))
-    ns = [r.n for r in rs]
+def _encode_rollouts(columns: Mapping[str, list]) -> dict:
+    """The `rollouts` column and the `rollout_table` of a table's groups, from their
+    `state_file.group_columns` (the rollouts already flattened there)."""
+    per_group = columns["rollout_n"]
+    ns = list(filter(None, per_group))
     chain = itertools.chain.from_iterable
-    table = {"group_id": _typed_tensor(list(chain(map(itertools.repeat, map(_GETTERS["group_id"], tracked), ns))),
-                                       "group_id"),
+    tracked_gids = itertools.compress(columns["group_id"], per_group)
+    table = {"group_id": _typed_tensor(list(chain(map(itertools.repeat, tracked_gids, ns))), "group_id"),
              "index": _typed_tensor(list(chain(map(range, ns))), "index"),
-             "attempt": _typed_tensor(list(chain(map(_ATTEMPTS_OF, rs))), "attempt"),
-             "policy_version": _typed_tensor(list(chain(map(_VERSIONS_OF, rs))), "policy_version")}
+             "attempt": _typed_tensor(columns["rollout_attempt"], "attempt"),
+             "policy_version": _typed_tensor(columns["rollout_version"], "policy_version")}
     # sealed bit i of each group is its index i: its binary digits, lowest first
-    bits = "".join([format(r.sealed, f"0{n}b")[::-1] for r, n in zip(rs, ns)]).encode()
+    bits = "".join([format(sealed, f"0{n}b")[::-1]
+                    for sealed, n in zip(columns["rollout_sealed"], ns)]).encode()
     table["sealed"] = torch.frombuffer(bytearray(bits.translate(_BIT_OF_CHAR)), dtype=torch.bool) \
         if bits else torch.empty(0, dtype=torch.bool)
-    table["locator"] = _bytes_column(list(chain(map(_LOCATORS_OF, rs))), True)
-    return {"rollouts": _int_tensor(counts), "rollout_table": table}
-
-
-_ROLLOUTS_OF = operator.attrgetter("rollouts")
-_ATTEMPTS_OF = operator.attrgetter("attempts")
-_VERSIONS_OF = operator.attrgetter("versions")
-_LOCATORS_OF = operator.attrgetter("locators")
+    table["locator"] = _bytes_column(columns["rollout_locator"], True)
+    return {"rollouts": _int_tensor([n or NONE for n in per_group]), "rollout_table": table}
 
 
 def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) -> list:

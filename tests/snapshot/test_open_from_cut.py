@@ -148,9 +148,19 @@ def _off_the_history(p: str, _other: str) -> None:
         f.write(state_file.encode(state, run_id))
 
 
+def _columns_disagree(p: str, _other: str) -> None:
+    """A checksummed file whose live columns differ in length (a writer's bug, not the disk's)."""
+    state, run_id = state_file.read(p)
+    columns = state_file.group_columns(list(state.live.values()))
+    columns["idx"] = columns["idx"][:-1]
+    with open(p, "wb") as f:
+        f.write(state_file.encode(state, run_id, [columns]))
+
+
 DAMAGE = {"empty": _truncate(0), "header only": _truncate(20), "last byte lost": _truncate(-1),
           "payload bit": _flip(-7), "magic bit": _flip(2), "crc bit": _flip(9), "missing": _missing,
-          "a directory": _a_directory, "another run": _another_run, "off the history": _off_the_history}
+          "a directory": _a_directory, "another run": _another_run, "off the history": _off_the_history,
+          "columns that disagree": _columns_disagree}
 
 
 @pytest.mark.parametrize("kind", list(DAMAGE))
