@@ -19,7 +19,7 @@ from typing import Iterable, Iterator
 from journal import EVENT_KINDS, Owner, ProblemKind, Record, State
 from snapshot import Skipped, read_cut, usable_cuts
 
-from ..cut_status import FILES_CHECKED, list_cuts, tally
+from ..cut_status import FILES_CHECKED, Anchors, anchor_lsns, list_cuts, tally
 from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
                     history_bytes, unique_problems)
 from . import options, render
@@ -87,7 +87,8 @@ def summarize(src: Source) -> dict:
     live = [s for s in reader.segments if not s.archived]
     arch = [s for s in reader.segments if s.archived]
     # the cuts' files and anchors only: unpickling their contents (checks 5-7) is verify's
-    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False, contents=False)
+    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False, contents=False,
+                     anchors=passed.anchors)
     newest = next((c for c in cuts if c["status"] == "valid"), None)
     return {
         "path": src.path, "kind": "journal", "mode": src.mode,
@@ -133,21 +134,23 @@ SHAPE_EVENTS = 256
 
 
 class EventTally:
-    """Events by kind over the records passed through `counted`, and each timeline's first and
-    last LSN among them. A commit is counted by its shape, the tuple of its events' classes
+    """Events by kind over the records passed through `counted`, each timeline's first and last
+    LSN among them, and the `Anchors` at the LSNs in `anchor_at` (the cuts'). A commit is counted by its shape, the tuple of its events' classes
     (built in C by `map`), so the per-event work is one `type` call: commits of one workload
     share a few shapes, which are expanded into kinds at the end (or when `SHAPES_HELD`
     different ones have piled up). A commit of more than `SHAPE_EVENTS` events is counted
     event by event."""
 
-    def __init__(self) -> None:
+    def __init__(self, anchor_at: set[int] = frozenset()) -> None:
+        self.anchor_at = anchor_at
+        self.anchors: Anchors = {}
         self.shapes: dict[tuple[type, ...], int] = {}  # event classes of a commit -> commits
         self.by_type: dict[type, int] = {}               # event class -> events, shapes added up
         self.commits = 0
         self.lsn_range: dict[int, list[int]] = {}       # timeline -> [first, last] LSN passed
 
     def counted(self, records: Iterable[Record]) -> Iterator[Record]:
-        shapes, lsn_range = self.shapes, self.lsn_range
+        shapes, lsn_range, anchor_at = self.shapes, self.lsn_range, self.anchor_at
         get = shapes.get
         timeline, span = None, None
         try:
@@ -168,7 +171,9 @@ class EventTally:
                 if rec.timeline != timeline:
                     timeline = rec.timeline
                     span = lsn_range.setdefault(timeline, [rec.commit.lsn, rec.commit.lsn])
-                span[1] = rec.commit.lsn
+                lsn = span[1] = rec.commit.lsn
+                if lsn in anchor_at:
+                    self.anchors[lsn] = (rec.timeline, rec.chain)
                 yield rec
         finally:
             self._add_up()
@@ -198,7 +203,7 @@ class EventTally:
 def _scan_active(src: Source, fold: Fold) -> EventTally:
     """Fold the active history after `fold`'s state, counting its events as they pass."""
     reader = src.reader
-    passed = EventTally()
+    passed = EventTally(anchor_lsns(src.path))
     scanned_from = fold.state.lsn + 1
     fold.add_all(passed.counted(src.scan("summary: active history", reader.records(start_lsn=scanned_from),
                                          history_bytes(reader, scanned_from))))
