@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from typing import Mapping
 
 from journal import Reader, checkpoint_markers
 from snapshot import (CHECKS, FILE_CHECKS, MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, Cut, JournalMismatch,
@@ -26,7 +27,8 @@ ALL_CHECKED = f"checks 1-{len(CHECKS)}"
 FILES_CHECKED = f"checks 1-{len(FILE_CHECKS)} and {ANCHOR_CHECK.number} (contents not loaded)"
 
 
-def _entry(path: str, lsn: int | None, timeline: int | None) -> dict:
+def cut_entry(path: str, lsn: int | None, timeline: int | None) -> dict:
+    """A cut's entry before any check ran (LSN and timeline as its directory names them)."""
     return {"name": os.path.basename(path), "path": path, "lsn": lsn, "timeline": timeline,
             "step": None, "status": None, "check": None, "error": None, "reason": None,
             "restore_base": False, "counts": None, "created": None, "checked": None}
@@ -58,7 +60,7 @@ def classify_cut(path: str, reader: Reader | None, entry: dict | None = None, *,
     stale. `contents=False`: checks 1-4 and the anchor only, and a `ManifestView` for the cut.
     `anchors`: the active history at cut LSNs a scan already passed (no read of the journal
     for a cut it anchors)."""
-    e = entry or _entry(path, None, None)
+    e = entry or cut_entry(path, None, None)
     e["checked"] = ALL_CHECKED if contents else FILES_CHECKED
     if not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
         e["status"] = "incomplete"
@@ -120,14 +122,19 @@ def check_one_cut(path: str) -> dict:
 
 def list_cuts(path: str, reader: Reader, restore_lsn: int | None = None, *,
               find_restore: bool = True, contents: bool = True,
-              anchors: Anchors | None = None) -> list[dict]:
+              anchors: Anchors | None = None, classified: Mapping[str, dict] | None = None) -> list[dict]:
     """Every cut of the journal at `path`, newest LSN first, temporary directories last.
     `contents`, `anchors`: see `classify_cut`; without `contents` give `restore_lsn` or
-    find_restore=False (finding the restore point reads the newest valid cut's state)."""
+    find_restore=False (finding the restore point reads the newest valid cut's state).
+    `classified`: cut path -> its entry, for the cuts a caller already classified (they are
+    not read again; with find_restore=False only, as their cuts are not kept)."""
     out, valid = [], []
     for lsn, timeline, cut_path in cut_dirs(path):
-        e, cut = classify_cut(cut_path, reader, _entry(cut_path, lsn, timeline), contents=contents,
-                              anchors=anchors)
+        if classified is not None and cut_path in classified:
+            e, cut = classified[cut_path], None
+        else:
+            e, cut = classify_cut(cut_path, reader, cut_entry(cut_path, lsn, timeline), contents=contents,
+                                  anchors=anchors)
         out.append(e)
         if e["status"] == "valid":
             valid.append((e, cut))
@@ -135,14 +142,14 @@ def list_cuts(path: str, reader: Reader, restore_lsn: int | None = None, *,
     if os.path.isdir(root):
         for name in sorted(os.listdir(root)):
             if name.startswith(TMP_PREFIX) and os.path.isdir(os.path.join(root, name)):
-                e = _entry(os.path.join(root, name), None, None)
+                e = cut_entry(os.path.join(root, name), None, None)
                 e["status"] = "incomplete"
                 e["reason"] = "temporary directory of a compaction that did not finish (never read)"
                 out.append(e)
     if restore_lsn is None and find_restore and valid:
         restore_lsn = latest_checkpoint_lsn(reader, valid[0][1])
     if restore_lsn is not None:
-        base = next((e for e, c in valid if c.lsn <= restore_lsn), None)
+        base = next((e for e, _cut in valid if e["lsn"] <= restore_lsn), None)
         if base is not None:
             base["restore_base"] = True
     return out
