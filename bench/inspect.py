@@ -19,7 +19,8 @@ Figures:
    here is 32 groups whatever the length.
 2. wall time of each, against the floor of the same run: a child process that only
    iterates `Reader.records()` over the active history (read, check and decode every
-   frame, no fold). Target <= 1.5x for summary and verify.
+   frame, no fold). Target <= 1.5x for summary and verify. Every child of the large journal
+   runs `ROUNDS` times, interleaved, and its medians are reported.
 3. `journal-inspect summary` of the demo journal (`journal-demo --kills 3 --epochs 1`: three
    timelines, two cuts), best of 3, beside the same journal with its cuts removed; target
    <= 0.5 s. `journal-inspect --help`, best of 3, beside a bare interpreter start; target
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -51,6 +53,7 @@ TARGET_MB = 100
 TARGET_RATIO = 1.5        # summary and verify wall time over the bare scan
 DEMO_SUMMARY_SECONDS = 0.5
 HELP_SECONDS = 0.25
+ROUNDS = 3          # each child of the large journal runs this many times; medians are reported
 TARGETED = ("summary", "verify")  # the rows with targets; audit's are informational
 BATCH = 16          # groups per step; 4 events per group per commit -> 64 events per commit
 CHECKPOINT_EVERY = 100
@@ -204,7 +207,7 @@ def _journal(args, tmp: str, events: int) -> str:
     return path
 
 
-def _children(path: str) -> dict[str, Child]:
+def _round(path: str) -> dict[str, Child]:
     """Every child of the large journal, measured one after the other."""
     out = {f"import {name}": measure(argv) for name, argv in _IMPORTS.items()}
     log("reader floor, and the fold on top of it ...")
@@ -215,6 +218,19 @@ def _children(path: str) -> dict[str, Child]:
     for name, argv in _LIBRARY.items():
         log(f"replay.{name}(path) ...")
         out[name] = measure(argv + [path])
+    return out
+
+
+def _children(path: str, rounds: int) -> dict[str, Child]:
+    """Each child's median wall and CPU time over `rounds` rounds (every child once a round, so
+    a change of load hits them alike), its highest peak RSS and its worst exit code."""
+    samples = [_round(path) for _ in range(rounds)]
+    out = {}
+    for name in samples[0]:
+        runs = [r[name] for r in samples]
+        out[name] = Child(statistics.median(c.wall for c in runs), max(c.rss for c in runs),
+                          max(runs, key=lambda c: c.code != 0).code,
+                          statistics.median(c.cpu for c in runs), runs[0].output)
     return out
 
 
@@ -265,7 +281,7 @@ def run(args) -> Report:
         path = _journal(args, tmp, events)
         size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
                    if os.path.isfile(os.path.join(path, f)))
-        c = _children(path)
+        c = _children(path, ROUNDS)
         report.meta.update(events=int(c["scan"].output), journal_bytes=size, cli=" ".join(_cli()))
         small = cli_latency(tmp)
     n_events = int(c["scan"].output)
