@@ -17,7 +17,8 @@ import sys
 from typing import Iterable, Iterator
 
 from journal import EVENT_KINDS, Owner, ProblemKind, Record, State
-from snapshot import Skipped, read_cut, usable_cuts
+from snapshot import RestoreError, Skipped, read_cut
+from snapshot.catalog import anchored_cuts
 
 from ..cut_status import FILES_CHECKED, Anchors, anchor_lsns, list_cuts, tally
 from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
@@ -118,13 +119,19 @@ def _start(src: Source, first_lsn: int) -> tuple[State, object]:
     if first_lsn <= 1:
         return State(), None
     skipped: list[Skipped] = []
-    covering = [c for c in usable_cuts(src.reader, src.path, skipped) if c.lsn >= first_lsn - 1]
-    if not covering:
-        raise InspectError(f"{src.path}: the segments before LSN {first_lsn} were retired and no "
-                           "valid cut covers them, so the owner counts cannot be rebuilt",
-                           PROBLEMS)
-    base_cut = min(covering, key=lambda c: c.lsn)
-    return base_cut.state.copy(), base_cut
+    # chosen by their manifests (anchored, nothing unpickled), oldest first: only the cut the
+    # fold starts from is loaded (the next one when it fails a check)
+    covering = sorted((v for v in anchored_cuts(src.reader, src.path, skipped) if v.lsn >= first_lsn - 1),
+                      key=lambda v: v.lsn)
+    for view in covering:
+        try:
+            base_cut = read_cut(view.path)
+        except RestoreError:
+            continue
+        return base_cut.state.copy(), base_cut
+    raise InspectError(f"{src.path}: the segments before LSN {first_lsn} were retired and no "
+                       "valid cut covers them, so the owner counts cannot be rebuilt",
+                       PROBLEMS)
 
 
 # what the shapes held may reach before they are added up: SHAPES_HELD keys of at most

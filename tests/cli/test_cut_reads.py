@@ -1,7 +1,7 @@
 """A cut whose LSN the scan of the active history passes is anchored by what that scan saw there:
 `summary` and `verify` read no segment again for it (they read what they read without cuts),
-verify reads each cut once and still compares it with the fold, and a cut the scan saw on
-another branch is still stale."""
+verify reads each cut once and still compares it with the fold, a cut the scan saw on another
+branch is still stale, and summary of a retired history loads only the cut it folds from."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import replay.cut_status
 from snapshot import compact, read_cut, write_cut
 
 from replay.cli.source import open_source
+from replay.cli import summary as summary_module
 from replay.cli.summary import summarize
 from tests.support.cli_journals import clean_run
 from tests.support.segment_reads import spy_segment_reads
@@ -111,3 +112,39 @@ def test_a_cut_the_scan_saw_on_another_branch_is_stale(tmp_path):
     os.rename(cut, os.path.join(path, "snapshots", f"cut-{dead['timeline']:08d}-{lsn:020d}"))
     after = summarize(open_source(path))
     assert (after["cuts"]["valid"], after["cuts"]["stale"]) == (0, 1)
+
+
+def _retired(tmp_path) -> tuple[str, list[str]]:
+    """A journal whose first segments were deleted, with two cuts that both cover them (oldest
+    first)."""
+    path = str(tmp_path / "retired")
+    clean_run(path, steps_before_crash=31, steps_after=20, segment_bytes=4096)
+    newest = compact(path, retention=None).lsn
+    compact(path, at=newest - 30, retention=None)
+    assert compact(path, retention="delete", keep_cuts=2).retired_segments
+    return path, sorted(_cuts(path))
+
+
+def test_summary_of_a_retired_history_loads_only_the_cut_it_starts_from(tmp_path, monkeypatch):
+    path, (older, newer) = _retired(tmp_path)
+    loaded: list[str] = []
+    real_read_cut = summary_module.read_cut
+
+    def counting_read_cut(cut_dir):
+        loaded.append(cut_dir)
+        return real_read_cut(cut_dir)
+
+    monkeypatch.setattr(summary_module, "read_cut", counting_read_cut)
+    s = summarize(open_source(path))
+    assert loaded == [older] and s["active"]["base_cut"] == older
+    assert s["active"]["scanned_from_lsn"] == read_cut(older).lsn + 1
+    loaded.clear()
+    with open(os.path.join(older, "MANIFEST.json")) as f:
+        files = json.load(f)["files"]
+    name = sorted(files)[0]
+    with open(os.path.join(older, name), "r+b") as f:  # its sha256 no longer matches: check 4 fails
+        b = f.read(1)
+        f.seek(0)
+        f.write(bytes([b[0] ^ 1]))
+    s = summarize(open_source(path))
+    assert loaded == [older, newer] and s["active"]["base_cut"] == newer
