@@ -4,8 +4,9 @@ check of the chain of checks it fails (its number and name in `snapshot.CHECKS`)
 A cut is read with `snapshot.read_cut` (every check of the chain but the anchor)
 and anchored with `snapshot.anchor_problem` (the anchor: run, timeline, LSN and
 chain on the active history), or, when a scan of the active history already passed
-its LSN, with what that scan saw there (`Anchors`): the journal is not read again. With `contents=False` only the checks that unpickle
-nothing run (`snapshot.check_cut_files`: manifest, files, sha256 streamed) before the
+its LSN, with what that scan saw there (`Anchors`): the journal is not read again.
+With `contents=False` only the checks that unpickle nothing run
+(`snapshot.check_cut_files`: manifest, files, sha256 streamed) before the
 anchor, and each entry's `checked` says which ran. Temporary directories of an unfinished compaction
 are listed as incomplete; restore never reads them.
 """

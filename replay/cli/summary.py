@@ -142,11 +142,11 @@ SHAPE_EVENTS = 256
 
 class EventTally:
     """Events by kind over the records passed through `counted`, each timeline's first and last
-    LSN among them, and the `Anchors` at the LSNs in `anchor_at` (the cuts'). A commit is counted by its shape, the tuple of its events' classes
-    (built in C by `map`), so the per-event work is one `type` call: commits of one workload
-    share a few shapes, which are expanded into kinds at the end (or when `SHAPES_HELD`
-    different ones have piled up). A commit of more than `SHAPE_EVENTS` events is counted
-    event by event."""
+    LSN among them, and the `Anchors` at the LSNs in `anchor_at` (the cuts'). A commit is
+    counted by its shape, the tuple of its events' classes (built in C by `map`), so the
+    per-event work is one `type` call: commits of one workload share a few shapes, which are
+    expanded into kinds at the end (or when `SHAPES_HELD` different ones have piled up). A
+    commit of more than `SHAPE_EVENTS` events is counted event by event."""
 
     def __init__(self, anchor_at: set[int] = frozenset()) -> None:
         self.anchor_at = anchor_at
