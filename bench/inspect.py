@@ -19,13 +19,19 @@ Figures:
    here is 32 groups whatever the length.
 2. wall time of each, against the floor of the same run: a child process that only
    iterates `Reader.records()` over the active history (read, check and decode every
-   frame, no fold). Target <= 1.5x for summary and verify.
+   frame, no fold). Target <= 1.5x for summary and verify. Every child of the large journal
+   runs `ROUNDS` times, interleaved, and its medians are reported.
 3. `journal-inspect summary` of the demo journal (`journal-demo --kills 3 --epochs 1`: three
    timelines, two cuts), best of 3, beside the same journal with its cuts removed; target
    <= 0.5 s. `journal-inspect --help`, best of 3, beside a bare interpreter start; target
    <= 0.25 s.
 4. the interpreter floor: peak RSS of a child that only imports `replay` (the CLI cannot
    go below it).
+5. where the time goes, in CPU time per event (each child's user + system time from
+   `os.wait4`): the bare scan; the fold on top of it (a child that hands the same records to
+   `fold_records`, minus the scan); the imports each view adds beyond `journal`'s; and what
+   summary and verify cost beyond the scan, the fold and their imports (per-event counting,
+   checks, extra passes, wrappers). Informational: they explain the wall-time rows.
 """
 
 from __future__ import annotations
@@ -33,9 +39,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 from journal import GroupRef, Journal
 
@@ -45,6 +53,7 @@ TARGET_MB = 100
 TARGET_RATIO = 1.5        # summary and verify wall time over the bare scan
 DEMO_SUMMARY_SECONDS = 0.5
 HELP_SECONDS = 0.25
+ROUNDS = 3          # each child of the large journal runs this many times; medians are reported
 TARGETED = ("summary", "verify")  # the rows with targets; audit's are informational
 BATCH = 16          # groups per step; 4 events per group per commit -> 64 events per commit
 CHECKPOINT_EVERY = 100
@@ -102,10 +111,23 @@ def _cli() -> list[str]:
     return [exe] if exe else [sys.executable, "-c", "import sys; from replay.cli import main; sys.exit(main())"]
 
 
-def measure(argv: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MiB, exit code) of one child process."""
+class Child(NamedTuple):
+    """One child process, measured: wall and CPU (user + system) seconds, peak RSS, exit code,
+    and its output when it was asked for."""
+
+    wall: float
+    rss: float
+    code: int
+    cpu: float
+    output: str = ""
+
+
+def measure(argv: list[str], *, output: bool = False) -> Child:
+    """Run `argv` as a child process and measure it; `output`: keep its stdout (a few lines:
+    it is read after the child exits)."""
     start = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE if output else subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
     _pid, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - start
     p.returncode = os.waitstatus_to_exitcode(status)
@@ -113,7 +135,8 @@ def measure(argv: list[str]) -> tuple[float, float, int]:
     if p.returncode not in (0,):
         log(f"  {' '.join(argv[-3:])}: exit {p.returncode}: {err.strip()[:300]}")
     rss = usage.ru_maxrss / (1 << 20) if sys.platform == "darwin" else usage.ru_maxrss / 1024
-    return wall, rss, p.returncode
+    out = p.stdout.read().decode() if output else ""
+    return Child(wall, rss, p.returncode, usage.ru_utime + usage.ru_stime, out)
 
 
 # the library call, in a child of its own so that its peak RSS is its own
@@ -127,15 +150,22 @@ _FLOOR = ("import sys; from journal import Reader\n"
           "    n += len(rec.commit.events)\n"
           "print(n)\n")
 
+# the same records handed to the journal's fold: what any view that folds cannot go below
+_FOLD = "import sys; from journal import Reader, State, fold_records; fold_records(State(), Reader(sys.argv[1]).records())"
+
+# what each view imports (summary: the console script's `replay.cli`; verify: `replay`) beside
+# what the scan imports (`journal`)
+_IMPORTS = {name: [sys.executable, "-c", f"import {name}"] for name in ("journal", "replay", "replay.cli")}
+
 
 def best_wall(argv: list[str], rounds: int = 3) -> float:
     """The shortest wall time of `rounds` runs of `argv` (each must exit 0)."""
     walls = []
     for _ in range(rounds):
-        wall, _rss, code = measure(argv)
-        if code != 0:
-            raise RuntimeError(f"{' '.join(argv)} exited {code}")
-        walls.append(wall)
+        child = measure(argv)
+        if child.code != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited {child.code}")
+        walls.append(child.wall)
     return min(walls)
 
 
@@ -164,51 +194,105 @@ def cli_latency(tmp: str) -> list[Figure]:
     ]
 
 
+def _journal(args, tmp: str, events: int) -> str:
+    """The large journal's path: built, or an existing --keep journal reused."""
+    path = args.keep or os.path.join(tmp, "journal")
+    if args.keep and os.path.isdir(path) and os.listdir(path):
+        log(f"reusing the journal in {path}")
+        return path
+    log(f"building a journal of {events:,} events in {path} ...")
+    t0 = time.perf_counter()
+    written = build(path, events)
+    log(f"  built {written:,} events in {time.perf_counter() - t0:.1f} s")
+    return path
+
+
+def _round(path: str) -> dict[str, Child]:
+    """Every child of the large journal, measured one after the other."""
+    out = {f"import {name}": measure(argv) for name, argv in _IMPORTS.items()}
+    log("reader floor, and the fold on top of it ...")
+    out["scan"] = measure([sys.executable, "-c", _FLOOR, path], output=True)  # prints the events
+    out["fold"] = measure([sys.executable, "-c", _FOLD, path])
+    log("journal-inspect summary ...")
+    out["summary"] = measure(_cli() + ["summary", path])
+    for name, argv in _LIBRARY.items():
+        log(f"replay.{name}(path) ...")
+        out[name] = measure(argv + [path])
+    return out
+
+
+def _children(path: str, rounds: int) -> dict[str, Child]:
+    """Each child's median wall and CPU time over `rounds` rounds (every child once a round, so
+    a change of load hits them alike), its highest peak RSS and its worst exit code."""
+    samples = [_round(path) for _ in range(rounds)]
+    out = {}
+    for name in samples[0]:
+        runs = [r[name] for r in samples]
+        out[name] = Child(statistics.median(c.wall for c in runs), max(c.rss for c in runs),
+                          max(runs, key=lambda c: c.code != 0).code,
+                          statistics.median(c.cpu for c in runs), runs[0].output)
+    return out
+
+
+_WHAT = {"summary": "journal-inspect summary", "verify": "replay.verify", "audit": "replay.audit"}
+_VIEW_IMPORTS = {"summary": "import replay.cli", "verify": "import replay"}  # what each view loads
+
+
+def _views(report: Report, c: dict[str, Child], events: int) -> None:
+    """Peak RSS and wall time of each view, against the target and the bare scan."""
+    n = f"{events / 1e6:.0f}M events"
+    for cmd in _WHAT:
+        report.add(Figure(f"{cmd}_rss", f"{_WHAT[cmd]}, peak RSS ({n})", c[cmd].rss, "MiB",
+                          reference=TARGET_MB, reference_label="target",
+                          target=Target(max_value=TARGET_MB) if cmd in TARGETED else None,
+                          note="" if c[cmd].code in (0, 1) else f"exit code {c[cmd].code}"))
+    for cmd in _WHAT:
+        report.add(Figure(f"{cmd}_seconds", f"{_WHAT[cmd]}, wall time ({n})", c[cmd].wall, "s",
+                          reference=c["scan"].wall, reference_label="Reader.records() scan alone",
+                          target=Target(max_ratio=TARGET_RATIO) if cmd in TARGETED else None,
+                          note=f"{events / c[cmd].wall:,.0f} events/s"))
+    report.add(Figure("fold_seconds", f"Reader.records() + fold_records, wall time ({n})", c["fold"].wall,
+                      "s", reference=c["scan"].wall, reference_label="Reader.records() scan alone",
+                      note="the floor of any view that folds"))
+
+
+def _breakdown(report: Report, c: dict[str, Child], events: int) -> None:
+    """CPU per event of the scan, of the fold on top of it, and of what each view adds beyond
+    both and beyond its own imports (every child's interpreter start is subtracted)."""
+    per_event = 1e9 / events
+    scan = (c["scan"].cpu - c["import journal"].cpu) * per_event
+    report.add(Figure("scan_cpu_ns", "bare scan, CPU per event", scan, "ns"))
+    report.add(Figure("fold_cpu_ns", "fold_records on top of the scan, CPU per event",
+                      (c["fold"].cpu - c["scan"].cpu) * per_event, "ns", reference=scan,
+                      reference_label="the scan"))
+    for cmd, imports in _VIEW_IMPORTS.items():
+        extra_imports = c[imports].cpu - c["import journal"].cpu
+        rest = (c[cmd].cpu - c["fold"].cpu - extra_imports) * per_event
+        report.add(Figure(f"{cmd}_rest_cpu_ns", f"{_WHAT[cmd]} beyond the scan, the fold and its imports, "
+                          "CPU per event", rest, "ns", reference=scan, reference_label="the scan",
+                          note=f"its imports beyond journal's: {extra_imports * 1e3:.0f} ms CPU "
+                               f"(`{imports}`)"))
+
+
 def run(args) -> Report:
     report = Report("inspect", quick=args.quick, directory=args.dir)
     events = args.events or (1_000_000 if args.quick else 10_000_000)
     with scratch_dir(args.dir, "bench-inspect-") as tmp:
-        path = args.keep or os.path.join(tmp, "journal")
-        if args.keep and os.path.isdir(path) and os.listdir(path):
-            log(f"reusing the journal in {path}")
-            written = None
-        else:
-            log(f"building a journal of {events:,} events in {path} ...")
-            t0 = time.perf_counter()
-            written = build(path, events)
-            log(f"  built {written:,} events in {time.perf_counter() - t0:.1f} s")
+        path = _journal(args, tmp, events)
         size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
                    if os.path.isfile(os.path.join(path, f)))
-        report.meta.update(events=written, journal_bytes=size, cli=" ".join(_cli()))
-        base_wall, base_rss, _ = measure([sys.executable, "-c", "import replay"])
-        log("reader floor ...")
-        floor_wall, floor_rss, _ = measure([sys.executable, "-c", _FLOOR, path])
-        log("journal-inspect summary ...")
-        results = {"summary": measure(_cli() + ["summary", path])}
-        for name, argv in _LIBRARY.items():
-            log(f"replay.{name}(path) ...")
-            results[name] = measure(argv + [path])
+        c = _children(path, ROUNDS)
+        report.meta.update(events=int(c["scan"].output), journal_bytes=size, cli=" ".join(_cli()))
         small = cli_latency(tmp)
-    n = f"{(written or events) / 1e6:.0f}M events"
-    what = {"summary": "journal-inspect summary", "verify": "replay.verify", "audit": "replay.audit"}
-    for cmd in results:
-        wall, rss, code = results[cmd]
-        report.add(Figure(f"{cmd}_rss", f"{what[cmd]}, peak RSS ({n})", rss, "MiB",
-                          reference=TARGET_MB, reference_label="target",
-                          target=Target(max_value=TARGET_MB) if cmd in TARGETED else None,
-                          note="" if code in (0, 1) else f"exit code {code}"))
-    for cmd in results:
-        wall, rss, code = results[cmd]
-        report.add(Figure(f"{cmd}_seconds", f"{what[cmd]}, wall time ({n})", wall, "s",
-                          reference=floor_wall, reference_label="Reader.records() scan alone",
-                          target=Target(max_ratio=TARGET_RATIO) if cmd in TARGETED else None,
-                          note=f"{(written or events) / wall:,.0f} events/s"))
+    n_events = int(c["scan"].output)
+    _views(report, c, n_events)
     for figure in small:
         report.add(figure)
-    report.add(Figure("import_rss", "peak RSS of `import replay` alone", base_rss,
-                      "MiB", reference=TARGET_MB, reference_label="target",
-                      note=f"{base_wall:.1f} s to start"))
-    report.add(Figure("floor_rss", f"peak RSS of the Reader.records() scan alone ({n})", floor_rss, "MiB",
+    base = c["import replay"]
+    report.add(Figure("import_rss", "peak RSS of `import replay` alone", base.rss,
+                      "MiB", reference=TARGET_MB, reference_label="target", note=f"{base.wall:.1f} s to start"))
+    report.add(Figure("floor_rss", f"peak RSS of the Reader.records() scan alone ({n_events / 1e6:.0f}M events)", c["scan"].rss, "MiB",
                       reference=TARGET_MB, reference_label="target"))
+    _breakdown(report, c, n_events)
     report.note(f"journal: {size / (1 << 20):,.0f} MiB on disk in 64 MiB segments; live set 32 groups.")
     return report

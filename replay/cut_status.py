@@ -3,8 +3,10 @@ check of the chain of checks it fails (its number and name in `snapshot.CHECKS`)
 
 A cut is read with `snapshot.read_cut` (every check of the chain but the anchor)
 and anchored with `snapshot.anchor_problem` (the anchor: run, timeline, LSN and
-chain on the active history). With `contents=False` only the checks that unpickle
-nothing run (`snapshot.check_cut_files`: manifest, files, sha256 streamed) before the
+chain on the active history), or, when a scan of the active history already passed
+its LSN, with what that scan saw there (`Anchors`): the journal is not read again.
+With `contents=False` only the checks that unpickle nothing run
+(`snapshot.check_cut_files`: manifest, files, sha256 streamed) before the
 anchor, and each entry's `checked` says which ran. Temporary directories of an unfinished compaction
 are listed as incomplete; restore never reads them.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from typing import Mapping
 
 from journal import Reader, checkpoint_markers
 from snapshot import (CHECKS, FILE_CHECKS, MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, Cut, JournalMismatch,
@@ -25,17 +28,40 @@ ALL_CHECKED = f"checks 1-{len(CHECKS)}"
 FILES_CHECKED = f"checks 1-{len(FILE_CHECKS)} and {ANCHOR_CHECK.number} (contents not loaded)"
 
 
-def _entry(path: str, lsn: int | None, timeline: int | None) -> dict:
+def cut_entry(path: str, lsn: int | None, timeline: int | None) -> dict:
+    """A cut's entry before any check ran (LSN and timeline as its directory names them)."""
     return {"name": os.path.basename(path), "path": path, "lsn": lsn, "timeline": timeline,
             "step": None, "status": None, "check": None, "error": None, "reason": None,
             "restore_base": False, "counts": None, "created": None, "checked": None}
 
 
+Anchors = dict[int, tuple[int, int]]  # LSN -> (timeline, chain) of the active history there
+
+
+def anchor_lsns(path: str) -> set[int]:
+    """The LSNs of the journal's cuts, as their directories name them: where a scan of the
+    active history takes the `Anchors` that spare `list_cuts` a read of the journal per cut."""
+    return {lsn for lsn, _timeline, _path in cut_dirs(path)}
+
+
+def _anchored(reader: Reader, cut: Cut | ManifestView, anchors: Anchors | None) -> bool:
+    """The cut is on the active history by what a scan of it saw at the cut's LSN (same run,
+    timeline and chain). False also when the scan did not pass that LSN: `anchor_problem`
+    decides then, and says why a cut is not anchored."""
+    m = cut.manifest
+    if anchors is None or (reader.run_id is not None and m.run_id != reader.run_id.hex()):
+        return False
+    return m.lsn == 0 or anchors.get(m.lsn) == (m.timeline, m.chain)
+
+
 def classify_cut(path: str, reader: Reader | None, entry: dict | None = None, *,
-                 contents: bool = True) -> tuple[dict, Cut | ManifestView | None]:
+                 contents: bool = True, anchors: Anchors | None = None
+                 ) -> tuple[dict, Cut | ManifestView | None]:
     """Read one cut through the chain of checks; returns its entry and the cut when valid or
-    stale. `contents=False`: checks 1-4 and the anchor only, and a `ManifestView` for the cut."""
-    e = entry or _entry(path, None, None)
+    stale. `contents=False`: checks 1-4 and the anchor only, and a `ManifestView` for the cut.
+    `anchors`: the active history at cut LSNs a scan already passed (no read of the journal
+    for a cut it anchors)."""
+    e = entry or cut_entry(path, None, None)
     e["checked"] = ALL_CHECKED if contents else FILES_CHECKED
     if not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
         e["status"] = "incomplete"
@@ -54,7 +80,7 @@ def classify_cut(path: str, reader: Reader | None, entry: dict | None = None, *,
              created=(datetime.fromtimestamp(m.created_unix, timezone.utc).isoformat(timespec="seconds")
                       if m.created_unix else None))
     problem = None
-    if reader is not None:
+    if reader is not None and not _anchored(reader, cut, anchors):
         try:
             problem = anchor_problem(reader, cut)
         except journal.JournalCorrupt as exc:
@@ -96,13 +122,20 @@ def check_one_cut(path: str) -> dict:
 
 
 def list_cuts(path: str, reader: Reader, restore_lsn: int | None = None, *,
-              find_restore: bool = True, contents: bool = True) -> list[dict]:
+              find_restore: bool = True, contents: bool = True,
+              anchors: Anchors | None = None, classified: Mapping[str, dict] | None = None) -> list[dict]:
     """Every cut of the journal at `path`, newest LSN first, temporary directories last.
-    `contents`: see `classify_cut`; without it give `restore_lsn` or find_restore=False (finding
-    the restore point reads the newest valid cut's state)."""
+    `contents`, `anchors`: see `classify_cut`; without `contents` give `restore_lsn` or
+    find_restore=False (finding the restore point reads the newest valid cut's state).
+    `classified`: cut path -> its entry, for the cuts a caller already classified (they are
+    not read again; with find_restore=False only, as their cuts are not kept)."""
     out, valid = [], []
     for lsn, timeline, cut_path in cut_dirs(path):
-        e, cut = classify_cut(cut_path, reader, _entry(cut_path, lsn, timeline), contents=contents)
+        if classified is not None and cut_path in classified:
+            e, cut = classified[cut_path], None
+        else:
+            e, cut = classify_cut(cut_path, reader, cut_entry(cut_path, lsn, timeline), contents=contents,
+                                  anchors=anchors)
         out.append(e)
         if e["status"] == "valid":
             valid.append((e, cut))
@@ -110,14 +143,14 @@ def list_cuts(path: str, reader: Reader, restore_lsn: int | None = None, *,
     if os.path.isdir(root):
         for name in sorted(os.listdir(root)):
             if name.startswith(TMP_PREFIX) and os.path.isdir(os.path.join(root, name)):
-                e = _entry(os.path.join(root, name), None, None)
+                e = cut_entry(os.path.join(root, name), None, None)
                 e["status"] = "incomplete"
                 e["reason"] = "temporary directory of a compaction that did not finish (never read)"
                 out.append(e)
     if restore_lsn is None and find_restore and valid:
         restore_lsn = latest_checkpoint_lsn(reader, valid[0][1])
     if restore_lsn is not None:
-        base = next((e for e, c in valid if c.lsn <= restore_lsn), None)
+        base = next((e for e, _cut in valid if e["lsn"] <= restore_lsn), None)
         if base is not None:
             base["restore_base"] = True
     return out

@@ -10,7 +10,8 @@ per timeline; returns a `VerifyReport`.
    every dead tail: each timeline's own commits are folded once, starting from
    a copy of the state at its branch point taken while its parent was folded.
 5. Every cut: every check of the chain (`snapshot.CHECKS`, via `cut_status`), and a valid cut's live
-   groups, counts and checkpoints equal the fold at its LSN.
+   groups, counts and checkpoints equal the fold at its LSN. Each cut is read once; one on the
+   active history is read when the fold reaches its LSN and anchored by the record there.
 6. The restore point (latest committed checkpoint) is on an undamaged part of
    the active history.
 
@@ -25,9 +26,9 @@ import os
 
 import journal
 from journal import Owner, ProblemKind, Reader, State, history
-from snapshot import CHECKS, read_cut
+from snapshot import CHECKS, Cut, cut_dirs
 
-from .cut_status import check_one_cut, is_cut, is_journal, list_cuts
+from .cut_status import check_one_cut, classify_cut, cut_entry, is_cut, is_journal, list_cuts
 from .from_replica import is_replica, report_of_replica
 from .reports import Check, Finding, NotAJournal, VerifyReport
 from .walk import Progress, no_progress, span_bytes, tracked, unique_problems
@@ -86,9 +87,10 @@ def verify(path: str, *, progress: Progress = no_progress,
 def _verify_journal(path: str, progress: Progress) -> VerifyReport:
     v = _JournalVerification(path)
     roots = v.plan_branches()
-    v.plan_cut_comparisons()
     v.start_states(roots)
+    v.plan_cut_checks()
     end_state = v.scan(roots, progress)
+    v.cuts = list_cuts(path, v.reader, find_restore=False, classified=v.classified)
     v.report_damage()
     v.report_cuts()
     v.report_leftovers()
@@ -110,13 +112,14 @@ class _JournalVerification:
         self.spans = history.spans(self.tls)
         self.lineage = [s.timeline for s in self.spans]
         self.active_limit = {s.timeline.timeline: s.limit for s in self.spans}
-        self.cuts = list_cuts(path, reader, find_restore=False)
-        self.valid_cuts: dict[int, dict] = {}
-        for e in self.cuts:
-            if e["status"] == "valid":
-                self.valid_cuts.setdefault(e["lsn"], e)
+        # Each cut is read once: a base cut when its timeline's start state is chosen, a cut on
+        # the active history when the scan reaches its LSN (anchored by the record there, its
+        # state compared with the fold's), every other one with the rest after the scan.
+        self.cut_dirs = cut_dirs(path)
+        self.classified: dict[str, dict] = {}  # cut path -> its entry, once read
+        self.cuts: list[dict] = []            # every cut's entry, once the scan is done
         self.wanted: dict[int, dict[int, list[int]]] = {}  # owner timeline -> LSN -> children
-        self.compare: dict[int, dict[int, list[dict]]] = {}  # timeline -> LSN -> cuts to compare
+        self.compare: dict[int, dict[int, list[tuple]]] = {}  # timeline -> LSN -> cut dirs to check
         self.starts: dict[int, tuple[State | None, int | None]] = {}  # timeline -> (state, chain)
 
     def plan_branches(self) -> list[int]:
@@ -144,12 +147,14 @@ class _JournalVerification:
             self.wanted.setdefault(o, {}).setdefault(tl.branch_lsn, []).append(t)
         return roots
 
-    def plan_cut_comparisons(self) -> None:
-        """Each valid cut is compared while the active timeline holding its LSN is folded."""
-        for lsn, e in self.valid_cuts.items():
+    def plan_cut_checks(self) -> None:
+        """Each cut not read yet whose LSN the active history holds is checked while the active
+        timeline holding that LSN is folded."""
+        for cut in self.cut_dirs:
+            lsn, _timeline, cut_path = cut
             owner = next((s.timeline.timeline for s in self.spans if s.holds(lsn)), None)
-            if owner is not None:
-                self.compare.setdefault(owner, {}).setdefault(lsn, []).append(e)
+            if owner is not None and cut_path not in self.classified:
+                self.compare.setdefault(owner, {}).setdefault(lsn, []).append(cut)
 
     def start_states(self, roots: list[int]) -> None:
         """The state each root timeline starts from: empty, a cut's, or unknown."""
@@ -159,16 +164,27 @@ class _JournalVerification:
             if tl.branch_lsn == 0:
                 self.starts[t] = (State(), 0)
             elif t in on_lineage:
-                base = min((lsn for lsn in self.valid_cuts if lsn >= tl.branch_lsn), default=None)
+                base = self._base_cut(tl.branch_lsn)
                 if base is None:
                     self.rep.check("ownership rules", f"timeline {t}", None,
                                    f"the segments before LSN {tl.branch_lsn + 1} were retired and no "
                                    "valid cut covers them: ownership not checked")
                     self.starts[t] = (None, None)
                 else:
-                    self.starts[t] = (read_cut(self.valid_cuts[base]["path"]).state.copy(), None)
+                    self.starts[t] = (base.state.copy(), None)
             else:
                 self.starts[t] = (None, None)
+
+    def _base_cut(self, branch_lsn: int) -> Cut | None:
+        """The oldest valid cut at or after `branch_lsn` (read, oldest first, until one is)."""
+        for lsn, timeline, cut_path in sorted(self.cut_dirs):
+            if lsn < branch_lsn:
+                continue
+            e, cut = classify_cut(cut_path, self.reader, cut_entry(cut_path, lsn, timeline))
+            self.classified[cut_path] = e
+            if e["status"] == "valid" and e["lsn"] >= branch_lsn:
+                return cut
+        return None
 
     def scan(self, roots: list[int], progress: Progress) -> State | None:
         """Fold every timeline once; returns the state at the end of the active history."""
@@ -224,8 +240,8 @@ class _JournalVerification:
                         state = None
             for c in children.get(lsn, ()):
                 self.starts[c] = (state.copy() if state is not None else None, rec.chain)
-            if lsn in cut_here and state is not None:
-                self._compare_cuts(cut_here[lsn], state, lsn)
+            if lsn in cut_here:
+                self._check_cuts(cut_here[lsn], rec, state)
         for x, cs in children.items():
             for c in cs:
                 if c not in self.starts:
@@ -246,9 +262,17 @@ class _JournalVerification:
                       "segments before it)")
         return state
 
-    def _compare_cuts(self, entries: list[dict], state: State, lsn: int) -> None:
-        for e in entries:
-            why = _differs(read_cut(e["path"]).state, state)
+    def _check_cuts(self, cuts: list[tuple], rec, state: State | None) -> None:
+        """Read the cuts at `rec`'s LSN of the active history, anchor them by `rec`, and compare
+        a valid one's state with the fold's there (when the fold got that far)."""
+        lsn = rec.commit.lsn
+        for cut_lsn, timeline, cut_path in cuts:
+            e, cut = classify_cut(cut_path, self.reader, cut_entry(cut_path, cut_lsn, timeline),
+                                  anchors={lsn: (rec.timeline, rec.chain)})
+            self.classified[cut_path] = e
+            if e["status"] != "valid" or state is None:
+                continue
+            why = _differs(cut.state, state)
             if why:
                 self.rep.problem("cut", f"{e['name']}: does not match the journal at LSN {lsn}: {why}",
                                  None, None, lsn)

@@ -20,8 +20,6 @@ import sys
 import time
 from typing import TextIO
 
-from tqdm import tqdm
-
 DELAY_ENV = "JOURNAL_INSPECT_PROGRESS_DELAY"
 
 
@@ -58,22 +56,26 @@ class Progress:
         self.delay = _delay()
         self.start = time.monotonic()
         self.total = max(total, 1)
-        enabled = _is_terminal(stream)
-        cols, rows = _size(stream) if enabled else (None, None)
-        self.bar = tqdm(total=self.total, desc=label, unit="B", unit_scale=True, unit_divisor=1024,
-                        file=stream, disable=not enabled, delay=self.delay, leave=False,
-                        mininterval=0.1, ncols=cols, nrows=rows)
         self.commits = 0
+        self.bar = None  # no terminal, no bar: tqdm is imported only to draw one
+        if _is_terminal(stream):
+            from tqdm import tqdm
+            cols, rows = _size(stream)
+            self.bar = tqdm(total=self.total, desc=label, unit="B", unit_scale=True, unit_divisor=1024,
+                            file=stream, delay=self.delay, leave=False, mininterval=0.1, ncols=cols,
+                            nrows=rows)
 
     def advance(self, nbytes: int, commits: int) -> None:
-        if self.bar.disable:
+        if self.bar is None:
             return
         self.commits += commits
         self.bar.set_postfix_str(f"{self.commits:,} commits", refresh=False)
         self.bar.update(max(min(nbytes, self.total - self.bar.n), 0))
 
     def close(self) -> None:
-        if not self.bar.disable and time.monotonic() - self.start >= self.delay:
+        if self.bar is None:
+            return
+        if time.monotonic() - self.start >= self.delay:
             self.bar.refresh()  # the final counts, once, before the bar is erased
         self.bar.close()
 

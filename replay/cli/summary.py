@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Iterable, Iterator
 
-from journal import EVENT_KINDS, Owner, ProblemKind, State
-from snapshot import Skipped, read_cut, usable_cuts
+from journal import EVENT_KINDS, Owner, ProblemKind, Record, State
+from snapshot import RestoreError, Skipped, read_cut
+from snapshot.catalog import anchored_cuts
 
-from ..cut_status import FILES_CHECKED, list_cuts, tally
+from ..cut_status import FILES_CHECKED, Anchors, anchor_lsns, list_cuts, tally
 from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
                     history_bytes, unique_problems)
 from . import options, render
@@ -80,21 +82,22 @@ def summarize(src: Source) -> dict:
     state, base_cut = _start(src, first_lsn)
     fold = Fold(state, tolerant=src.mode == "salvage")
     scanned_from = state.lsn + 1
-    events, commits, lsn_range = _scan_active(src, fold)
+    passed = _scan_active(src, fold)
     tails = _dead_tails(src)
     state = fold.state
     live = [s for s in reader.segments if not s.archived]
     arch = [s for s in reader.segments if s.archived]
     # the cuts' files and anchors only: unpickling their contents (checks 5-7) is verify's
-    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False, contents=False)
+    cuts = list_cuts(src.path, reader, restore_lsn=_latest(state), find_restore=False, contents=False,
+                     anchors=passed.anchors)
     newest = next((c for c in cuts if c["status"] == "valid"), None)
     return {
         "path": src.path, "kind": "journal", "mode": src.mode,
         "run_id": reader.run_id.hex() if reader.run_id else None,
         "active": {"timeline": lineage[-1].timeline if lineage else None, "first_lsn": first_lsn,
-                   "end_lsn": state.lsn, "scanned_from_lsn": scanned_from, "commits_scanned": commits,
-                   "base_cut": base_cut.path if base_cut else None, "events": events},
-        "timelines": _timelines(reader, lineage, lsn_range, tails), "dead_tails": tails,
+                   "end_lsn": state.lsn, "scanned_from_lsn": scanned_from, "commits_scanned": passed.commits,
+                   "base_cut": base_cut.path if base_cut else None, "events": passed.events()},
+        "timelines": _timelines(reader, lineage, passed.lsn_range, tails), "dead_tails": tails,
         "segments": {"live": len(live), "live_bytes": sum(s.size for s in live),
                      "archived": len(arch), "archived_bytes": sum(s.size for s in arch)},
         "disk": _disk(src.path),
@@ -116,44 +119,102 @@ def _start(src: Source, first_lsn: int) -> tuple[State, object]:
     if first_lsn <= 1:
         return State(), None
     skipped: list[Skipped] = []
-    covering = [c for c in usable_cuts(src.reader, src.path, skipped) if c.lsn >= first_lsn - 1]
-    if not covering:
-        raise InspectError(f"{src.path}: the segments before LSN {first_lsn} were retired and no "
-                           "valid cut covers them, so the owner counts cannot be rebuilt",
-                           PROBLEMS)
-    base_cut = min(covering, key=lambda c: c.lsn)
-    return base_cut.state.copy(), base_cut
+    # chosen by their manifests (anchored, nothing unpickled), oldest first: only the cut the
+    # fold starts from is loaded (the next one when it fails a check)
+    covering = sorted((v for v in anchored_cuts(src.reader, src.path, skipped) if v.lsn >= first_lsn - 1),
+                      key=lambda v: v.lsn)
+    for view in covering:
+        try:
+            base_cut = read_cut(view.path)
+        except RestoreError:
+            continue
+        return base_cut.state.copy(), base_cut
+    raise InspectError(f"{src.path}: the segments before LSN {first_lsn} were retired and no "
+                       "valid cut covers them, so the owner counts cannot be rebuilt",
+                       PROBLEMS)
 
 
-def _scan_active(src: Source, fold: Fold) -> tuple[dict[str, int], int, dict[int, list[int]]]:
-    """Fold the active history after `fold`'s state; (events by kind, commits, timeline ->
-    [first, last] LSN of the active history it holds)."""
+# what the shapes held may reach before they are added up: SHAPES_HELD keys of at most
+# SHAPE_EVENTS classes each (a larger commit is counted event by event), about 2 MiB at most
+SHAPES_HELD = 1024
+SHAPE_EVENTS = 256
+
+
+class EventTally:
+    """Events by kind over the records passed through `counted`, each timeline's first and last
+    LSN among them, and the `Anchors` at the LSNs in `anchor_at` (the cuts'). A commit is
+    counted by its shape, the tuple of its events' classes (built in C by `map`), so the
+    per-event work is one `type` call: commits of one workload share a few shapes, which are
+    expanded into kinds at the end (or when `SHAPES_HELD` different ones have piled up). A
+    commit of more than `SHAPE_EVENTS` events is counted event by event."""
+
+    def __init__(self, anchor_at: set[int] = frozenset()) -> None:
+        self.anchor_at = anchor_at
+        self.anchors: Anchors = {}
+        self.shapes: dict[tuple[type, ...], int] = {}  # event classes of a commit -> commits
+        self.by_type: dict[type, int] = {}               # event class -> events, shapes added up
+        self.commits = 0
+        self.lsn_range: dict[int, list[int]] = {}       # timeline -> [first, last] LSN passed
+
+    def counted(self, records: Iterable[Record]) -> Iterator[Record]:
+        shapes, lsn_range, anchor_at = self.shapes, self.lsn_range, self.anchor_at
+        get = shapes.get
+        timeline, span = None, None
+        try:
+            for rec in records:
+                events = rec.commit.events
+                if len(events) > SHAPE_EVENTS:
+                    self._add_events(events)
+                    key = ()
+                else:
+                    key = tuple(map(type, events))
+                n = get(key)
+                if n is None:
+                    if len(shapes) >= SHAPES_HELD:
+                        self._add_up()
+                    shapes[key] = 1
+                else:
+                    shapes[key] = n + 1
+                if rec.timeline != timeline:
+                    timeline = rec.timeline
+                    span = lsn_range.setdefault(timeline, [rec.commit.lsn, rec.commit.lsn])
+                lsn = span[1] = rec.commit.lsn
+                if lsn in anchor_at:
+                    self.anchors[lsn] = (rec.timeline, rec.chain)
+                yield rec
+        finally:
+            self._add_up()
+
+    def _add_events(self, events) -> None:
+        by_type = self.by_type
+        for ev in events:
+            kind = type(ev)
+            by_type[kind] = by_type.get(kind, 0) + 1
+
+    def _add_up(self) -> None:
+        by_type = self.by_type
+        for key, n in self.shapes.items():
+            self.commits += n
+            for kind in key:
+                by_type[kind] = by_type.get(kind, 0) + n
+        self.shapes.clear()
+
+    def events(self) -> dict[str, int]:
+        """Events by kind name, every kind listed."""
+        out = {k: 0 for k in EVENT_KINDS}
+        for kind, n in self.by_type.items():
+            out[kind.__struct_config__.tag] = n
+        return out
+
+
+def _scan_active(src: Source, fold: Fold) -> EventTally:
+    """Fold the active history after `fold`'s state, counting its events as they pass."""
     reader = src.reader
-    by_type: dict[type, int] = {}  # event class -> events (its tag is the kind's name)
-    commits = 0
-    lsn_range: dict[int, list[int]] = {}
+    passed = EventTally(anchor_lsns(src.path))
     scanned_from = fold.state.lsn + 1
-
-    def counted(records):
-        nonlocal commits
-        for rec in records:
-            commits += 1
-            for ev in rec.commit.events:
-                kind = type(ev)
-                by_type[kind] = by_type.get(kind, 0) + 1
-            r = lsn_range.get(rec.timeline)
-            if r is None:
-                lsn_range[rec.timeline] = [rec.commit.lsn, rec.commit.lsn]
-            else:
-                r[1] = rec.commit.lsn
-            yield rec
-
-    fold.add_all(counted(src.scan("summary: active history", reader.records(start_lsn=scanned_from),
-                                  history_bytes(reader, scanned_from))))
-    events = {k: 0 for k in EVENT_KINDS}
-    for kind, n in by_type.items():
-        events[kind.__struct_config__.tag] = n
-    return events, commits, lsn_range
+    fold.add_all(passed.counted(src.scan("summary: active history", reader.records(start_lsn=scanned_from),
+                                         history_bytes(reader, scanned_from))))
+    return passed
 
 
 def _timelines(reader, lineage: list, lsn_range: dict[int, list[int]], tails: list[dict]) -> list[dict]:

@@ -39,3 +39,24 @@ def test_no_torch(journal, tmp_path, argv):
     verdict, code = p.stderr.strip().splitlines()[-1].split()
     assert verdict == "NO-TORCH", f"journal-inspect {' '.join(args)} imported torch\n{p.stderr}"
     assert code == "0", p.stderr
+
+
+_TQDM_PROBE = ("import sys, replay.cli as c\n"
+               "try:\n"
+               "    rc = c.main(sys.argv[1:])\n"
+               "except SystemExit as exc:\n"
+               "    rc = exc.code\n"
+               "sys.stdout.flush()\n"
+               "print('TQDM-LOADED' if 'tqdm' in sys.modules else 'NO-TQDM', rc, file=sys.stderr)\n")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["summary", "{j}"], ["verify", "{j}"], ["audit", "{j}"]],
+                         ids=lambda argv: argv[0])
+def test_no_tqdm_without_a_terminal(journal, argv):
+    """tqdm draws the progress bars, which only a terminal shows: through a pipe it is never
+    imported."""
+    args = [a.format(j=journal) for a in argv]
+    p = subprocess.run([sys.executable, "-c", _TQDM_PROBE, *args], capture_output=True, text=True,
+                       timeout=120)
+    verdict, code = p.stderr.strip().splitlines()[-1].split()
+    assert (verdict, code) == ("NO-TQDM", "0"), p.stderr
