@@ -96,23 +96,39 @@ class TornTail(NamedTuple):
 
 
 def list_segments(path: str) -> list[Segment]:
-    """Segments in `path` sorted by (timeline, first_lsn); a live file wins over its archive."""
+    """Segments in `path` sorted by (timeline, first_lsn); a live file wins over its archive.
+
+    Retention may run meanwhile (a compactor beside the writer and its shipper): a live
+    segment retired after the directory was listed is listed as its archive when it was
+    archived (the archive is durable before the segment is unlinked), else not at all, as
+    a listing a moment later would."""
     found: dict[tuple[int, int], Segment] = {}
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        raise
-    for name in names:
+    for name in os.listdir(path):
         parsed = layout.parse_segment_name(name)
         if parsed is None:
             continue
         timeline, first_lsn, archived = parsed
-        full = os.path.join(path, name)
         key = (timeline, first_lsn)
         if key in found and not found[key].archived:
             continue
-        found[key] = Segment(full, timeline, first_lsn, archived, os.path.getsize(full))
+        found_now = _stat_segment(path, name, archived)
+        if found_now is not None:
+            full, size, archived = found_now
+            found[key] = Segment(full, timeline, first_lsn, archived, size)
     return [found[k] for k in sorted(found)]
+
+
+def _stat_segment(path: str, name: str, archived: bool) -> tuple[str, int, bool] | None:
+    """(path, size, archived) of segment file `name`, or of its archive once it is retired;
+    None once it is gone."""
+    candidates = [(name, archived)] if archived else [(name, False), (layout.archive_name(name), True)]
+    for candidate, is_archive in candidates:
+        full = os.path.join(path, candidate)
+        try:
+            return full, os.path.getsize(full), is_archive
+        except FileNotFoundError:
+            continue
+    return None
 
 
 def read_segment_bytes(seg: Segment) -> bytes:
