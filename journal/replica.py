@@ -50,6 +50,7 @@ BACKOFF_MAX = 2.0
 CLOSE_SECONDS = 5.0         # how long close() keeps trying to ship the rest
 RETENTION_SECONDS = 5.0     # how long a retention pass retries one request before it leaves the rest
 OPEN_SECONDS = 30.0         # how long open keeps trying to list the bucket and take the lease
+VANISHED_PASSES = 3         # passes in a row that may find a local file gone before shipping stops
 
 
 class ReplicaLag(NamedTuple):
@@ -339,6 +340,7 @@ class Replica:
         self._deadline: float | None = None               # close(): give up retrying after it
         self._requested = self._completed = 0             # flush generations
         self._last_pass = 0.0
+        self._vanished = 0  # passes in a row that found a local file gone (`VANISHED_PASSES`)
         self._cuts_seen: tuple = ()
         self._sealed_done: set[tuple[int, int]] = set()
         self._active: tuple[int, int, int, int] | None = None  # (tl, first, shipped offset, lsn)
@@ -485,18 +487,37 @@ class Replica:
                     self._retention_pass()
                 with self._cv:
                     self._completed = max(self._completed, wanted)
+                    self._vanished = 0
                     self._cv.notify_all()
             except (ReplicaConflict, LeaseLost) as exc:
                 self._stop(exc)
                 return
             except _GaveUp:
                 return
+            except FileNotFoundError as exc:
+                if not self._passed_over_vanished(exc):
+                    return
+                continue
             except Exception as exc:  # reading the local files failed: nothing more can be shipped
                 self._stop(ReplicaError(f"replica {self.where}: shipping from {self.path} stopped: "
                                         f"{type(exc).__name__}: {exc}"))
                 return
             if closing:
                 return
+
+    def _passed_over_vanished(self, exc: FileNotFoundError) -> bool:
+        """A local file went while a pass read it: retention retired it (a compaction beside the
+        writer), and the next pass, at once, lists the directory again. Shipping stops (False)
+        when the journal directory itself is gone or files keep going for VANISHED_PASSES
+        passes in a row."""
+        self._vanished += 1
+        if os.path.isdir(self.path) and self._vanished < VANISHED_PASSES:
+            self._last_pass = 0.0
+            return True
+        self._stop(ReplicaError(f"replica {self.where}: shipping from {self.path} stopped: "
+                                f"{exc.filename or self.path} is gone ({self._vanished} passes in a "
+                                "row found a local file gone; is the journal directory still there?)"))
+        return False
 
     def _has_news(self) -> bool:
         return self._note is not None and self._note[0] > self._shipped_lsn
