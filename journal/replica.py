@@ -534,13 +534,13 @@ class Replica:
 
     def _retrying(self, fn: Callable[[], Any], what: str, deadline: float | None = None):
         """`fn()`, retried with backoff on any failure of the store; our own verdicts (a conflict,
-        a lost or held lease) are final. Past the deadline (set by open and close, or
+        a lost or held lease, a local file gone) are final. Past the deadline (set by open and close, or
         `deadline`), gives up (`_GaveUp`)."""
         delay = BACKOFF_FIRST
         while True:
             try:
                 out = fn()
-            except (ReplicaError, JournalLocked):
+            except (ReplicaError, JournalLocked, _LocalFileGone):
                 raise
             except Exception as exc:
                 self._error = f"{what}: {type(exc).__name__}: {exc}"
@@ -702,7 +702,13 @@ class Replica:
     def _upload_cut_file(self, name: str, local: str) -> None:
         if name in self.inventory.cut_files:
             return
-        created = self._retrying(lambda: self.bucket.create(name, Path(local)), f"upload {name}")
+
+        def upload() -> bool:
+            if not os.path.exists(local):  # retention removed the cut: not the store's failure
+                raise _LocalFileGone(2, "No such file or directory", local)
+            return self.bucket.create(name, Path(local))
+
+        created = self._retrying(upload, f"upload {name}")
         if not created:
             with open(local, "rb") as f:
                 mine = f.read()
@@ -723,6 +729,11 @@ def _holds(path: str, data: bytes) -> bool:
 
 class _GaveUp(Exception):
     """close() ran out of time while the store kept failing."""
+
+
+class _LocalFileGone(FileNotFoundError):
+    """A local file an upload was to read is gone (a cut retention removed meanwhile): the pass
+    ends, and the next one lists the directory again (`Replica._passed_over_vanished`)."""
 
 
 def _last_lsn(journal_path: str, seg: Segment) -> int:
