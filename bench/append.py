@@ -643,7 +643,7 @@ def run(args) -> Report:
         "commits/s", value="j1", reference="prealloc",
         reference_label=f"raw os.pwrite+fdatasync of {len(frame)} B over zeros",
         target=Target(min_ratio=0.85)))
-    j8 = report.add(r.figure(
+    report.add(r.figure(
         "group_commit", f"{threads} threads, one-event commits, sync=always (group commit)",
         "events/s", value="j8", reference="j1", reference_label="1 thread",
         target=Target(min_value=50_000, min_ratio=5),
