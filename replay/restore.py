@@ -224,7 +224,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,
         lsn=state.lsn, step=r.step, counts={o.name: state.counts[o] for o in Owner},
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
-        salvaged=groups.salvaged, salvaged_rollouts=groups.salvaged_rollouts,
+        salvaged=groups.salvaged, completed=groups.completed, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, run_id=r.run_id, fold_state=state, recommit=recommit,
         first_commit=groups.first_commit, ledger_source=r.ledger,
         write_base_cut=base_cut_writer(state, r.run_id, r.ledger))
