@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import threading
 import warnings
 import weakref
@@ -299,10 +300,11 @@ class Journal:
         try:
             self._recover_history(plan)
         except JournalCorrupt as exc:
-            raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path, plan)}",
+            raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path)}",
                                  segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
 
     def _recover_history(self, plan: ResumePlan | None) -> None:
+        self._refuse_damaged_resume(plan)
         reader = Reader(self.path, "strict")
         self._repair_torn(reader)
         lineage = reader.lineage() if reader.timelines else []
@@ -330,6 +332,14 @@ class Journal:
                 self._commit(list(plan.first_commit))
         if segment.file is not None and segment.file.path != segment.path:
             self._publish(segment)
+
+    def _refuse_damaged_resume(self, plan: ResumePlan | None) -> None:
+        """JournalCorrupt when the plan was restored past damage in a segment still here."""
+        for name in plan.damaged_segments if plan is not None else ():
+            if os.path.exists(os.path.join(self.path, name)):
+                raise JournalCorrupt(f"{name}: the state to resume from was restored past damage in "
+                                     "this segment (its state does not need the damaged frames, but "
+                                     "the history here cannot be read through them)", segment=name)
 
     def _fold_on_disk(self, reader: Reader, lineage: list, first_lsn: int) -> tuple[State, int, dict]:
         """The state at the end of the history on disk (an open without `resume=`): the newest
@@ -1011,20 +1021,14 @@ def _check_continues(reader: Reader, rec, state: State) -> None:
                              segment=seg.name, offset=0, lsn=rec.commit.lsn)
 
 
-def _continue_elsewhere(path: str, plan: ResumePlan | None) -> str:
-    """How to go on when the history on disk is damaged: the newest cut (the one `plan` was
-    restored from, else the newest under `<path>/snapshots`) resumed into a fresh directory."""
-    cut = plan.base_cut if plan is not None else None
-    if cut is None:
-        snapshots = os.path.join(path, layout.SNAPSHOTS_DIR)
-        names = os.listdir(snapshots) if os.path.isdir(snapshots) else []
-        cuts = sorted((parsed[1], name) for name in names
-                      if (parsed := layout.parse_cut_dir_name(name)) is not None)
-        cut = os.path.join(snapshots, cuts[-1][1]) if cuts else None
-    source = f"restore({cut!r})" if cut is not None else f"restore({path!r}, at=<an LSN before the damage>)"
-    return ("This history cannot be continued in place. To go on, resume into a fresh directory: "
-            f"state = replay.{source}; then Journal.open(<a new, empty directory>, resume=state) "
-            "(the new journal starts with a cut of that state); keep this one for forensics")
+def _continue_elsewhere(path: str) -> str:
+    """How to go on when the history on disk is damaged: `replay.rescue` continues the run in a
+    fresh directory from the newest point whose state does not need the damaged frames."""
+    return ("This history cannot be continued in place. To continue the run in a fresh directory "
+            f"from the newest checkpoint the damage does not touch: `journal-inspect rescue "
+            f"{shlex.quote(path)} NEWDIR` (or replay.rescue({path!r}, NEWDIR)), then "
+            "state = replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). Keep this "
+            "directory for forensics")
 
 
 class _Refusing:

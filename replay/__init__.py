@@ -7,6 +7,7 @@
 
     report = verify(path)            # the whole chain of checks -> VerifyReport
     report = audit(path)             # exactly-once per loader epoch -> AuditReport
+    rescue(path, new_dir)            # a damaged journal: continue the run in a fresh directory
 
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
@@ -22,12 +23,13 @@ from .rehydrate import ROW_CHANGED_POLICIES
 from .recovered import RecoveredGroup, RecoveredRollout, RecoveredState
 from .reports import AuditReport, Check, Finding, NotAJournal, VerifyReport
 from .restore import restore
+from .rescue import RescueReport, rescue
 from .verify import verify
 
 __all__ = [
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
     "ROW_CHANGED_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
-    "NotAJournal",
+    "NotAJournal", "rescue", "RescueReport",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
     "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",

@@ -87,7 +87,7 @@ def test_resume_error_says_how_to_continue_and_that_works(world, tmp_path):
     with pytest.raises(JournalCorrupt) as info:
         Journal.open(path, resume=state)
     message = str(info.value)
-    assert f"restore({cut!r})" in message and "fresh" in message and "resume=state" in message
+    assert f"journal-inspect rescue {path} NEWDIR" in message and "fresh" in message and "resume=state" in message
     assert (os.listdir(path), sorted(os.listdir(os.path.join(path, "snapshots")))) == before
     assert not os.path.exists(os.path.join(path, "torn"))  # nothing cut off as a "torn tail"
 
