@@ -26,7 +26,7 @@ import msgspec
 
 from . import arguments
 from . import format as fmt
-from . import layout, leftovers, locks, prealloc, state_file
+from . import layout, leftovers, locks, prealloc, set_aside, state_file
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
                      JournalWarning, ReplicaError, StateFileCorrupt, TransactionClosed)
@@ -176,8 +176,9 @@ class Journal:
         except BaseException:
             self._release_after_failed_open()
             raise
-        if self._open_warning is not None:
-            warnings.warn(JournalWarning(self._open_warning), stacklevel=2)  # at the caller's open
+        texts = self._set_aside_warnings + ([self._open_warning] if self._open_warning is not None else [])
+        for text in texts:
+            warnings.warn(JournalWarning(text), stacklevel=2)  # at the caller's open
         if sync == "batch":
             self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
             self._syncer.start()
@@ -206,6 +207,7 @@ class Journal:
         self._preallocate = sync != "none"  # without fsyncs there is no metadata write to save
         self._next = prealloc.NextSegment(fs, path, segment_bytes) if self._preallocate else None
         self._open_warning: str | None = None
+        self._set_aside_warnings: list[str] = []  # one per damaged segment the open set aside
         self._disk_segment: _SegmentPlan | None = None
         self._replica = None         # journal.replica.Replica, with replica=
         self._timeline_floor = 0     # a new timeline is above every timeline a replica knows of
@@ -296,12 +298,42 @@ class Journal:
             os.close(fd)
 
     def _recover(self, resume: ResumePlan | State | None) -> None:
+        """Recover the history on disk (`_recover_history`); damage in a segment a cut covers is
+        set aside and the recovery runs again (each round moves a segment out: it ends)."""
         plan = ResumePlan.of(resume) if resume is not None else None
-        try:
-            self._recover_history(plan)
-        except JournalCorrupt as exc:
-            raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path)}",
-                                 segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
+        while True:
+            try:
+                self._recover_history(plan)
+                return
+            except JournalCorrupt as exc:
+                if exc.segment is None or not self._set_aside(exc, plan):
+                    raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path)}",
+                                         segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
+
+    def _set_aside(self, damage: JournalCorrupt, plan: ResumePlan | None) -> bool:
+        """Move the segment `damage` names into `damaged/` when the newest state checkpoint on
+        the active history (and the resume point, if any) covers it, with the history before
+        it (`journal.set_aside`); whether it moved. The open then starts from that state file."""
+        reader = Reader(self.path, "salvage")
+        lineage = reader.lineage() if reader.timelines else []
+        if not lineage:
+            return False
+        state = self._checkpoint_state(reader, lineage, lineage[0].segments[0].first_lsn)
+        if state is None:
+            return False
+        covered = set_aside.covered_segments(
+            reader, damage.segment, state.lsn if plan is None else min(state.lsn, plan.fold_state.lsn))
+        if not covered:
+            return False
+        moved = set_aside.move_aside(self.fs, self.path, covered)
+        older = [os.path.basename(p) for p in moved[:-1]]
+        self._set_aside_warnings.append(
+            f"journal {self.path}: segment {damage.segment} is damaged ({damage}); the cut at LSN "
+            f"{state.lsn} covers it, so it was moved to {moved[-1]}"
+            + (f", with the {len(older)} older segment(s) of the history before it ("
+               f"{', '.join(older)}), so that the history on disk starts after it" if older else "")
+            + f". Nothing was deleted; the journal goes on from the cut's state")
+        return True
 
     def _recover_history(self, plan: ResumePlan | None) -> None:
         self._refuse_damaged_resume(plan)

@@ -138,9 +138,7 @@ def test_the_printed_recipe_works_to_the_end(healthy, tmp_path, where):
     assert f"into {new}" in out and f"step {want}" in out
 
     # then: restore the new journal, resume it, commit, audit
-    t = Trainer.__new__(Trainer)
-    t.__dict__.update(path=new, loader=Loader(500), batch=4, fail_every=3, segment_bytes=SEGMENT, j=None)
-    t.resume()
+    t = Trainer(new, Loader(500), segment_bytes=SEGMENT, resume=True)
     assert t.step_no == want
     for _ in range(3):
         t.step()

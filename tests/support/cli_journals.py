@@ -48,13 +48,18 @@ class Loader:
 
 class Trainer:
     def __init__(self, path: str, loader: Loader, *, batch: int = 4, fail_every: int = 3,
-                 segment_bytes: int = 1 << 16):
+                 segment_bytes: int = 1 << 16, resume: bool = False):
+        """A new run in `path`, or with `resume` the run there carried on from its latest
+        committed checkpoint (`resume()`)."""
         self.path, self.loader, self.batch, self.fail_every = path, loader, batch, fail_every
         self.segment_bytes = segment_bytes
-        self.j = Journal.open(path, sync="none", segment_bytes=segment_bytes)
         self.inflight: dict[int, list[int]] = {}   # target step -> admitted group ids
         self.spares: list[int] = []
         self.step_no = 0
+        if resume:
+            self.resume()
+        else:
+            self.j = Journal.open(path, sync="none", segment_bytes=segment_bytes)
 
     def take(self, n: int) -> list[int]:
         rows = self.loader.next_batch(n)
