@@ -343,11 +343,14 @@ class Journal:
         first_lsn = lineage[0].segments[0].first_lsn if lineage else 1
         self.run_id = reader.run_id or (plan.run_id if plan else None) or secrets.token_bytes(16)
         self.timeline = lineage[-1].timeline if lineage else 1
+        first_commit = list(plan.first_commit) if plan is not None else []
         if plan is None:
             state, end_lsn, end_blobs = self._fold_on_disk(reader, lineage, first_lsn)
         else:
             end_lsn, end_blobs = self._check_resume_point(reader, lineage, first_lsn, plan.fold_state)
             state = plan.fold_state.copy()
+            if state.lsn < end_lsn and _rewrites_tail(reader, state, first_commit):
+                first_commit = []  # the tail holds it already: continue the timeline at its end
         # ids are never reused, not even those allocated on a dead tail (the fold of a single
         # timeline has seen every id it allocated)
         top_gid = reader.max_group_id() if plan is not None or len(reader.timelines) > 1 else -1
@@ -360,8 +363,8 @@ class Journal:
         if plan is not None:
             if plan.write_base_cut is not None and state.lsn > 0 and (not lineage or state.lsn == first_lsn - 1):
                 plan.write_base_cut(self.path, self.fs)  # the history on disk starts after it
-            if plan.first_commit:
-                self._commit(list(plan.first_commit))
+            if first_commit:
+                self._commit(first_commit)
         if segment.file is not None and segment.file.path != segment.path:
             self._publish(segment)
 
@@ -1037,6 +1040,30 @@ class Journal:
 def _holds_ownership(rec) -> bool:
     """Whether a record's commit holds an event other than a checkpoint marker."""
     return any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events)
+
+
+def _rewrites_tail(reader: Reader, state: State, first_commit: list) -> bool:
+    """Whether the commits after `state` (what a branch at it would leave dead) hold nothing but
+    the `checkpoint_committed` markers that `first_commit` (the resume's) would write again, and
+    it nothing else: then they are folded onto `state`, whose history goes on at its end as if
+    the resume had branched and written them (same state, same markers, no dead tail, no new
+    segment). A restart of a run whose last commit marked its last checkpoint committed."""
+    if any(type(ev) is not CheckpointCommitted for ev in first_commit):
+        return False
+    want = sorted(ev.step for ev in first_commit)
+    tail, marks = [], []
+    for rec in reader.records(start_lsn=state.lsn + 1):
+        if any(type(ev) is not CheckpointCommitted for ev in rec.commit.events):
+            return False
+        marks += [ev.step for ev in rec.commit.events]
+        if len(marks) > len(want):
+            return False
+        tail.append(rec)
+    if sorted(marks) != want:
+        return False
+    for rec in tail:
+        apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
+    return True
 
 
 def _check_continues(reader: Reader, rec, state: State) -> None:

@@ -17,7 +17,7 @@ from journal import Journal, JournalCorrupt, JournalWarning, Reader
 from journal.layout import DAMAGED_DIR
 from replay import audit, restore, verify
 from snapshot import compact
-from tests.support.cli_journals import Loader, Trainer
+from tests.support.cli_journals import Loader, Trainer, restarted_run
 
 SEGMENT = 4096
 
@@ -35,23 +35,7 @@ def restarted(tmp_path_factory):
     """20 steps, a crash two steps past a checkpoint, a restart (timeline 2), 30 more steps with
     a cut at step 40 (retention off: every segment stays)."""
     path = str(tmp_path_factory.mktemp("restarted") / "journal")
-    t = Trainer(path, Loader(500), segment_bytes=SEGMENT)
-    t.start()
-    for _ in range(20):
-        t.step()
-        if t.step_no % 2 == 0:
-            t.checkpoint()
-    t.step()
-    t.step()
-    t.crash()
-    t.resume()
-    for _ in range(30):
-        t.step()
-        if t.step_no % 2 == 0:
-            t.checkpoint()
-        if t.step_no == 40:
-            compact(path, journal=t.j, retention=None)
-    t.j.close()
+    restarted_run(path, before=20, dead=2, after=30, compact_every=20, segment_bytes=SEGMENT)
     return path
 
 
