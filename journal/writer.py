@@ -332,7 +332,7 @@ class Journal:
             f"{state.lsn} covers it, so it was moved to {moved[-1]}"
             + (f", with the {len(older)} older segment(s) of the history before it ("
                f"{', '.join(older)}), so that the history on disk starts after it" if older else "")
-            + f". Nothing was deleted; the journal goes on from the cut's state")
+            + ". Nothing was deleted; the journal goes on from the cut's state")
         return True
 
     def _recover_history(self, plan: ResumePlan | None) -> None:
@@ -361,7 +361,8 @@ class Journal:
         self._segment = self._disk_segment = segment
         self._durable_lsn = state.lsn
         if plan is not None:
-            if plan.write_base_cut is not None and state.lsn > 0 and (not lineage or state.lsn == first_lsn - 1):
+            point = plan.fold_state.lsn  # where the plan's state is (`state` may have gone on)
+            if plan.write_base_cut is not None and point > 0 and (not lineage or point == first_lsn - 1):
                 plan.write_base_cut(self.path, self.fs)  # the history on disk starts after it
             if first_commit:
                 self._commit(first_commit)
