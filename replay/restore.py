@@ -221,6 +221,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
                      attempts_used=_attempts_used(r.reader, r.tail, state.lsn))
     result = RecoveredState(
         loader_state=_decode_loader(state, path),
+        loader_epoch=state.loader.epoch if state.loader is not None else None,
         reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,
         lsn=state.lsn, step=r.step, counts={o.name: state.counts[o] for o in Owner},
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,

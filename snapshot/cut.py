@@ -253,4 +253,5 @@ def _manifest_of(state: State, run_id: bytes, timeline: int, has_loader_state: b
         counts={o.name: state.counts[o] for o in Owner}, next_group_id=state.next_group_id,
         pending_checkpoints={str(k): v for k, v in state.pending_checkpoints.items()},
         committed_checkpoints={str(k): v for k, v in state.committed_checkpoints.items()},
-        has_loader_state=has_loader_state, files=files, created_unix=time.time())
+        has_loader_state=has_loader_state, files=files, created_unix=time.time(),
+        loader_epoch=state.loader.epoch if state.loader is not None else None)
