@@ -12,7 +12,7 @@
 """
 
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalCorrupt, JournalMismatch,
-                     ManifestMissing, MissingFile, OrphanFile, OwnershipError, RestoreError,
+                     ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
 from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
@@ -30,6 +30,6 @@ __all__ = [
     "NotAJournal",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
-    "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
+    "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
 ]

@@ -24,6 +24,11 @@ class OwnershipError(RestoreError, journal.OwnershipError):
     """The journal tail breaks the ownership rules (names the group and LSN)."""
 
 
+class NothingToRestore(RestoreError):
+    """`restore(..., must_exist=True)` found no history at the path or URL it names (it does not
+    exist, is empty, or holds a journal without a commit): most likely a mistyped path."""
+
+
 class Unreadable(RestoreError):
     """A journal file cannot be read at all (permissions, a directory where a segment belongs)."""
 
@@ -46,5 +51,5 @@ class RowChangedWarning(UserWarning):
 
 __all__ = ["RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile",
            "ChecksumMismatch", "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners",
-           "JournalMismatch", "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch",
+           "JournalMismatch", "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch",
            "RowChanged", "RowChangedWarning"]

@@ -91,6 +91,9 @@ class RecoveredState(ResumePlan):
     recommit: list[int] = field(default_factory=list)
     # the loader pass `loader_state` is in: that of the last group taken before `lsn`
     loader_epoch: int | None = None
+    # no history to restore (the path does not exist, an empty directory, a journal without a
+    # commit, a bucket without one): `restore` warned, or with must_exist=True raised
+    first_start: bool = False
     # computes the audit's row ledger at `lsn` (None when it is not known); see `ledger`
     ledger_source: Callable[[], RowLedger | None] | None = field(default=None, repr=False, compare=False)
 
