@@ -92,6 +92,9 @@ class RecoveredState(ResumePlan):
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
     # becomes the dead tail): their weights are durable, so a resume marks them committed again
     recommit: list[int] = field(default_factory=list)
+    # no history to restore (the path does not exist, an empty directory, a journal without a
+    # commit, a bucket without one): `restore` warned, or with must_exist=True raised
+    first_start: bool = False
     # computes the audit's row ledger at `lsn` (None when it is not known); see `ledger`
     ledger_source: Callable[[], RowLedger | None] | None = field(default=None, repr=False, compare=False)
 
