@@ -45,6 +45,12 @@ class RowChanged(RestoreError):
     """Rehydration: the row's content fingerprint differs from the one recorded when it was taken."""
 
 
+class DamagedCutWarning(journal.JournalWarning):
+    """`restore` passed over a damaged or incomplete cut (a check of 1-7 failed) and restored
+    the same state from an older cut or the journal; the message names the cut and the check.
+    Stale cuts (another branch or run: the anchor, check 8) are passed over without one."""
+
+
 class RowChangedWarning(UserWarning):
     """What `on_row_changed="warn"` warns with (the message is `RowChanged`'s)."""
 
@@ -52,4 +58,4 @@ class RowChangedWarning(UserWarning):
 __all__ = ["RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile",
            "ChecksumMismatch", "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners",
            "JournalMismatch", "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch",
-           "RowChanged", "RowChangedWarning"]
+           "RowChanged", "RowChangedWarning", "DamagedCutWarning"]

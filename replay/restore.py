@@ -10,6 +10,7 @@ read only for salvage.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -24,7 +25,7 @@ from journal.layout import CUTS_PREFIX, DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 from snapshot.row_ledger import RowLedger, ledger_at
 
-from .errors import JournalCorrupt, NothingToRestore, OwnershipError, RestoreError, Unreadable
+from .errors import DamagedCutWarning, JournalCorrupt, NothingToRestore, OwnershipError, RestoreError, Unreadable
 from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
 from .recovered import RecoveredState, base_cut_writer
 from .recovery import DeadTail, read_dead_tail, recover
@@ -132,6 +133,18 @@ def _first_start(where: str, why: str, must_exist: bool) -> None:
         f"one, check the path (restore(..., must_exist=True) makes this an error)"), stacklevel=3)
 
 
+def _warn_damaged_cuts(result: RecoveredState) -> None:
+    """One warning per damaged cut the restore passed over, naming it and the check it fails
+    (stale cuts are normal after a resume and stay in `skipped` only)."""
+    for s in result.skipped:
+        if s.damaged:
+            base = f"the cut {result.base_cut}" if result.base_cut else "the journal alone"
+            warnings.warn(DamagedCutWarning(
+                f"{s.path}: damaged, passed over: check {s.check.number} ({s.check.what}) fails: "
+                f"{s.reason}. The state was restored from {base} instead; `journal-inspect cuts` "
+                f"lists every cut and the check it fails"), stacklevel=3)
+
+
 @dataclass
 class _Restored:
     """The state at the restore point and where it came from."""
@@ -231,10 +244,11 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
         result = _restore_replica(path, replica_options, at, **options)
         if result.first_start:
             _first_start(describe_replica(path), "holds no journal history", must_exist)
-        return result
-    result = _restore_dir(path, at, **options)
-    if result.first_start:
-        _first_start(os.path.abspath(path), _no_history(os.path.abspath(path)), must_exist)
+    else:
+        result = _restore_dir(path, at, **options)
+        if result.first_start:
+            _first_start(os.path.abspath(path), _no_history(os.path.abspath(path)), must_exist)
+    _warn_damaged_cuts(result)
     return result
 
 
@@ -265,7 +279,7 @@ def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
         reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,
         lsn=state.lsn, step=r.step, counts={o.name: state.counts[o] for o in Owner},
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
-        salvaged=groups.salvaged, salvaged_rollouts=groups.salvaged_rollouts,
+        salvaged=groups.salvaged, completed=groups.completed, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, run_id=r.run_id, fold_state=state, recommit=recommit,
         first_commit=groups.first_commit, ledger_source=r.ledger,
         write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start)
@@ -298,6 +312,11 @@ def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredSt
         result.ledger  # computed now: the files it is read from go with the temporary directory
         # a writer continuing on another node cannot read these ids off its own disk
         result.group_id_floor = _wrap_journal_errors(Reader(tmp).max_group_id) + 1
+    # the cuts named as the bucket names them: the temporary directory is gone
+    fetched_cuts, in_bucket = os.path.join(tmp, SNAPSHOTS_DIR) + os.sep, f"{describe_replica(replica)}/{CUTS_PREFIX}"
     if result.base_cut is not None:
-        result.base_cut = f"{describe_replica(replica)}/{CUTS_PREFIX}{os.path.basename(result.base_cut)}"
+        result.base_cut = result.base_cut.replace(fetched_cuts, in_bucket)
+    result.skipped = [dataclasses.replace(s, path=s.path.replace(fetched_cuts, in_bucket),
+                                          reason=s.reason.replace(fetched_cuts, in_bucket))
+                      for s in result.skipped]
     return result
