@@ -38,6 +38,15 @@ def generate(model, x, gid, index, attempt):
         return {"x": x, "target": 2 * x + 1, "y": model(x.view(1, 1)).view(()) + 0.1 * torch.randn(())}
 
 
+def update(model, opt, rows):
+    """Your training step on the rows of a batch of groups; returns the loss."""
+    loss = sum((model(r["x"].view(1, 1)).view(()) - r["target"]) ** 2 for r in rows) / len(rows)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
 def weights_path(run_dir, step):
     return os.path.join(run_dir, "ckpt", f"step_{step}.pt")
 
@@ -49,7 +58,7 @@ def save_weights(run_dir, model, step):   # durably, for the checkpoint of `step
         os.unlink(weights_path(run_dir, step - 2 * CKPT_EVERY))
 
 
-def open_session(run_dir, model, session=Session):
+def open_session(run_dir, model, session=Session):   # an AsyncSession's open is awaited
     """1. Open: restore the latest committed checkpoint, its weights and the loader position."""
     loader = stateful_loader(DATASET, batch_size=BATCH, shuffle=True, collate_fn=collate,
                              generator=torch.Generator().manual_seed(0))
@@ -57,6 +66,14 @@ def open_session(run_dir, model, session=Session):
                         collate_fn=collate, data_plane=LocalDataPlane(os.path.join(run_dir, "rows")),
                         load_weights=lambda step: model.load_state_dict(
                             torch.load(weights_path(run_dir, step), weights_only=True)))
+
+
+def in_flight(s):
+    """2. What the restored checkpoint had in flight: groups to train (finished), groups to
+    generate (the unsealed rollouts of admitted ones, and the taken ones to admit first)."""
+    ready = [w.group_id for w in s.resume_work if w.kind == "train"]
+    todo = [(w.group_id, w.prompt["x"][0]) for w in s.resume_work if w.kind != "train"]
+    return ready, todo, [w.group_id for w in s.resume_work if w.kind == "admit"]
 
 
 def main(argv=None):
@@ -69,11 +86,10 @@ def main(argv=None):
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     with open_session(args.run_dir, model) as s:
         step, batches = s.step or 0, s.batches()
-        ready = [w.group_id for w in s.resume_work if w.kind == "train"]   # what was in flight
-        todo = [(w.group_id, w.prompt["x"][0]) for w in s.resume_work if w.kind != "train"]
-        if fresh := [w.group_id for w in s.resume_work if w.kind == "admit"]:
+        ready, todo, fresh = in_flight(s)
+        if fresh:
             s.admit(fresh, step=step + 1, rollouts=ROLLOUTS)
-        print(f"resumed at step {step}: train {len(ready)} generate {len(todo)}", flush=True)
+        print(f"resumed at step {step} train {len(ready)} generate {len(todo)}", flush=True)
         while step < args.steps:
             while len(ready) < BATCH:   # 2. the loop: take, admit, generate and seal each rollout
                 if not todo:
@@ -89,13 +105,10 @@ def main(argv=None):
                     s.seal(gid, r.index, attempt, rows)   # durable rows, then the seal
                 ready.append(gid)
             group, ready, step = ready[:BATCH], ready[BATCH:], step + 1
-            rows = [r for g in group for r in s.rows(g)]   # your training step on the groups' rows
-            loss = sum((model(r["x"].view(1, 1)).view(()) - r["target"]) ** 2 for r in rows) / len(rows)
+            rows = [r for g in group for r in s.rows(g)]
             s.trained(group, step=step)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            print(f"step {step} epoch {s.epoch} loss {loss.item():.3f}", flush=True)
+            loss = update(model, opt, rows)
+            print(f"step {step} epoch {s.epoch} loss {loss:.3f} stats {s.stats()}", flush=True)   # log it
             if step % CKPT_EVERY == 0 or step == args.steps:   # 3. checkpoint: the journal commits it
                 s.checkpoint(step, save=lambda: save_weights(args.run_dir, model, step))
     print(f"done at step {step}", flush=True)

@@ -24,11 +24,11 @@ from .recovered import RecoveredGroup, RecoveredRollout, RecoveredState
 from .reports import AuditReport, Check, Finding, NotAJournal, VerifyReport
 from .restore import restore
 from .verify import verify
-from .session import (AsyncSession, BatchShapeError, RolloutWork, Session, SessionError, Work,
-                      durable_file)
+from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutWork, Session,
+                      SessionError, Work, durable_file)
 
 __all__ = [
-    "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "BatchShapeError", "durable_file",
+    "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
     "ROW_CHANGED_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
     "NotAJournal",

@@ -8,10 +8,10 @@ weights to the journal, reclaims rows and compacts. `AsyncSession` is the same o
 
 from .aio import AsyncSession
 from .batch import BatchShapeError
-from .core import SessionError
+from .core import LoadWeightsFailed, SessionError
 from .files import durable_file
 from .sync import Session
 from .work import RolloutWork, Work
 
-__all__ = ["Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "BatchShapeError",
+__all__ = ["Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError",
            "durable_file"]

@@ -43,6 +43,11 @@ class SessionError(ValueError):
     """A session call that cannot be made as asked (what is missing, and how to give it)."""
 
 
+class LoadWeightsFailed(SessionError):
+    """`load_weights(step)` raised while a session opened: the restored checkpoint's weights
+    could not be loaded, so nothing was resumed (the journal was not opened)."""
+
+
 def _group_rows(g) -> list[str]:
     """The data-plane locators holding live group `g`'s rows (its own, or its sealed rollouts')."""
     if g.rollouts is not None:
@@ -73,7 +78,14 @@ def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, l
                     salvage=salvage and data_plane is not None, must_exist=must_exist,
                     replica_options=replica_options, on_row_changed=on_row_changed)
     if state.step is not None and load_weights is not None:
-        load_weights(state.step)
+        try:
+            load_weights(state.step)
+        except Exception as exc:
+            raise LoadWeightsFailed(
+                f"journal {local} restores the committed checkpoint of step {state.step} (LSN "
+                f"{state.lsn}), but load_weights({state.step}) failed: {type(exc).__name__}: {exc}. "
+                f"A committed checkpoint's weights must stay until a newer checkpoint is "
+                f"committed: put them back, then start again") from exc
     if loader is not None and state.loader_state is not None:
         loader.load_state_dict(state.loader_state)
     fs = MeasuredFileSystem()
