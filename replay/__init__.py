@@ -8,6 +8,8 @@
     report = verify(path)            # the whole chain of checks -> VerifyReport
     report = audit(path)             # exactly-once per loader epoch -> AuditReport
 
+    dp = LocalDataPlane("run/rows")  # or ObjectStoreDataPlane(url, options): snapshot.DataPlane
+
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
@@ -15,6 +17,9 @@ from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalCorr
                      ManifestMissing, MissingFile, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
+from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
+                     RowsNotFound, RowsNotStorable)
+from .data_plane import LocalDataPlane, ObjectStoreDataPlane
 from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from .audit import audit
 from .fingerprint import fingerprint
@@ -32,4 +37,6 @@ __all__ = [
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
     "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
+    "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
+    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable",
 ]
