@@ -30,7 +30,7 @@ from journal import state_file
 from journal.layout import LEDGER_FILE, STATE_FILE
 from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
                       SNAPSHOTS_DIR, ChecksumMismatch, compact, cut_dirs, read_cut,
-                      state_at)
+                      row_locators, state_at)
 
 from tests.support.equality import deep_equal
 from tests.support.snapshot_support import (assert_same_state, committed_lsn, lifecycle_checkpointed,
@@ -175,13 +175,14 @@ class FileDataPlane:
     def __init__(self):
         self.rows: dict[str, bytes] = {}
 
-    def save(self, directory: str, replay_groups) -> None:
+    def save(self, directory: str, groups) -> None:
         os.makedirs(os.path.join(directory, "rows"))
-        for g in replay_groups:
-            with open(os.path.join(directory, "rows", g.locator.replace("/", "_")), "wb") as f:
-                f.write(self.rows[g.locator])
+        locators = sorted(loc for g in groups for loc in row_locators(g))
+        for loc in locators:
+            with open(os.path.join(directory, "rows", loc.replace("/", "_")), "wb") as f:
+                f.write(self.rows[loc])
         with open(os.path.join(directory, "index.json"), "w") as f:
-            json.dump(sorted(g.locator for g in replay_groups), f)
+            json.dump(locators, f)
 
     def has(self, locator: str) -> bool:
         return locator in self.rows
