@@ -110,7 +110,7 @@ class AsyncSession(Core):
 
     async def close(self) -> None:
         try:
-            await self._io(self.close_compactor)
+            await self._io(self.before_close)
         finally:
             self.journal.close()
 

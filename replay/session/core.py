@@ -112,11 +112,13 @@ class Core:
         self._reclaim_lock = threading.Lock()
         self._reclaimed = 0
         self._checkpoints = 0
+        self._compacted_at = 0  # the checkpoint count when the last compaction was submitted
         self._compact_every = compact_every
         self._compactor = BackgroundCompactor(self.journal) if compact_every else None
         self._compaction: concurrent.futures.Future | None = None
         self._compactions = 0
         self._compaction_error: str | None = None
+        self._closed_stats: dict | None = None  # what `stats()` returned when the session closed
 
     @classmethod
     def _start(cls, journal_dir: str, *, dataset, loader, data_plane, key: Key | None,
@@ -246,23 +248,25 @@ class Core:
         return dp.delete(gone) if gone else 0
 
     def after_checkpoint(self, step: int) -> None:
-        """A committed checkpoint: the step, and every `compact_every`-th one a compaction in
-        the background (retiring the segments the cut covers), one at a time."""
+        """A committed checkpoint: the step, and once `compact_every` checkpoints passed since
+        the last compaction began, a compaction in the background (retiring the segments the
+        cut covers); one at a time, the next as soon as the last finished."""
         self.step = step
         self._checkpoints += 1
-        if self._compactor is None or self._checkpoints % self._compact_every:
+        if self._compactor is None or self._checkpoints - self._compacted_at < self._compact_every:
             return
-        if self._compaction is not None and not self._compaction.done():
-            return  # the previous one still runs: the next checkpoint tries again
         self._collect_compaction()
-        self._compaction = self._compactor.submit()
+        if self._compaction is None:
+            self._compacted_at = self._checkpoints
+            self._compaction = self._compactor.submit()
 
     def _collect_compaction(self) -> None:
-        """The outcome of the finished background compaction: a failure warns (the journal is
-        intact without it) and is reported by `stats()`."""
-        done, self._compaction = self._compaction, None
-        if done is None:
+        """The outcome of the background compaction, once it finished: a failure warns (the
+        journal is intact without it) and is reported by `stats()`."""
+        done = self._compaction
+        if done is None or not done.done():
             return
+        self._compaction = None
         exc = done.exception()
         if exc is None:
             self._compactions += 1
@@ -273,11 +277,12 @@ class Core:
                                      f"({self._compaction_error}); the journal is intact, the next "
                                      "compaction tries again"), stacklevel=4)
 
-    def close_compactor(self) -> None:
+    def before_close(self) -> None:
+        """Wait for the background compaction, and keep the last stats for after the close."""
         if self._compactor is not None:
             self._compactor.close(wait=True)
-            if self._compaction is not None:
-                self._collect_compaction()
+            self._collect_compaction()
+        self._closed_stats = self.stats()
 
     # -- batches and stats ---------------------------------------------------------------------
 
@@ -297,7 +302,10 @@ class Core:
             empty = 0 if yielded else empty + 1
 
     def stats(self) -> dict[str, Any]:
-        """What a trainer logs each step, as a plain dict."""
+        """What a trainer logs each step, as a plain dict (after `close`: as it closed)."""
+        if self._closed_stats is not None:
+            return self._closed_stats
+        self._collect_compaction()
         j, r = self.journal, self.restored
         kept = sum(1 for g in r.admitted + r.replay for x in g.rollouts or () if x.sealed)
         regenerated = sum(len(g.pending) for g in r.admitted)

@@ -164,7 +164,7 @@ class Session(Core):
         """Wait for a background compaction, then close the journal. Live groups stay in the
         journal: the next start hands them back in `resume_work`."""
         try:
-            self.close_compactor()
+            self.before_close()
         finally:
             self.journal.close()
 
