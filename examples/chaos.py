@@ -8,10 +8,10 @@ exactly-once from the journal.
     journal-demo --ray --kill-kinds actor   # ... killing single actors only
     journal-demo --replica s3://bucket/demo-1 --replica-options JSON   # node-loss kills
 
-The driver runs `python -m examples.trainer` as a child process and kills it (SIGKILL: no
-cleanup, no flush, no atexit) at moments it picks with `--seed`: while it is saving a
-checkpoint, while compaction runs in the background, while it restores, and at random
-moments of training. It restarts the child after each kill, and once the kills are spent
+The driver runs the trainer (`python -m examples.trainer`; installed, `replay.demo.trainer`)
+as a child process and kills it (SIGKILL: no cleanup, no flush, no atexit) at moments it
+picks with `--seed`: while it is saving a checkpoint, while compaction runs in the
+background, while it restores, and at random moments of training. It restarts the child after each kill, and once the kills are spent
 lets it run to the end of `--epochs`. Then it audits the final history:
 
 * the journal run: `replay.audit` of the journal, in-process (what `journal-inspect audit`
@@ -650,7 +650,7 @@ def _next_steps(s: dict) -> list[str]:
             f"          journal-inspect timeline {j} --png owners.png",
             f"          journal-inspect summary {j}",
             f"          journal-inspect log {j} --kind discarded",
-            "          (--png needs the plot extra: pip install -e '.[plot]')"]
+            "          (--png needs the plot extra: pip install 'ownership-journal[plot]')"]
 
 
 def _kill_kinds(text: str) -> tuple:
