@@ -96,6 +96,7 @@ from snapshot import BackgroundCompactor, compact
 
 from .bookkeeping import Ledger
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
+from .extras import require
 from .loader import stateful_loader
 from .replica_options import add_replica_arguments, parse_replica_options
 
@@ -1232,7 +1233,7 @@ class Trainer:
 
 
 def parse_args(argv=None) -> Config:
-    p = argparse.ArgumentParser(prog="python -m examples.trainer", description=__doc__,
+    p = argparse.ArgumentParser(prog=f"python -m {__package__}.trainer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="run directory (journal/, ckpt/, rows/, ledger.log)")
     p.add_argument("--seed", type=int, default=0, help="dataset and shuffling seed")
@@ -1275,6 +1276,8 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--ship-interval", type=float, default=1.0,
                    help="seconds between the replica's shipping passes (default 1.0)")
     a = p.parse_args(argv)
+    if a.ray:
+        require(p, "--ray", "ray", "ray")
     if a.no_journal and (a.baseline or a.group_level):
         p.error("--no-journal is the rollout-level loop without the journal: not with --baseline "
                 "(group-level, no journal) or --group-level")
