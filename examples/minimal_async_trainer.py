@@ -36,15 +36,15 @@ async def train(run_dir, steps):
             await s.admit(fresh, step=step + 1, rollouts=ROLLOUTS)
         print(f"resumed at step {step} train {len(ready)} generate {len(todo)}", flush=True)
         while step < steps:
-            if len(ready) < BATCH and not todo:
+            while len(ready) + len(todo) < 2 * BATCH:   # a step's groups admitted ahead
                 batch = next(batches)
-                todo = list(zip(await s.take(batch), batch["x"]))
-                await s.admit([g for g, _ in todo], step=step + 1, rollouts=ROLLOUTS)
-            group, todo = todo[:BATCH - len(ready)], todo[BATCH - len(ready):]
+                gids = await s.take(batch)
+                await s.admit(gids, step=step + 1 + (len(ready) + len(todo)) // BATCH, rollouts=ROLLOUTS)
+                todo += list(zip(gids, batch["x"]))
+            n = max(0, BATCH - len(ready))   # generate what the next step lacks, all at once
+            group, todo = todo[:n], todo[n:]
             await asyncio.gather(*(rollout(s, model, g, x, r) for g, x in group for r in s.pending(g)))
             ready += [g for g, _ in group]
-            if len(ready) < BATCH:
-                continue
             group, ready, step = ready[:BATCH], ready[BATCH:], step + 1
             rows = [r for g in group for r in await s.rows(g)]
             await s.trained(group, step=step)

@@ -91,12 +91,12 @@ def main(argv=None):
             s.admit(fresh, step=step + 1, rollouts=ROLLOUTS)
         print(f"resumed at step {step} train {len(ready)} generate {len(todo)}", flush=True)
         while step < args.steps:
-            while len(ready) < BATCH:   # 2. the loop: take, admit, generate and seal each rollout
-                if not todo:
-                    batch = next(batches)
-                    gids = s.take(batch)
-                    s.admit(gids, step=step + 1, rollouts=ROLLOUTS)
-                    todo = list(zip(gids, batch["x"]))
+            while len(ready) + len(todo) < 2 * BATCH:   # 2. the loop: keep a step's groups admitted ahead
+                batch = next(batches)
+                gids = s.take(batch)
+                s.admit(gids, step=step + 1 + (len(ready) + len(todo)) // BATCH, rollouts=ROLLOUTS)
+                todo += list(zip(gids, batch["x"]))
+            while len(ready) < BATCH:   # generate and seal each rollout
                 gid, x = todo.pop(0)
                 for r in s.pending(gid):   # each unsealed rollout, with the attempt to run
                     attempt = r.attempt
