@@ -13,8 +13,9 @@
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
-from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalCorrupt, JournalMismatch,
-                     ManifestMissing, MissingFile, OrphanFile, OwnershipError, RestoreError,
+from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning, JournalCorrupt,
+                     JournalMismatch,
+                     ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
 from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
@@ -35,7 +36,8 @@ __all__ = [
     "NotAJournal",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
-    "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
+    "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
+    "DamagedCutWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
     "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
     "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable",

@@ -27,6 +27,11 @@ class OwnershipError(RestoreError, journal.OwnershipError):
     """The journal tail breaks the ownership rules (names the group and LSN)."""
 
 
+class NothingToRestore(RestoreError):
+    """`restore(..., must_exist=True)` found no history at the path or URL it names (it does not
+    exist, is empty, or holds a journal without a commit): most likely a mistyped path."""
+
+
 class Unreadable(RestoreError):
     """A journal file cannot be read at all (permissions, a directory where a segment belongs)."""
 
@@ -43,11 +48,17 @@ class RowChanged(RestoreError):
     """Rehydration: the row's content fingerprint differs from the one recorded when it was taken."""
 
 
+class DamagedCutWarning(journal.JournalWarning):
+    """`restore` passed over a damaged or incomplete cut (a check of 1-7 failed) and restored
+    the same state from an older cut or the journal; the message names the cut and the check.
+    Stale cuts (another branch or run: the anchor, check 8) are passed over without one."""
+
+
 class RowChangedWarning(UserWarning):
     """What `on_row_changed="warn"` warns with (the message is `RowChanged`'s)."""
 
 
 __all__ = ["RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile",
            "ChecksumMismatch", "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners",
-           "JournalMismatch", "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch",
-           "RowChanged", "RowChangedWarning"]
+           "JournalMismatch", "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch",
+           "RowChanged", "RowChangedWarning", "DamagedCutWarning"]
