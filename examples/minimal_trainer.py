@@ -7,7 +7,7 @@ its latest committed checkpoint, and every prompt is trained exactly once or dro
 reason. A first start and a restart run the same code. README "Integrate it into your
 trainer" walks through it; the numbered comments below are its steps. RUN_DIR holds
 journal/ (the ownership journal), ckpt/step_N.pt (weights) and rows/ (the data plane:
-`examples/data_plane.py`, copy it along with this file).
+`replay.LocalDataPlane`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import random
 import torch
 
 from journal import DEFAULT_FS, GroupRef, Journal
-from replay import fingerprint, restore
+from replay import LocalDataPlane, fingerprint, restore
 from snapshot import compact
 
-from .data_plane import LocalDataPlane
 from .loader import stateful_loader
 
 BATCH, CKPT_EVERY, COMPACT_EVERY, FAILURE_RATE, LR = 4, 5, 10, 0.05, 0.005
@@ -93,7 +92,8 @@ def main(argv=None):
     if state.loader_state is not None:   # 3. the state_dict() the last `taken` before it carried
         dl.load_state_dict(state.loader_state)
     j = Journal.open(jdir, resume=state)  # 4. continue the history at state.lsn: always resume=
-    dp.sweep(g.locator for g in state.replay)   # rows no restore can ask for any more
+    row_of = {g.group_id: g.locator for g in state.replay}   # the rows of finished groups
+    dp.delete(set(dp.locators()) - set(row_of.values()))   # rows no restore can ask for any more
     # 5. In-flight work, after open (a resume can move a group to a fresh id). Each group's
     # prompt is collate([ds[idx]]), checked against the journal; g.epoch is its loader pass.
     prompts = {g.group_id: g.prompt["x"][0] for g in state.groups}
@@ -142,11 +142,11 @@ def main(argv=None):
                     tx.admitted([spare], target_step=t, policy_version=step, replaces=gid)
                 admitted.insert(0, spare)
                 continue
-            loc = dp.put(gid, rows)   # 6d. rows durable in the data plane first, then `finished`
-            j.finished([gid], policy_version=step, locators=[loc])
+            row_of[gid] = dp.put(gid, rows)   # 6d. rows durable in the data plane, then `finished`
+            j.finished([gid], policy_version=step, locators=[row_of[gid]])
             ready.append(gid)
         group, ready = ready[:BATCH], ready[BATCH:]
-        locs = [dp.locator_for(g) for g in group]
+        locs = [row_of.pop(g) for g in group]
         rows = [dp.get(loc) for loc in locs]
         j.trained(group, step=t)   # 6e. train
         loss = sum(((model(r["x"].view(1, 1)) - r["target"]) ** 2).sum() for r in rows) / len(rows)

@@ -13,7 +13,7 @@ The shape is the one of an async RL framework (NeMo-RL, verl, ...):
   latency (log-normal around `--latency-ms`), from a copy of the policy at the version the
   group was admitted with (generation runs one step ahead of training);
 * rollout-level ownership (the default): groups are admitted with `rollouts=N`; each
-  rollout's result goes to a local data plane (`examples.data_plane`) under its own
+  rollout's result goes to a local data plane (`replay.LocalDataPlane`) under its own
   locator, durably, then `rollout_sealed`; the last seal and `finished` are one commit;
 * a rollout can fail (`--failure-rate`), and a slow worker (`--slow-rate`) misses its
   `--deadline-ms`: the rollout gets `rollout_failed` and is dispatched again with the next
@@ -91,11 +91,10 @@ import torch
 
 from journal import (DEFAULT_FS, AsyncJournal, GroupRef, Journal, OwnershipError, RolloutRef,
                      StaleAttempt, list_segments)
-from replay import fingerprint, restore
+from replay import LocalDataPlane, fingerprint, restore
 from snapshot import BackgroundCompactor, compact
 
 from .bookkeeping import Ledger
-from .data_plane import LocalDataPlane
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
 from .extras import require
 from .loader import stateful_loader
@@ -505,7 +504,7 @@ class Trainer:
             self.dl.load_state_dict(ck["loader_state"])
             self.epoch = self.loader_epoch = int(ck["epoch"])
         self.ledger.resumed(step)
-        self.dp.sweep(())   # nothing in flight survives a baseline restart
+        self.dp.delete(list(self.dp.locators()))   # nothing in flight survives a baseline restart
         announce("RESUMED", "source=baseline", f"step={step}", "lsn=-", "reserved=0", "admitted=0",
                  "replay=0", "spare=0", "salvaged=0", "demoted=0", "regenerated=0",
                  f"rollouts={self.cfg.rollouts}", f"mode={'rollout' if self.cfg.rollout_level else 'group'}")
@@ -555,8 +554,10 @@ class Trainer:
             self.epoch = self.loader_epoch = int(ck["loader_epoch"]) if ck is not None else 0
         self.ledger.resumed(state.step or 0)
         # rows no restore can ask for any more (dead tails, given-up attempts, trained groups)
-        # leave the data plane
-        self.dp.sweep(loc for g in state.replay + state.admitted for loc in _restored_rows(g))
+        # leave the data plane, and so do the temporary files of puts that died
+        live = {loc for g in state.replay + state.admitted for loc in _restored_rows(g)}
+        self.dp.delete(set(self.dp.locators()) - live)
+        self.dp.remove_leftovers()
 
         def work(g, status) -> Work:
             prompt = g.prompt  # collate_fn([dataset[idx]]), checked against the journal's locator
@@ -1163,7 +1164,7 @@ class Trainer:
         directory; returns what those finished for their dead controller, to fence."""
         from .ray_workers import ActorPool, connect, namespace_for
         connect(self.cfg.ray_address, namespace_for(self.cfg.out))
-        self.pool = ActorPool(self.cfg.rows_dir, self.cfg.ray_actors)
+        self.pool = ActorPool(self.dp, self.cfg.ray_actors)
         handed = self.pool.adopt()
         announce("RAY", f"run={self.pool.run}", f"adopted={sum(s is not None for s in self.pool.slots)}",
                  f"handed_over={len(handed)}")

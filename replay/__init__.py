@@ -8,6 +8,8 @@
     report = verify(path)            # the whole chain of checks -> VerifyReport
     report = audit(path)             # exactly-once per loader epoch -> AuditReport
 
+    dp = LocalDataPlane("run/rows")  # or ObjectStoreDataPlane(url, options): snapshot.DataPlane
+
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
@@ -16,6 +18,9 @@ from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutW
                      ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
+from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
+                     RowsNotFound, RowsNotStorable)
+from .data_plane import LocalDataPlane, ObjectStoreDataPlane
 from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from .audit import audit
 from .fingerprint import fingerprint
@@ -34,4 +39,6 @@ __all__ = [
     "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
     "DamagedCutWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
+    "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
+    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable",
 ]
