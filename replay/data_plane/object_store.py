@@ -35,6 +35,11 @@ from .rows import decode_rows
 RETRY_SECONDS = 30.0
 
 
+def _said(exc: BaseException) -> str:
+    """An exception's class and the first line of its message (obstore's run long)."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
 class ObjectStoreDataPlane(RowStore):
     """Rows as objects `<prefix>/g<id>.rows` and `<prefix>/g<id>-r<index>-a<attempt>.rows`.
     Implements `snapshot.DataPlane`; see there for each method's contract. Pickles as its
@@ -42,8 +47,8 @@ class ObjectStoreDataPlane(RowStore):
 
     def __init__(self, url_or_store: Any, options: dict | None = None, prefix: str = "rows",
                  retry_seconds: float = RETRY_SECONDS):
-        parts = prefix.split("/") if prefix else []
-        if not isinstance(prefix, str) or any(p in ("", ".", "..") or "\\" in p for p in parts):
+        if not isinstance(prefix, str) or prefix and any(
+                p in ("", ".", "..") or "\\" in p for p in prefix.split("/")):
             raise ValueError(f"prefix {prefix!r} must be a relative object path without '.', "
                              "'..' or empty parts")
         self._args = (url_or_store, options, prefix, retry_seconds)
@@ -77,14 +82,13 @@ class ObjectStoreDataPlane(RowStore):
                 raise
             except self._verdicts as exc:
                 raise DataPlaneError(f"data plane {self.where}: {what} object {key} failed: "
-                                     f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+                                     f"{_said(exc)}") from exc
             except Exception as exc:
                 if time.monotonic() + delay > deadline:
                     raise DataPlaneUnreachable(
                         f"data plane {self.where}: {what} object {key} failed {tries} times in "
-                        f"{self.retry_seconds:g} s, the last with {type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else ''}; check that the store is "
-                        "reachable, then retry") from exc
+                        f"{self.retry_seconds:g} s, the last with {_said(exc)}; check that the "
+                        "store is reachable, then retry") from exc
                 time.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
 

@@ -150,3 +150,9 @@ def test_a_fresh_node_restores_journal_and_rows_from_the_bucket_alone(s3, prefix
     node2.delete([h.rollouts[1].locator])
     again = restore(url, replica_options=opts, data_plane=node2, at="end")
     assert again.lost_rollouts == [(half, 1)]
+
+
+@pytest.mark.parametrize("bad", ["../rows", "/rows", "a//b", "a/./b", "rows/", "a\\b", None])
+def test_a_prefix_that_is_no_plain_relative_path_is_refused(bad):
+    with pytest.raises(ValueError, match="prefix"):
+        ObjectStoreDataPlane("memory://", prefix=bad)
