@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 from journal import (GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt,
                      Transaction, list_segments)
 from snapshot import BackgroundCompactor
+from snapshot.data_plane import row_locators
 
 from ..fingerprint import fingerprint
 from ..recovered import RecoveredState
@@ -46,13 +47,6 @@ class SessionError(ValueError):
 class LoadWeightsFailed(SessionError):
     """`load_weights(step)` raised while a session opened: the restored checkpoint's weights
     could not be loaded, so nothing was resumed (the journal was not opened)."""
-
-
-def _group_rows(g) -> list[str]:
-    """The data-plane locators holding live group `g`'s rows (its own, or its sealed rollouts')."""
-    if g.rollouts is not None:
-        return [loc for loc in g.rollouts.locators if loc is not None]
-    return [g.locator] if g.locator is not None else []
 
 
 def _holds_history(journal_dir: str) -> bool:
@@ -166,7 +160,7 @@ class Core:
         if g is None:
             raise SessionError(f"group {group_id} is not live in journal {self.journal.path} "
                                f"(owner {self.journal.owner_of(group_id)}): it has no rows to read")
-        return _group_rows(g)
+        return row_locators(g)
 
     # -- the commits ---------------------------------------------------------------------------
 
@@ -205,7 +199,8 @@ class Core:
         fill returns their rows (read under the transaction's lock), for `note_left` once
         the commit is durable."""
         def fill(tx: Transaction) -> list[str]:
-            gone = [loc for gid in group_ids for loc in _group_rows(self.journal.group(gid) or _NO_ROWS)]
+            gone = [loc for gid in group_ids if (g := self.journal.group(gid)) is not None
+                    for loc in row_locators(g)]
             move(tx)
             return gone
         return fill
@@ -243,7 +238,7 @@ class Core:
         dp = self.data_plane
         if dp is None:
             return 0
-        keep = {loc for g in self.journal.groups() for loc in _group_rows(g)}
+        keep = {loc for g in self.journal.groups() for loc in row_locators(g)}
         gone = [loc for loc in dp.locators() if loc not in keep]
         return dp.delete(gone) if gone else 0
 
@@ -325,10 +320,3 @@ class Core:
             "rows_reclaimed": self._reclaimed, "rows_awaiting_reclaim": waiting,
             "compactions": self._compactions, "compaction_error": self._compaction_error,
         }
-
-
-class _NoRows:
-    rollouts, locator = None, None
-
-
-_NO_ROWS = _NoRows()
