@@ -9,13 +9,19 @@
     report = audit(path)             # exactly-once per loader epoch -> AuditReport
     rescue(path, new_dir)            # a damaged journal: continue the run in a fresh directory
 
+    dp = LocalDataPlane("run/rows")  # or ObjectStoreDataPlane(url, options): snapshot.DataPlane
+
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
-from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalCorrupt, JournalMismatch,
-                     ManifestMissing, MissingFile, OrphanFile, OwnershipError, RestoreError,
+from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning, JournalCorrupt,
+                     JournalMismatch,
+                     ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
+from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
+                     RowsNotFound, RowsNotStorable)
+from .data_plane import LocalDataPlane, ObjectStoreDataPlane
 from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from .audit import audit
 from .fingerprint import fingerprint
@@ -25,13 +31,19 @@ from .reports import AuditReport, Check, Finding, NotAJournal, VerifyReport
 from .restore import restore
 from .rescue import RescueReport, rescue
 from .verify import verify
+from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutWork, Session,
+                      SessionError, Work, durable_file)
 
 __all__ = [
+    "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
     "ROW_CHANGED_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
     "NotAJournal", "rescue", "RescueReport",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
-    "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
+    "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
+    "DamagedCutWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
+    "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
+    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable",
 ]

@@ -7,13 +7,16 @@ never imports `replay`; they are re-exported here unchanged, so `replay.RestoreE
 `snapshot.RestoreError` are one class. Then the errors only restore raises: the journal
 tail's own errors re-raised as subclasses of both `RestoreError` and the journal's class
 (one `except RestoreError` catches all), a file that cannot be read at all, and
-rehydration's. README "Restore" lists them in order.
+rehydration's. README "Restore" lists them in order. Last, re-exported too, the errors of a
+data plane (`snapshot.DataPlane`; not restore errors).
 """
 
 import journal
 from snapshot.errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalMismatch,
                              ManifestMissing, MissingFile, OrphanFile, RestoreError, SchemaMismatch,
                              TwoOwners, UnsafePath)
+from snapshot.errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator,  # noqa: F401
+                             RowConflict, RowsCorrupt, RowsNotFound, RowsNotStorable)
 
 
 class JournalCorrupt(RestoreError, journal.JournalCorrupt):
@@ -22,6 +25,11 @@ class JournalCorrupt(RestoreError, journal.JournalCorrupt):
 
 class OwnershipError(RestoreError, journal.OwnershipError):
     """The journal tail breaks the ownership rules (names the group and LSN)."""
+
+
+class NothingToRestore(RestoreError):
+    """`restore(..., must_exist=True)` found no history at the path or URL it names (it does not
+    exist, is empty, or holds a journal without a commit): most likely a mistyped path."""
 
 
 class Unreadable(RestoreError):
@@ -40,11 +48,17 @@ class RowChanged(RestoreError):
     """Rehydration: the row's content fingerprint differs from the one recorded when it was taken."""
 
 
+class DamagedCutWarning(journal.JournalWarning):
+    """`restore` passed over a damaged or incomplete cut (a check of 1-7 failed) and restored
+    the same state from an older cut or the journal; the message names the cut and the check.
+    Stale cuts (another branch or run: the anchor, check 8) are passed over without one."""
+
+
 class RowChangedWarning(UserWarning):
     """What `on_row_changed="warn"` warns with (the message is `RowChanged`'s)."""
 
 
 __all__ = ["RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile",
            "ChecksumMismatch", "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners",
-           "JournalMismatch", "JournalCorrupt", "OwnershipError", "Unreadable", "RowMissing", "RowMismatch",
-           "RowChanged", "RowChangedWarning"]
+           "JournalMismatch", "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch",
+           "RowChanged", "RowChangedWarning", "DamagedCutWarning"]

@@ -70,7 +70,7 @@ class RecoveredState(ResumePlan):
     salvaged groups and rollouts, completed groups finished, demoted groups under their new ids, the attempts of
     unsealed rollouts raised), so the journal says exactly what the trainer was handed."""
 
-    loader_state: Any
+    loader_state: Any                  # feed to dataloader.load_state_dict (None: start fresh)
     reserved: list[RecoveredGroup]     # ordered by group id
     admitted: list[RecoveredGroup]     # ordered by target_step, then group id
     replay: list[RecoveredGroup]
@@ -95,6 +95,11 @@ class RecoveredState(ResumePlan):
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
     # becomes the dead tail): their weights are durable, so a resume marks them committed again
     recommit: list[int] = field(default_factory=list)
+    # the loader pass `loader_state` is in: that of the last group taken before `lsn`
+    loader_epoch: int | None = None
+    # no history to restore (the path does not exist, an empty directory, a journal without a
+    # commit, a bucket without one): `restore` warned, or with must_exist=True raised
+    first_start: bool = False
     # computes the audit's row ledger at `lsn` (None when it is not known); see `ledger`
     ledger_source: Callable[[], RowLedger | None] | None = field(default=None, repr=False, compare=False)
 

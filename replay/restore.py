@@ -10,6 +10,7 @@ read only for salvage.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -26,7 +27,7 @@ from snapshot.damaged import (check_anchor_past_damage, damage_of, describe, gro
                               point_past_damage)
 from snapshot.row_ledger import RowLedger, ledger_at
 
-from .errors import JournalCorrupt, OwnershipError, RestoreError, Unreadable
+from .errors import DamagedCutWarning, JournalCorrupt, NothingToRestore, OwnershipError, RestoreError, Unreadable
 from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
 from .recovered import RecoveredState, base_cut_writer
 from .recovery import DeadTail, read_dead_tail, recover
@@ -114,11 +115,41 @@ def _ledger_later(reader: Reader, base, state: State) -> Callable[[], RowLedger 
 
 
 def _empty_state() -> RecoveredState:
-    """The state of a journal that holds nothing yet."""
+    """The state of a first start: there is no history to restore."""
     state = State()
     return RecoveredState(loader_state=None, reserved=[], admitted=[], replay=[], spare=[], lsn=0,
                           step=None, counts={o.name: 0 for o in Owner}, source="journal",
-                          base_cut=None, fold_state=state)
+                          base_cut=None, fold_state=state, first_start=True)
+
+
+def _no_history(path: str) -> str:
+    """Why the local `path` of a first start holds no history, for the warning and the error."""
+    if not os.path.exists(path):
+        return "does not exist"
+    return "is an empty directory" if not os.listdir(path) else "is a journal without a commit"
+
+
+def _first_start(where: str, why: str, must_exist: bool) -> None:
+    """A restore that found no history: an error with `must_exist`, else a warning naming the
+    place, so a mistyped path never silently restarts a run from scratch."""
+    if must_exist:
+        raise NothingToRestore(f"{where}: {why}, so there is no history to restore (must_exist=True): "
+                               f"check the path; a first start restores without must_exist=True")
+    warnings.warn(JournalWarning(
+        f"{where}: {why}: a first start, from the empty state. If this run continues an earlier "
+        f"one, check the path (restore(..., must_exist=True) makes this an error)"), stacklevel=3)
+
+
+def _warn_damaged_cuts(result: RecoveredState) -> None:
+    """One warning per damaged cut the restore passed over, naming it and the check it fails
+    (stale cuts are normal after a resume and stay in `skipped` only)."""
+    for s in result.skipped:
+        if s.damaged:
+            base = f"the cut {result.base_cut}" if result.base_cut else "the journal alone"
+            warnings.warn(DamagedCutWarning(
+                f"{s.path}: damaged, passed over: check {s.check.number} ({s.check.what}) fails: "
+                f"{s.reason}. The state was restored from {base} instead; `journal-inspect cuts` "
+                f"lists every cut and the check it fails"), stacklevel=3)
 
 
 @dataclass
@@ -132,6 +163,7 @@ class _Restored:
     run_id: bytes | None
     committed_later: dict[int, int]   # step -> begun LSN of checkpoints committed on the history
     skipped: list = field(default_factory=list)
+    first_start: bool = False         # the journal holds no history (see `_from_journal`)
     reader: Reader | None = None      # the journal it belongs to, if any (dead tail, ids)
     tail: DeadTail | None = None      # what the dead tail did, when salvage reads it
     # computes the audit's row ledger at the point once, on first use (None when not known)
@@ -197,9 +229,12 @@ def _from_journal(path: str, at, step: int | None, salvage: bool,
     # still covers the rows taken before it
     base = point.base
     ledger = functools.cache(lambda: _ledger_of(base)) if at_base else _ledger_later(reader, base, point.state)
+    # no history: nothing on the active history and no other timeline (a resume at LSN 0
+    # branches, so a journal whose run crashed before its first commit of a branch has two)
+    first_start = point.end_lsn == 0 and len(reader.timelines) <= 1
     return _Restored(point.state, point.step, "journal",
                      point.base.path if point.base is not None else None, reader.run_id,
-                     point.committed, point.skipped, reader, tail, ledger, notes)
+                     point.committed, point.skipped, first_start, reader, tail, ledger, notes)
 
 
 def _kind_of(path: str, at, step: int | None) -> DirKind | None:
@@ -223,20 +258,38 @@ def _kind_of(path: str, at, step: int | None) -> DirKind | None:
 
 def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None = None,
             dataset: Any = None, collate_fn: Callable | None = None, on_row_changed: str = "error",
-            data_plane: DataPlane | None = None, salvage: bool = False,
+            data_plane: DataPlane | None = None, salvage: bool = False, must_exist: bool = False,
             replica_options: dict | None = None) -> RecoveredState:
     """Rebuild the state to resume from. `path` is a journal directory or a cut directory;
     `at` is "latest-checkpoint" (default), "end" (forensics) or an LSN; `step=S` picks the
-    committed checkpoint of step S. Raises a `RestoreError` subclass naming what failed. A
-    path that does not exist yet restores to the empty state, as an empty journal does
-    (restore never creates it).
+    committed checkpoint of step S. Raises a `RestoreError` subclass naming what failed.
+
+    A first start (`RecoveredState.first_start`): a path that does not exist yet, an empty
+    directory or a journal without a commit restores to the empty state, as a journal without
+    a committed checkpoint does (restore never creates it), and warns (`journal.JournalWarning`
+    naming the path); with `must_exist=True` it raises `NothingToRestore` instead.
 
     `path` may also be a replica (a URL such as `s3://bucket/runs/42` with `replica_options`,
-    or an obstore store): the bucket alone is read (`replay/from_replica.py`)."""
+    or an obstore store): the bucket alone is read (`replay/from_replica.py`); a bucket that
+    holds no history is a first start too."""
+    options = dict(step=step, dataset=dataset, collate_fn=collate_fn, on_row_changed=on_row_changed,
+                   data_plane=data_plane, salvage=salvage)
     if is_replica(path):
-        return _restore_replica(path, replica_options, at, step=step, dataset=dataset,
-                                collate_fn=collate_fn, on_row_changed=on_row_changed,
-                                data_plane=data_plane, salvage=salvage)
+        result = _restore_replica(path, replica_options, at, **options)
+        if result.first_start:
+            _first_start(describe_replica(path), "holds no journal history", must_exist)
+    else:
+        result = _restore_dir(path, at, **options)
+        if result.first_start:
+            _first_start(os.path.abspath(path), _no_history(os.path.abspath(path)), must_exist)
+    _warn_damaged_cuts(result)
+    return result
+
+
+def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
+                 collate_fn: Callable | None, on_row_changed: str, data_plane: DataPlane | None,
+                 salvage: bool) -> RecoveredState:
+    """`restore` of a journal or cut directory (`path`), without the first start's warning."""
     if not (at in ("latest-checkpoint", "end") or isinstance(at, int) and not isinstance(at, bool)):
         raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
     if on_row_changed not in ROW_CHANGED_POLICIES:
@@ -271,13 +324,14 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
                      attempts_used=_attempts_used(r.reader, r.tail, state.lsn))
     result = RecoveredState(
         loader_state=_decode_loader(state, path),
+        loader_epoch=state.loader.epoch if state.loader is not None else None,
         reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,
         lsn=state.lsn, step=r.step, counts={o.name: state.counts[o] for o in Owner},
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
         salvaged=groups.salvaged, completed=groups.completed, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, run_id=r.run_id, fold_state=state, recommit=recommit,
         first_commit=groups.first_commit, ledger_source=r.ledger,
-        write_base_cut=base_cut_writer(state, r.run_id, r.ledger))
+        write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start)
     if past_damage:
         met = damage_of(r.reader) if r.reader is not None else []
         result.damage = [describe(p) for p in met] + r.notes
@@ -286,7 +340,7 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
             f"{path}: restored LSN {state.lsn} (step {r.step}) past damage its state does not need "
             f"({result.damage[0] if result.damage else 'none found'}; all of it in state.damage). "
             f"`journal-inspect rescue {path} NEWDIR` continues the run from here in a fresh "
-            "journal directory"), stacklevel=3)
+            "journal directory"), stacklevel=4)
     return result
 
 
@@ -302,7 +356,7 @@ def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredSt
             if not os.listdir(tmp):
                 return _empty_state()
             try:
-                result = restore(tmp, at, **kwargs)
+                result = _restore_dir(tmp, at, **kwargs)
             except RestoreError:
                 if last:
                     raise
@@ -312,6 +366,11 @@ def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredSt
         result.ledger  # computed now: the files it is read from go with the temporary directory
         # a writer continuing on another node cannot read these ids off its own disk
         result.group_id_floor = _wrap_journal_errors(Reader(tmp).max_group_id) + 1
+    # the cuts named as the bucket names them: the temporary directory is gone
+    fetched_cuts, in_bucket = os.path.join(tmp, SNAPSHOTS_DIR) + os.sep, f"{describe_replica(replica)}/{CUTS_PREFIX}"
     if result.base_cut is not None:
-        result.base_cut = f"{describe_replica(replica)}/{CUTS_PREFIX}{os.path.basename(result.base_cut)}"
+        result.base_cut = result.base_cut.replace(fetched_cuts, in_bucket)
+    result.skipped = [dataclasses.replace(s, path=s.path.replace(fetched_cuts, in_bucket),
+                                          reason=s.reason.replace(fetched_cuts, in_bucket))
+                      for s in result.skipped]
     return result

@@ -17,9 +17,9 @@ from journal import Reader
 from journal.layout import SNAPSHOTS_DIR, parse_cut_dir_name
 
 from . import manifest as mf
-from .checks import read_cut
+from .checks import CutCheck, check_of, read_cut
 from .cut import Cut
-from .errors import JournalMismatch, RestoreError
+from .errors import JournalMismatch, ManifestMissing, RestoreError
 
 
 def cut_dirs(journal_path: str) -> list[tuple[int, int, str]]:
@@ -70,8 +70,23 @@ def anchor_check(reader: Reader, cut: Cut) -> tuple[bool, str | None]:
 
 @dataclass
 class Skipped:
+    """A cut a restore or compaction passed over, and why."""
+
     path: str
     reason: str
+    check: CutCheck | None = None  # the check of `CHECKS` it failed; None: no fault (after the point)
+
+    @classmethod
+    def failed(cls, path: str, error: RestoreError) -> "Skipped":
+        """The cut at `path` failed the check `error` belongs to."""
+        return cls(path, f"{type(error).__name__}: {error}", check_of(error))
+
+    @property
+    def damaged(self) -> bool:
+        """The cut itself is damaged or incomplete (a check of 1-7 failed). A cut that fails
+        only the anchor is intact but belongs to another branch or run: every resume leaves
+        such stale cuts behind."""
+        return self.check is not None and self.check.error is not JournalMismatch
 
 
 def usable_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> Iterator[Cut]:
@@ -81,7 +96,7 @@ def usable_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> It
         try:
             yield read_cut(view.path)
         except RestoreError as exc:
-            skipped.append(Skipped(view.path, f"{type(exc).__name__}: {exc}"))
+            skipped.append(Skipped.failed(view.path, exc))
 
 
 class ManifestView:
@@ -105,16 +120,15 @@ def anchored_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> 
                 raw = f.read()
             view = ManifestView(path, mf.decode(raw, path))
         except FileNotFoundError:
-            skipped.append(Skipped(path, f"ManifestMissing: {path}: no {mf.MANIFEST_NAME} "
-                                         "(an incomplete or foreign cut)"))
+            skipped.append(Skipped.failed(path, ManifestMissing(
+                f"{path}: no {mf.MANIFEST_NAME} (an incomplete or foreign cut)")))
             continue
         except (OSError, RestoreError) as exc:
-            name = type(exc).__name__ if isinstance(exc, RestoreError) else "ManifestMissing"
-            skipped.append(Skipped(path, f"{name}: {exc}"))
+            skipped.append(Skipped.failed(path, exc if isinstance(exc, RestoreError) else ManifestMissing(exc)))
             continue
         problem = anchor_problem(reader, view)
         if problem is not None:
-            skipped.append(Skipped(path, f"JournalMismatch: {problem}"))
+            skipped.append(Skipped.failed(path, JournalMismatch(problem)))
             continue
         out.append(view)
     return out
@@ -129,12 +143,12 @@ def newest_readable(views: list[ManifestView], below: int | None, skipped: list[
         try:
             cut = read_cut(v.path)
         except RestoreError as exc:
-            skipped.append(Skipped(v.path, f"{type(exc).__name__}: {exc}"))
+            skipped.append(Skipped.failed(v.path, exc))
             views.remove(v)
             continue
         m, seen = cut.manifest, v.manifest
         if (m.run_id, m.timeline, m.lsn, m.chain) != (seen.run_id, seen.timeline, seen.lsn, seen.chain):
-            skipped.append(Skipped(v.path, "JournalMismatch: the cut's manifest changed while it was read"))
+            skipped.append(Skipped.failed(v.path, JournalMismatch("the cut's manifest changed while it was read")))
             views.remove(v)
             continue
         return cut

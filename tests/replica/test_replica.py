@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 
 import pytest
 
-from journal import GroupRef, Journal, JournalFailed, JournalLocked, layout, list_segments
+from journal import GroupRef, Journal, JournalFailed, JournalLocked, JournalWarning, layout, list_segments
 from journal.errors import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
-from replay import audit, restore, verify
+from replay import DamagedCutWarning, NothingToRestore, audit, restore, verify
 from replay.from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from tests.support.cli_run import cli, cli_json, cli_json_lines
 from tests.support.s3_support import S3, fault_options, options
@@ -229,8 +230,11 @@ def test_a_resume_ships_its_base_cut_before_the_new_timeline(s3, proxy, prefix, 
 
 
 def test_restore_of_an_empty_prefix_is_the_empty_state(s3, prefix):
-    state = restore(S3.url(prefix), replica_options=options(s3.endpoint))
-    assert state.lsn == 0 and state.loader_state is None
+    with pytest.warns(JournalWarning, match=f"{S3.url(prefix)}: holds no journal history"):
+        state = restore(S3.url(prefix), replica_options=options(s3.endpoint))
+    assert state.lsn == 0 and state.loader_state is None and state.first_start
+    with pytest.raises(NothingToRestore, match=S3.url(prefix)):
+        restore(S3.url(prefix), replica_options=options(s3.endpoint), must_exist=True)
 
 
 def test_verify_and_audit_read_the_bucket_alone(s3, prefix, tmp_path):
@@ -444,3 +448,16 @@ def test_manifest_naming_parent_paths_is_never_followed(s3, prefix, shipped, tmp
     assert state.step == 60 and state.base_cut is None  # folded from LSN 1, the cut skipped
     assert any("UnsafePath" in s.reason for s in state.skipped)
     assert not os.path.exists(os.path.join(os.path.dirname(str(tmp_path)), "escape.pt"))
+
+
+def test_a_damaged_cut_in_the_bucket_warns_naming_it_as_the_bucket_does(s3, prefix, shipped):
+    objects, _ = shipped
+    name = next(n for n in objects if n.startswith("cuts/") and n.endswith("/rollout_recovery.pt"))
+    body = bytearray(objects[name])
+    body[40] ^= 0xFF
+    s3.put(prefix, name, bytes(body))
+    cut = f"{S3.url(prefix)}/{name.rsplit('/', 1)[0]}"
+    with pytest.warns(DamagedCutWarning, match=f"{cut}: damaged.*check 4 \\(sha256\\)") as record:
+        state = restore(S3.url(prefix), replica_options=options(s3.endpoint))
+    assert state.step == 60 and state.base_cut is None  # folded from LSN 1, the cut passed over
+    assert [s.path for s in state.skipped] == [cut] and tempfile.gettempdir() not in str(record[0].message)
