@@ -120,7 +120,7 @@ def _price_shape(shape: Shape, params: dict, directory: str) -> tuple[dict, dict
                  "virtual_hours": round(run.end / 3600, 2), "step_seconds": round(run.end / steps, 1),
                  "slot_utilization": round(run.slot_utilization, 3),
                  "transitions": len(run.transitions), "crash_steps_past_checkpoint":
-                 [round((c.time - run.checkpoint_before(c.time)[1]) / (run.end / steps), 2) for c in crashes]}
+                 [run.steps_between(run.checkpoint_before(c.time)[1], c.time) for c in crashes]}
     return prices, described
 
 
@@ -150,13 +150,14 @@ def _count(n: int | None) -> str:
     return "n/a" if n is None else str(n)
 
 
-def _ledger_by_position(positions: list[float], prices: dict) -> dict[int, float]:
-    """The share of the loader-only loss NeMo-RL's ledger recovers, by how many whole steps past
-    its checkpoint the crash lands (the RFC's second statement, on `trainer.save_freq`)."""
+def _ledger_by_position(positions: list[int], prices: dict) -> dict[int, float]:
+    """The share of the loader-only loss NeMo-RL's ledger recovers, by how many training steps
+    ended between its checkpoint and the crash (the RFC's second statement, on
+    `trainer.save_freq`)."""
     shares: dict[int, list[float]] = {}
     for at, loader, ledger in zip(positions, prices["loader"], prices["ledger"]):
         if loader.lost > 0:
-            shares.setdefault(int(at), []).append(1 - ledger.lost / loader.lost)
+            shares.setdefault(at, []).append(1 - ledger.lost / loader.lost)
     return {k: statistics.fmean(v) for k, v in sorted(shares.items())}
 
 
@@ -241,7 +242,7 @@ def run(args) -> Report:
                         f"of the time; chosen where the RFC is silent: "
                         + ", ".join(f"{k} {v}" for k, v in shape.parameters().items()))
             report.note(f"{shape.label}: share of the loader-only loss NeMo-RL's ledger recovers, by "
-                        "whole steps between the checkpoint and the crash: "
+                        "training steps between the checkpoint and the crash: "
                         + ", ".join(f"{k}: {v:.0%}" for k, v in by_position.items())
                         + f" ({RFC}: half when the crash lands one step past a checkpoint, nothing in "
                           "three of the five checkpoint-cycle positions)")

@@ -121,6 +121,7 @@ class Run:
     groups: dict[int, Group] = field(default_factory=dict)
     transitions: list[Transition] = field(default_factory=list)
     checkpoints: list[tuple[int, float, int]] = field(default_factory=list)  # (step, time, seq)
+    step_times: list[float] = field(default_factory=list)  # when each training step ended
     end: float = 0.0
     busy_slot_seconds: float = 0.0
 
@@ -135,6 +136,10 @@ class Run:
             if ck[1] < t:
                 last = ck
         return last
+
+    def steps_between(self, start: float, end: float) -> int:
+        """Training steps that ended between `start` and `end`."""
+        return sum(1 for t in self.step_times if start < t < end)
 
     def rows_taken_before(self, seq: int) -> int:
         """The loader's position at transition `seq`: the rows it had handed out before it."""
@@ -227,6 +232,7 @@ class _Simulator:
         self.trained_steps += 1
         step = self.trained_steps
         self.emit("trained", tuple(g.group_id for g in batch), step)
+        self.run.step_times.append(self.now)
         for g in batch:
             g.trained_step, g.trained_at = step, self.now
         self.untrained -= len(batch)
