@@ -218,6 +218,8 @@ def run(args) -> Report:
     for key in ("seed", "crashes", "steps"):
         if getattr(args, key, None) is not None:
             params[key] = getattr(args, key)
+    if params["crashes"] < 1:
+        raise ValueError(f"--crashes must be at least 1, not {params['crashes']}")
     tmpfs = "/dev/shm" if args.dir is None and os.path.isdir("/dev/shm") else args.dir
     report = Report("recovery", quick=args.quick, directory=tmpfs)
     shapes = SHAPES
@@ -239,7 +241,9 @@ def run(args) -> Report:
             report.note(f"{shape.label}: {described['steps']} steps, {described['crashes']} crashes, "
                         f"{described['virtual_hours']} h of virtual time, a step every "
                         f"{described['step_seconds']} s, slots busy {described['slot_utilization']:.0%} "
-                        f"of the time; chosen where the RFC is silent: "
+                        "of the time; parameters (the RFC states the overlap, the five checkpoint-cycle "
+                        "positions and the agentic 300 s; the rest is chosen so that the loader-only loss "
+                        "lands in its range): "
                         + ", ".join(f"{k} {v}" for k, v in shape.parameters().items()))
             report.note(f"{shape.label}: share of the loader-only loss NeMo-RL's ledger recovers, by "
                         "training steps between the checkpoint and the crash: "
