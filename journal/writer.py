@@ -28,12 +28,12 @@ from . import format as fmt
 from . import layout, leftovers, locks, prealloc, state_file
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalWarning, ReplicaError, StateFileCorrupt, TransactionClosed)
+                     JournalWarning, OwnershipError, ReplicaError, StateFileCorrupt, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained, commit_encoder)
 from .events import commit_decoder as _commit_decoder
-from .fold import Group, State, Undo, apply, taken_next_id
+from .fold import Group, State, Undo, apply, begin_refused, taken_next_id
 from .reader import Reader, list_segments
 from .resume import ResumePlan
 from .vfs import DEFAULT_FS, OsFileSystem
@@ -80,16 +80,6 @@ def _wake(pendings: list[_Pending]) -> None:
         if w is not None:
             p.waiter = None
             w.release()
-
-
-def _rollout_refs(refs: Sequence[RolloutRef]) -> list[RolloutRef]:
-    if isinstance(refs, RolloutRef):
-        raise TypeError("rollout events take a sequence of RolloutRef")
-    refs = list(refs)
-    for ref in refs:
-        if not isinstance(ref, RolloutRef):
-            raise TypeError(f"rollout events expect RolloutRef items, got {type(ref).__name__}")
-    return refs
 
 
 @contextlib.contextmanager
@@ -208,6 +198,9 @@ class Journal:
         self._disk_segment: _SegmentPlan | None = None
         self._replica = None         # journal.replica.Replica, with replica=
         self._timeline_floor = 0     # a new timeline is above every timeline a replica knows of
+        # the LSN of the history when this writer opened it (after a resume's first commit):
+        # the checkpoints begun after it are this writer's (`_refuse_begin`)
+        self._open_lsn = 0
 
     def _release_after_failed_open(self) -> None:
         """Close what a failed open had opened: the segment it reached, then the lock."""
@@ -328,6 +321,7 @@ class Journal:
                 plan.write_base_cut(self.path, self.fs)  # the history on disk starts after it
             if plan.first_commit:
                 self._commit(list(plan.first_commit))
+        self._open_lsn = self._state.lsn
         if segment.file is not None and segment.file.path != segment.path:
             self._publish(segment)
 
@@ -622,46 +616,63 @@ class Journal:
         return gids
 
     def diverted(self, group_ids: Iterable[int]) -> int:
-        return self._commit([Diverted(list(group_ids))])
+        return self._commit([Diverted(arguments.group_list("diverted", group_ids, self.path))])
 
     def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
                  replaces: int | None = None, rollouts: int | None = None) -> int:
         """Admit groups for `target_step`; with `rollouts=N` each of their N rollouts is tracked
         (sealed and failed one by one, by attempt; see `rollout_sealed`)."""
-        return self._commit([Admitted(list(group_ids), target_step, policy_version, replaces, rollouts)])
+        return self._commit([Admitted(arguments.group_list("admitted", group_ids, self.path), target_step,
+                                      policy_version, replaces, rollouts)])
 
     def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
                  locators: Sequence[str] | None = None) -> int:
-        return self._commit([Finished(list(group_ids), policy_version,
+        return self._commit([Finished(arguments.group_list("finished", group_ids, self.path), policy_version,
                                       list(locators) if locators is not None else None)])
 
     def trained(self, group_ids: Iterable[int], *, step: int) -> int:
-        return self._commit([Trained(list(group_ids), step)])
+        return self._commit([Trained(arguments.group_list("trained", group_ids, self.path), step)])
 
     def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> int:
         """Record that these rollouts' results are durable in the data plane (`locator`). Each
         must name its rollout's current attempt: a late result of an attempt that was given up
         raises `StaleAttempt` and nothing is written."""
-        return self._commit([RolloutSealed(_rollout_refs(refs), policy_version)])
+        return self._commit([RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self.path),
+                                           policy_version)])
 
     def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> int:
         """Give these rollouts up: each one's attempt goes up by one (dispatch it again with it)."""
-        return self._commit([RolloutFailed(_rollout_refs(refs), reason)])
+        return self._commit([RolloutFailed(arguments.rollout_list("rollout_failed", refs, self.path), reason)])
 
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> int:
-        return self._commit([Discarded(list(group_ids), reason)])
+        return self._commit([Discarded(arguments.group_list("discarded", group_ids, self.path), reason)])
 
     def begin_checkpoint(self, *, step: int) -> int:
         """Mark that the state at the returned LSN is what the step-`step` checkpoint captures."""
-        return self._commit([CheckpointBegun(step)])
+        with self.transaction() as tx:  # the protocol checks of Transaction.begin_checkpoint
+            tx.begin_checkpoint(step=step)
+        return tx.lsn
 
     def commit_checkpoint(self, *, step: int) -> int:
         """Mark the step-`step` checkpoint durable (call once the trainer's files are fsynced)."""
-        return self._commit([CheckpointCommitted(step)])
+        return self._commit([CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
+                                                                             self.path))])
 
     def transaction(self) -> "Transaction":
         """Collect several transitions into one atomic commit (`with j.transaction() as tx:`)."""
         return Transaction(self)
+
+    def _refuse_begin(self, step: int, queued: list) -> None:
+        """OwnershipError, nothing written, when the checkpoint protocol refuses a
+        `checkpoint_begun(step)` after the `queued` events of its commit (`fold.begin_refused`;
+        checkpoints begun after `_open_lsn` are this writer's). The journal's lock is held."""
+        if not isinstance(step, int):
+            return  # not a step at all: the schema's message names it
+        why = begin_refused(self._state, step, begun_after=self._open_lsn, queued=queued)
+        if why is not None:
+            lsn = self._state.lsn + 1
+            raise OwnershipError(f"{why} (journal {self.path}, commit LSN {lsn}; nothing was written)",
+                                 lsn=lsn)
 
     # -- commit pipeline -------------------------------------------------------------------
 
@@ -1124,8 +1135,7 @@ class Transaction:
 
     def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
               dataset_size: int | None = None) -> list[int]:
-        if isinstance(refs, GroupRef):
-            raise TypeError("taken() takes a sequence of GroupRef")
+        refs = arguments.group_refs(refs, self._j.path)
         if dataset_size is not None and (isinstance(dataset_size, bool) or not isinstance(dataset_size, int)
                                          or dataset_size < 0):
             raise ValueError(f"taken(dataset_size={dataset_size!r}): the dataset's length is an "
@@ -1137,8 +1147,6 @@ class Transaction:
         first = self._j._state.next_group_id if self._next_gid is None else self._next_gid
         nxt, groups, explicit = first, [], False
         for ref in refs:
-            if not isinstance(ref, GroupRef):
-                raise TypeError(f"taken() expects GroupRef items, got {type(ref).__name__}")
             gid = nxt
             if ref.group_id is not None:
                 gid, explicit = ref.group_id, True
@@ -1153,31 +1161,37 @@ class Transaction:
         return [g.group_id for g in groups]
 
     def diverted(self, group_ids: Iterable[int]) -> None:
-        self._events.append(Diverted(list(group_ids)))
+        self._events.append(Diverted(arguments.group_list("diverted", group_ids, self._j.path)))
 
     def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
                  replaces: int | None = None, rollouts: int | None = None) -> None:
-        self._events.append(Admitted(list(group_ids), target_step, policy_version, replaces, rollouts))
+        self._events.append(Admitted(arguments.group_list("admitted", group_ids, self._j.path), target_step,
+                                     policy_version, replaces, rollouts))
 
     def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
                  locators: Sequence[str] | None = None) -> None:
-        self._events.append(Finished(list(group_ids), policy_version,
+        self._events.append(Finished(arguments.group_list("finished", group_ids, self._j.path), policy_version,
                                      list(locators) if locators is not None else None))
 
     def trained(self, group_ids: Iterable[int], *, step: int) -> None:
-        self._events.append(Trained(list(group_ids), step))
+        self._events.append(Trained(arguments.group_list("trained", group_ids, self._j.path), step))
 
     def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> None:
-        self._events.append(RolloutSealed(_rollout_refs(refs), policy_version))
+        self._events.append(RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self._j.path),
+                                          policy_version))
 
     def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> None:
-        self._events.append(RolloutFailed(_rollout_refs(refs), reason))
+        self._events.append(RolloutFailed(arguments.rollout_list("rollout_failed", refs, self._j.path), reason))
 
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> None:
-        self._events.append(Discarded(list(group_ids), reason))
+        self._events.append(Discarded(arguments.group_list("discarded", group_ids, self._j.path), reason))
 
     def begin_checkpoint(self, *, step: int) -> None:
+        arguments.checkpoint_step("begin_checkpoint", step, self._j.path)
+        if type(self._events) is list:  # outside the block the append refuses it
+            self._j._refuse_begin(step, self._events)
         self._events.append(CheckpointBegun(step))
 
     def commit_checkpoint(self, *, step: int) -> None:
-        self._events.append(CheckpointCommitted(step))
+        self._events.append(CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
+                                                                            self._j.path)))
