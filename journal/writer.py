@@ -109,7 +109,18 @@ def _check_journal_dir(path: str) -> None:
 
 
 class Journal:
-    """An open journal (single writer). See the package docstring for the format and guarantees."""
+    """An open journal (single writer). See the package docstring for the format and guarantees.
+
+    Each transition (`taken`, `diverted`, `admitted`, `finished`, `trained`, `discarded`,
+    `rollout_sealed`, `rollout_failed`, `begin_checkpoint`, `commit_checkpoint`) appends one
+    commit and returns once it is durable (fsynced under sync="always"; see `open`); several
+    make one atomic commit in a `transaction()`. Every transition raises, with nothing
+    written: `OwnershipError` when a group it names is not in the event's from-owner (the
+    ownership table, `journal.fold.TRANSITIONS`), is named twice or was never taken;
+    `ValueError` or `TypeError` naming a bad argument (`journal.arguments`);
+    `JournalFailed` after a failed write or fsync (fail-stop: every later call raises it
+    too, reads included); `JournalClosed` after `close()`.
+    """
 
     def __init__(self) -> None:  # use Journal.open
         raise TypeError("use Journal.open(path, ...)")
@@ -571,17 +582,24 @@ class Journal:
         return self._state.lsn
 
     def owner_of(self, group_id: int) -> Owner | None:
+        """The owner of group `group_id` as of the last commit: a live one (RESERVED,
+        ADMITTED, REPLAY, SPARE) or a terminal one (TRAINED, DROPPED); None for an id this
+        history never took. Raises `JournalFailed` or `JournalClosed` as every call does."""
         with self._lock:
             self._check_usable()
             return self._state.owner_of(group_id)
 
     def counts(self) -> dict[Owner, int]:
+        """How many groups each owner holds as of the last commit: every `Owner`, the
+        terminal ones (TRAINED, DROPPED) included. Raises as `owner_of` does."""
         with self._lock:
             self._check_usable()
             return self._state.owner_counts()
 
     def groups(self, owner: Owner | None = None) -> list[Group]:
-        """Copies of the live groups (of one owner), ordered by group id."""
+        """Copies of the live groups (of one owner), ordered by group id: each `Group` with its
+        locator, owner, target step, policy version, data-plane locator and rollouts. Raises
+        as `owner_of` does."""
         with self._lock:
             self._check_usable()
             return [g.copy() for g in self._state.groups(owner)]
@@ -601,6 +619,9 @@ class Journal:
             return state
 
     def loader_state(self) -> Any:
+        """The loader `state_dict()` the last `taken` carried, decoded (tensors, tuples and
+        bytes as they were given); None when no `taken` carried one. Raises as `owner_of`
+        does."""
         with self._lock:
             self._check_usable()
             return self._state.loader.decode() if self._state.loader else None
@@ -609,57 +630,100 @@ class Journal:
 
     def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
               dataset_size: int | None = None) -> list[int]:
-        """Record that the loader handed out `refs`; returns the allocated group ids.
-        `dataset_size=len(dataset)` records the dataset's length, which restore checks."""
+        """Record that the loader handed out `refs` (one `GroupRef` per row: idx, task name,
+        epoch, fingerprint): from the loader to RESERVED. Returns the group ids allocated to
+        them, in order (above every id the journal ever allocated; a `GroupRef.group_id` given
+        explicitly must be). `loader_state` is the loader's `state_dict()` *after* the take,
+        what a restore hands back; `dataset_size=len(dataset)` records the dataset's length,
+        which restore checks. Raises as every transition does (class docstring); an explicit
+        id that is not above every id so far is an `OwnershipError`."""
         with self.transaction() as tx:
             gids = tx.taken(refs, loader_state=loader_state, dataset_size=dataset_size)
         return gids
 
     def diverted(self, group_ids: Iterable[int]) -> int:
+        """Put these groups into the replacement reserve: RESERVED -> SPARE (`admitted`
+        takes a spare later, with `replaces=`). Returns the commit's LSN. Raises as every
+        transition does (class docstring)."""
         return self._commit([Diverted(arguments.group_list("diverted", group_ids, self.path))])
 
     def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
                  replaces: int | None = None, rollouts: int | None = None) -> int:
-        """Admit groups for `target_step`; with `rollouts=N` each of their N rollouts is tracked
-        (sealed and failed one by one, by attempt; see `rollout_sealed`)."""
+        """Admit groups for generation, to be trained at `target_step`: RESERVED or SPARE ->
+        ADMITTED. `policy_version`: the weights that generate them; `replaces`: the group a
+        spare substitutes for (it must have been taken); with `rollouts=N` each of their N
+        rollouts is tracked (sealed and failed one by one, by attempt; see
+        `rollout_sealed`). Returns the commit's LSN. Raises as every transition does (class
+        docstring)."""
         return self._commit([Admitted(arguments.group_list("admitted", group_ids, self.path), target_step,
                                       policy_version, replaces, rollouts)])
 
     def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
                  locators: Sequence[str] | None = None) -> int:
+        """Record that these groups' rows are durable in the data plane: ADMITTED -> REPLAY
+        (a restore trains them directly, never regenerates them). `policy_version`: the
+        weights that generated them (default: the admitting one); `locators`: one data-plane
+        locator per group, in order (write the rows first). A group admitted with
+        `rollouts=N` needs all N sealed and takes no locator (its rows are its rollouts').
+        Returns the commit's LSN. Raises as every transition does (class docstring); a
+        locator count other than the groups' is an `OwnershipError`."""
         return self._commit([Finished(arguments.group_list("finished", group_ids, self.path), policy_version,
                                       list(locators) if locators is not None else None)])
 
     def trained(self, group_ids: Iterable[int], *, step: int) -> int:
+        """Record that the update of training step `step` uses these groups (journal it
+        before the update): REPLAY -> TRAINED, for good. Returns the commit's LSN. Raises as
+        every transition does (class docstring)."""
         return self._commit([Trained(arguments.group_list("trained", group_ids, self.path), step)])
 
     def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> int:
-        """Record that these rollouts' results are durable in the data plane (`locator`). Each
-        must name its rollout's current attempt: a late result of an attempt that was given up
-        raises `StaleAttempt` and nothing is written."""
+        """Record that these rollouts' results are durable in the data plane, each at its
+        `RolloutRef.locator` (required): the group stays ADMITTED -> ADMITTED, the rollout is
+        sealed. The group must have been admitted with `rollouts=N`, the rollout unsealed and
+        named with its current attempt: a late result of an attempt that was given up raises
+        `StaleAttempt` (an `OwnershipError`) and nothing is written. Returns the commit's
+        LSN. Raises as every transition does (class docstring)."""
         return self._commit([RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self.path),
                                            policy_version)])
 
     def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> int:
-        """Give these rollouts up: each one's attempt goes up by one (dispatch it again with it)."""
+        """Give these rollouts up (`reason` says why): the group stays ADMITTED -> ADMITTED,
+        each rollout's attempt goes up by one (dispatch it again with that attempt; a result
+        of the old one is then refused as stale). The same rules as `rollout_sealed`, no
+        locator. Returns the commit's LSN. Raises as every transition does (class
+        docstring)."""
         return self._commit([RolloutFailed(arguments.rollout_list("rollout_failed", refs, self.path), reason)])
 
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> int:
+        """Drop these groups for good (`reason`: why, counted by the audit): any live owner
+        (RESERVED, ADMITTED, REPLAY, SPARE) -> DROPPED; tracked rollouts go with them.
+        Returns the commit's LSN. Raises as every transition does (class docstring)."""
         return self._commit([Discarded(arguments.group_list("discarded", group_ids, self.path), reason)])
 
     def begin_checkpoint(self, *, step: int) -> int:
-        """Mark that the state at the returned LSN is what the step-`step` checkpoint captures."""
+        """Mark that the state at the returned LSN is what the trainer's step-`step`
+        checkpoint captures (no group moves). Begin, save the weights durably, then
+        `commit_checkpoint`. Returns the commit's LSN (save it with the weights). Raises as
+        every transition does (class docstring); also `OwnershipError` when `step` is at or
+        below a committed step or a checkpoint this writer began is not committed yet, and
+        `ValueError` for a negative step."""
         with self.transaction() as tx:  # the protocol checks of Transaction.begin_checkpoint
             tx.begin_checkpoint(step=step)
         return tx.lsn
 
     def commit_checkpoint(self, *, step: int) -> int:
-        """Mark the step-`step` checkpoint durable (call once the trainer's files are fsynced)."""
+        """Mark the step-`step` checkpoint durable (call once the trainer's files are
+        fsynced): restore lands on its `begin_checkpoint` LSN from now on. No group moves.
+        Returns the commit's LSN. Raises as every transition does (class docstring); also
+        `OwnershipError` when step `step` was not begun, and `ValueError` for a negative
+        step."""
         return self._commit([CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
                                                                              self.path))])
 
     def transaction(self) -> "Transaction":
-        """Collect several transitions into one atomic commit (`with j.transaction() as tx:`)."""
+        """Collect several transitions into one atomic commit: `with j.transaction() as tx:`
+        (see `Transaction`). Returns the transaction, not entered yet; entering it raises
+        `JournalFailed` or `JournalClosed` as every call does."""
         return Transaction(self)
 
     def _refuse_begin(self, step: int, queued: list) -> None:
@@ -917,7 +981,9 @@ class Journal:
                 return
 
     def flush(self) -> None:
-        """Make every commit so far durable (fsync), whatever the sync mode."""
+        """Make every commit so far durable (fsync), whatever the sync mode; returns once it
+        is. Raises `JournalFailed` when the fsync fails (the journal is then fail-stop) or
+        failed earlier, `JournalClosed` after `close()`."""
         with self._cond:
             self._check_usable()
             while self._flushing:
@@ -963,7 +1029,10 @@ class Journal:
                 self._cut_zeros(seg.file)
 
     def close(self) -> None:
-        """Flush (unless failed) and release the file and the writer lock. Idempotent."""
+        """Flush (unless failed) and release the files, the replica (its lease too, unless the
+        journal failed) and the writer lock. Idempotent; a journal that failed closes without
+        I/O. Raises `JournalFailed` when the
+        final flush fails (the files and the lock are released all the same)."""
         if self._closed:
             return
         try:
@@ -1066,10 +1135,16 @@ _NOT_ENTERED = _Refusing(None)
 class Transaction:
     """Transitions collected by `Journal.transaction()`, committed atomically on exit.
 
-    It holds the journal's lock from `taken` on (so allocated ids stay in
-    order); keep transactions short. An exception inside the block writes nothing.
-    Its methods work only inside the block: before or after it they raise
-    `TransactionClosed` and record nothing."""
+    It holds the journal's lock for the whole block (so allocated ids stay in order); keep
+    transactions short. Its methods record the events of `Journal`'s methods of the same
+    names into the one commit made when the block ends, and return None (`taken`: the ids
+    it allocates); after the block `tx.lsn` is the commit's LSN (None when it recorded
+    nothing). They raise what `Journal`'s raise, in two places: at the call, a bad argument
+    (`ValueError`, `TypeError`), an explicit group id of `taken` that is not above every id
+    so far and a `begin_checkpoint` the checkpoint rules refuse (`OwnershipError`); when the
+    block ends, the ownership rules' `OwnershipError` and `JournalFailed`. An exception
+    inside the block, or an `OwnershipError` when it ends, writes nothing of it. Its methods work only
+    inside the block: before or after it they raise `TransactionClosed` and record nothing."""
 
     def __init__(self, journal: Journal):
         self._j = journal
@@ -1135,6 +1210,8 @@ class Transaction:
 
     def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
               dataset_size: int | None = None) -> list[int]:
+        """`Journal.taken` in this commit: from the loader to RESERVED. Returns the group ids
+        it allocates (valid once the block commits). Raises as the class docstring says."""
         refs = arguments.group_refs(refs, self._j.path)
         if dataset_size is not None and (isinstance(dataset_size, bool) or not isinstance(dataset_size, int)
                                          or dataset_size < 0):
@@ -1161,37 +1238,59 @@ class Transaction:
         return [g.group_id for g in groups]
 
     def diverted(self, group_ids: Iterable[int]) -> None:
+        """`Journal.diverted` in this commit: RESERVED -> SPARE. Raises as the class docstring
+        says."""
         self._events.append(Diverted(arguments.group_list("diverted", group_ids, self._j.path)))
 
     def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
                  replaces: int | None = None, rollouts: int | None = None) -> None:
+        """`Journal.admitted` in this commit: RESERVED or SPARE -> ADMITTED (with `discarded`
+        of the failed group, how a spare replaces it atomically). Raises as the class
+        docstring says."""
         self._events.append(Admitted(arguments.group_list("admitted", group_ids, self._j.path), target_step,
                                      policy_version, replaces, rollouts))
 
     def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
                  locators: Sequence[str] | None = None) -> None:
+        """`Journal.finished` in this commit: ADMITTED -> REPLAY (after a group's last
+        `rollout_sealed` in the same commit, its rollouts all sealed). Raises as the class
+        docstring says."""
         self._events.append(Finished(arguments.group_list("finished", group_ids, self._j.path), policy_version,
                                      list(locators) if locators is not None else None))
 
     def trained(self, group_ids: Iterable[int], *, step: int) -> None:
+        """`Journal.trained` in this commit: REPLAY -> TRAINED. Raises as the class docstring
+        says."""
         self._events.append(Trained(arguments.group_list("trained", group_ids, self._j.path), step))
 
     def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> None:
+        """`Journal.rollout_sealed` in this commit: the group stays ADMITTED -> ADMITTED, the
+        rollouts are sealed (each `RolloutRef` with its locator). Raises as the class
+        docstring says (`StaleAttempt` when the block ends)."""
         self._events.append(RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self._j.path),
                                           policy_version))
 
     def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> None:
+        """`Journal.rollout_failed` in this commit: the group stays ADMITTED -> ADMITTED, each
+        rollout's attempt goes up by one. Raises as the class docstring says."""
         self._events.append(RolloutFailed(arguments.rollout_list("rollout_failed", refs, self._j.path), reason))
 
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> None:
+        """`Journal.discarded` in this commit: any live owner (RESERVED, ADMITTED, REPLAY,
+        SPARE) -> DROPPED. Raises as the class docstring says."""
         self._events.append(Discarded(arguments.group_list("discarded", group_ids, self._j.path), reason))
 
     def begin_checkpoint(self, *, step: int) -> None:
+        """`Journal.begin_checkpoint` in this commit (no group moves; the commit's LSN is the
+        checkpoint's). Raises as the class docstring says: the checkpoint rules at the call,
+        after the events recorded before it in this commit."""
         arguments.checkpoint_step("begin_checkpoint", step, self._j.path)
         if type(self._events) is list:  # outside the block the append refuses it
             self._j._refuse_begin(step, self._events)
         self._events.append(CheckpointBegun(step))
 
     def commit_checkpoint(self, *, step: int) -> None:
+        """`Journal.commit_checkpoint` in this commit (no group moves). Raises as the class
+        docstring says."""
         self._events.append(CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
                                                                             self._j.path)))
