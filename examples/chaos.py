@@ -8,10 +8,10 @@ exactly-once from the journal.
     journal-demo --ray --kill-kinds actor   # ... killing single actors only
     journal-demo --replica s3://bucket/demo-1 --replica-options JSON   # node-loss kills
 
-The driver runs `python -m examples.trainer` as a child process and kills it (SIGKILL: no
-cleanup, no flush, no atexit) at moments it picks with `--seed`: while it is saving a
-checkpoint, while compaction runs in the background, while it restores, and at random
-moments of training. It restarts the child after each kill, and once the kills are spent
+The driver runs the trainer (`python -m examples.trainer`; installed, `replay.demo.trainer`)
+as a child process and kills it (SIGKILL: no cleanup, no flush, no atexit) at moments it
+picks with `--seed`: while it is saving a checkpoint, while compaction runs in the
+background, while it restores, and at random moments of training. It restarts the child after each kill, and once the kills are spent
 lets it run to the end of `--epochs`. Then it audits the final history:
 
 * the journal run: `replay.audit` of the journal, in-process (what `journal-inspect audit`
@@ -81,8 +81,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .bookkeeping import read_ledger
+from .extras import require
 from .replica_options import add_replica_arguments, parse_replica_options
 
+TRAINER_MODULE = f"{__package__}.trainer"   # examples.trainer in a checkout, replay.demo.trainer installed
 RAY_DEADLINE_MS = 1000      # a Ray round trip on a busy machine takes far more than a thread's
 RAY_KILL_KINDS = ("actor", "node", "controller")
 KINDS = ("checkpoint_save", "compaction", "restore", "random")
@@ -130,7 +132,7 @@ class Kill:
 
 
 def _trainer_cmd(o: Options, out: str) -> list[str]:
-    cmd = [sys.executable, "-m", "examples.trainer", "--out", out, "--seed", str(o.seed),
+    cmd = [sys.executable, "-m", TRAINER_MODULE, "--out", out, "--seed", str(o.seed),
            "--epochs", str(o.epochs), "--workers", str(o.workers), "--rollouts", str(o.rollouts),
            "--failure-rate", str(o.failure_rate),
            "--dataset-size", str(o.dataset_size), "--batch-size", str(o.batch_size),
@@ -648,7 +650,7 @@ def _next_steps(s: dict) -> list[str]:
             f"          journal-inspect timeline {j} --png owners.png",
             f"          journal-inspect summary {j}",
             f"          journal-inspect log {j} --kind discarded",
-            "          (--png needs the plot extra: pip install -e '.[plot]')"]
+            "          (--png needs the plot extra: pip install 'ownership-journal[plot]')"]
 
 
 def _kill_kinds(text: str) -> tuple:
@@ -665,7 +667,7 @@ def parse_args(argv=None) -> tuple[Options, bool]:
     p = argparse.ArgumentParser(
         prog="journal-demo", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=__doc__,
-        epilog="The trainer (python -m examples.trainer --help) announces its phases on stdout;\n"
+        epilog=f"The trainer (python -m {TRAINER_MODULE} --help) announces its phases on stdout;\n"
                "the driver aims kills at them. Its files stay in --out: journal/ (inspect it with\n"
                "journal-inspect), ckpt/step_N/ (weights + ownership cut), rows/ (the data plane),\n"
                "ledger.log, trainer-stderr.log.\n\n"
@@ -707,6 +709,8 @@ def parse_args(argv=None) -> tuple[Options, bool]:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-run lines")
     a = p.parse_args(argv)
+    if a.ray:
+        require(p, "--ray", "ray", "ray")
     if not a.ray and a.kill_kinds != RAY_KILL_KINDS:
         p.error("--kill-kinds needs --ray (without it every kill is a controller kill)")
     if a.replica is not None and a.baseline:

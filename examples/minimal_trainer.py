@@ -1,32 +1,26 @@
-"""The smallest complete trainer that embeds the ownership journal: copy it and adapt it.
+"""The smallest complete trainer on the ownership journal's session: copy it and adapt it.
 
     python -m examples.minimal_trainer RUN_DIR [--steps N]
 
 Kill it at any moment (kill -9 too) and start it again with the same RUN_DIR: it resumes at
-its latest committed checkpoint, and every prompt is trained exactly once or dropped with a
-reason. A first start and a restart run the same code. README "Integrate it into your
-trainer" walks through it; the numbered comments below are its steps. RUN_DIR holds
-journal/ (the ownership journal), ckpt/step_N.pt (weights) and rows/ (the data plane:
-`examples/data_plane.py`, copy it along with this file).
+its latest committed checkpoint, and every prompt is trained exactly once. A first start and a
+restart run the same code. The numbered comments are the three steps of README "Integrate it":
+open, loop, checkpoint. RUN_DIR holds journal/ (the ownership journal), rows/ (the data plane:
+rollouts of groups not trained yet) and ckpt/step_N.pt (weights).
+`examples/minimal_async_trainer.py` is the same trainer on `AsyncSession`.
 """
 
-from __future__ import annotations
-
 import argparse
-import itertools
 import os
 import random
 
 import torch
 
-from journal import DEFAULT_FS, GroupRef, Journal
-from replay import fingerprint, restore
-from snapshot import compact
+from replay import LocalDataPlane, Session, durable_file
 
-from .data_plane import LocalDataPlane
 from .loader import stateful_loader
 
-BATCH, CKPT_EVERY, COMPACT_EVERY, FAILURE_RATE, LR = 4, 5, 10, 0.05, 0.005
+BATCH, ROLLOUTS, CKPT_EVERY, FAILURE_RATE, LR = 4, 4, 5, 0.05, 0.005
 # your dataset: any map-style dataset whose dataset[idx] is the same row in every process
 DATASET = [{"idx": i, "task_name": ("sum", "double")[i % 2], "x": float(i % 9)} for i in range(48)]
 
@@ -36,32 +30,50 @@ def collate(rows):   # the loader's collate_fn; restore also calls it with one r
             "x": torch.tensor([r["x"] for r in rows])}
 
 
+def generate(model, x, gid, index, attempt):
+    """Your rollout: one sample of the policy for prompt x, or None when generation failed."""
+    if random.Random(f"{gid}-{index}-{attempt}").random() < FAILURE_RATE:
+        return None
+    with torch.no_grad():
+        return {"x": x, "target": 2 * x + 1, "y": model(x.view(1, 1)).view(()) + 0.1 * torch.randn(())}
+
+
+def update(model, opt, rows):
+    """Your training step on the rows of a batch of groups; returns the loss."""
+    loss = sum((model(r["x"].view(1, 1)).view(()) - r["target"]) ** 2 for r in rows) / len(rows)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
 def weights_path(run_dir, step):
     return os.path.join(run_dir, "ckpt", f"step_{step}.pt")
 
 
-def saved_steps(run_dir):
-    names = os.listdir(os.path.join(run_dir, "ckpt"))
-    return sorted(int(n[5:-3]) for n in names if n.startswith("step_") and n.endswith(".pt"))
+def save_weights(run_dir, model, step):   # durably, for the checkpoint of `step`
+    with durable_file(weights_path(run_dir, step)) as f:
+        torch.save(model.state_dict(), f)
+    if os.path.exists(weights_path(run_dir, step - 2 * CKPT_EVERY)):   # older ones no restore needs
+        os.unlink(weights_path(run_dir, step - 2 * CKPT_EVERY))
 
 
-def save_weights(path, obj):
-    """Durably and atomically: a temporary file, fsync, rename, fsync of the directory."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    torch.save(obj, path + ".tmp")
-    with open(path + ".tmp", "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
-    DEFAULT_FS.fsync_dir(os.path.dirname(path))
+def open_session(run_dir, model, session=Session):   # an AsyncSession's open is awaited
+    """1. Open: restore the latest committed checkpoint, its weights and the loader position."""
+    loader = stateful_loader(DATASET, batch_size=BATCH, shuffle=True, collate_fn=collate,
+                             generator=torch.Generator().manual_seed(0))
+    return session.open(os.path.join(run_dir, "journal"), dataset=DATASET, loader=loader,
+                        collate_fn=collate, data_plane=LocalDataPlane(os.path.join(run_dir, "rows")),
+                        load_weights=lambda step: model.load_state_dict(
+                            torch.load(weights_path(run_dir, step), weights_only=True)))
 
 
-def generate(model, gid, x):
-    """Your rollouts: 4 samples of the policy for prompt x, or None when generation failed."""
-    if random.Random(gid).random() < FAILURE_RATE:   # group ids are never reused: deterministic
-        return None
-    with torch.no_grad():
-        samples = model(x.view(1, 1)).view(1) + 0.1 * torch.randn(4)
-    return {"x": x, "target": 2 * x + 1, "samples": samples}
+def in_flight(s):
+    """2. What the restored checkpoint had in flight: groups to train (finished), groups to
+    generate (the unsealed rollouts of admitted ones, and the taken ones to admit first)."""
+    ready = [w.group_id for w in s.resume_work if w.kind == "train"]
+    todo = [(w.group_id, w.prompt["x"][0]) for w in s.resume_work if w.kind != "train"]
+    return ready, todo, [w.group_id for w in s.resume_work if w.kind == "admit"]
 
 
 def main(argv=None):
@@ -69,107 +81,36 @@ def main(argv=None):
     p.add_argument("run_dir")
     p.add_argument("--steps", type=int, default=40, help="train until this step (default 40)")
     args = p.parse_args(argv)
-    jdir, ds = os.path.join(args.run_dir, "journal"), DATASET
-    gen = torch.Generator().manual_seed(0)
-    dl = stateful_loader(ds, batch_size=BATCH, shuffle=True, generator=gen, collate_fn=collate)
-    dp = LocalDataPlane(os.path.join(args.run_dir, "rows"))
     torch.manual_seed(0)
     model = torch.nn.Linear(1, 1)
-
-    # 1. Restore the state of the latest committed checkpoint (empty on a first start).
-    state = restore(jdir, dataset=ds, collate_fn=collate, data_plane=dp, salvage=True)
-    step, epoch = 0, 0
-    if state.step is not None:   # 2. the weights of *that* step, not the newest file on disk
-        path = weights_path(args.run_dir, state.step)
-        if not os.path.exists(path):
-            raise SystemExit(f"{path} is missing, but the journal {jdir} restores its committed "
-                             f"step {state.step}: put the file back (weights go only after a commit)")
-        ck = torch.load(path, weights_only=True)
-        if ck["lsn"] != state.lsn:
-            raise SystemExit(f"{path} was saved at LSN {ck['lsn']}, the journal {jdir} restores "
-                             f"step {state.step} at LSN {state.lsn}")
-        model.load_state_dict(ck["model"])
-        step, epoch = state.step, ck["epoch"]   # the loader's epoch travels with the weights
-    if state.loader_state is not None:   # 3. the state_dict() the last `taken` before it carried
-        dl.load_state_dict(state.loader_state)
-    j = Journal.open(jdir, resume=state)  # 4. continue the history at state.lsn: always resume=
-    dp.sweep(g.locator for g in state.replay)   # rows no restore can ask for any more
-    # 5. In-flight work, after open (a resume can move a group to a fresh id). Each group's
-    # prompt is collate([ds[idx]]), checked against the journal; g.epoch is its loader pass.
-    prompts = {g.group_id: g.prompt["x"][0] for g in state.groups}
-    ready = [g.group_id for g in state.replay]           # finished, rows in the data plane: train
-    admitted = [g.group_id for g in state.admitted]      # generation was lost: generate again
-    reserved = [g.group_id for g in state.reserved]      # taken, never admitted: admit them
-    spares = [g.group_id for g in state.spare]           # back into the replacement pool
-    print(f"resumed at step {step} lsn {state.lsn}: replay {len(ready)} admitted {len(admitted)} "
-          f"reserved {len(reserved)} spare {len(spares)}", flush=True)
-
-    def batches(first):   # (epoch, batch) from where the loader stands, pass after pass
-        for e in itertools.count(first):
-            yield from ((e, b) for b in dl)
-
-    loader = batches(epoch)
-
-    def take(divert=False):
-        """6a. Loader -> journal: the locators and the loader's state_dict() *after* next()."""
-        nonlocal epoch
-        epoch, b = next(loader)
-        refs = [GroupRef(idx=i, task_name=t, epoch=epoch, fingerprint=fingerprint(ds[i]))
-                for i, t in zip(b["idx"], b["task_name"])]
-        with j.transaction() as tx:   # one atomic commit
-            gids = tx.taken(refs, loader_state=dl.state_dict(), dataset_size=len(ds))
-            if divert:
-                tx.diverted(gids)     # into the spare pool
-        prompts.update(zip(gids, b["x"]))
-        return gids
-
-    trained_rows = []   # data-plane rows of groups trained since the last checkpoint
-    while step < args.steps:
-        t = step + 1
-        while len(ready) < BATCH:
-            if not admitted:   # 6b. admission: reserved groups first, then new ones
-                reserved = reserved or take()
-                gids, reserved = reserved[:BATCH - len(ready)], reserved[BATCH - len(ready):]
-                j.admitted(gids, target_step=t, policy_version=step)
-                admitted += gids
-            gid = admitted.pop(0)
-            rows = generate(model, gid, prompts[gid])
-            if rows is None:   # 6c. failed: drop it, a spare replaces it (one atomic commit)
-                spares = spares or take(divert=True)
-                spare = spares.pop(0)
-                with j.transaction() as tx:
-                    tx.discarded([gid], reason="rollout_failed")
-                    tx.admitted([spare], target_step=t, policy_version=step, replaces=gid)
-                admitted.insert(0, spare)
-                continue
-            loc = dp.put(gid, rows)   # 6d. rows durable in the data plane first, then `finished`
-            j.finished([gid], policy_version=step, locators=[loc])
-            ready.append(gid)
-        group, ready = ready[:BATCH], ready[BATCH:]
-        locs = [dp.locator_for(g) for g in group]
-        rows = [dp.get(loc) for loc in locs]
-        j.trained(group, step=t)   # 6e. train
-        loss = sum(((model(r["x"].view(1, 1)) - r["target"]) ** 2).sum() for r in rows) / len(rows)
-        model.zero_grad()
-        loss.backward()
-        with torch.no_grad():
-            for w in model.parameters():
-                w -= LR * w.grad
-        step, trained_rows = t, trained_rows + locs
-        print(f"step {step} epoch {epoch} loss {loss.item():.3f}", flush=True)
-        if step % CKPT_EVERY == 0 or step == args.steps:
-            # 7. Checkpoint: begin (this LSN is what the weights saw), save durably, commit.
-            lsn = j.begin_checkpoint(step=step)
-            save_weights(weights_path(args.run_dir, step),
-                         {"model": model.state_dict(), "step": step, "epoch": epoch, "lsn": lsn})
-            j.commit_checkpoint(step=step)
-            dp.delete(trained_rows)   # no restore asks for them any more
-            trained_rows = []
-            for s in [s for s in saved_steps(args.run_dir) if s < step][:-1]:
-                os.unlink(weights_path(args.run_dir, s))   # keep this one and the one before
-            if step % COMPACT_EVERY == 0:   # 8. fold the journal into a cut, retire old segments
-                compact(jdir, journal=j, data_plane=dp)
-    j.close()   # 9. shutdown: groups still live stay in the journal for the next start
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    with open_session(args.run_dir, model) as s:
+        step, batches = s.step or 0, s.batches()
+        ready, todo, fresh = in_flight(s)
+        if fresh:
+            s.admit(fresh, step=step + 1, rollouts=ROLLOUTS)
+        print(f"resumed at step {step} train {len(ready)} generate {len(todo)}", flush=True)
+        while step < args.steps:
+            while len(ready) + len(todo) < 2 * BATCH:   # 2. the loop: keep a step's groups admitted ahead
+                batch = next(batches)
+                gids = s.take(batch)
+                s.admit(gids, step=step + 1 + (len(ready) + len(todo)) // BATCH, rollouts=ROLLOUTS)
+                todo += list(zip(gids, batch["x"]))
+            while len(ready) < BATCH:   # generate and seal each rollout
+                gid, x = todo.pop(0)
+                for r in s.pending(gid):   # each unsealed rollout, with the attempt to run
+                    attempt = r.attempt
+                    while (rows := generate(model, x, gid, r.index, attempt)) is None:
+                        attempt = s.fail(gid, r.index, attempt, reason="generation failed")
+                    s.seal(gid, r.index, attempt, rows)   # durable rows, then the seal
+                ready.append(gid)
+            group, ready, step = ready[:BATCH], ready[BATCH:], step + 1
+            rows = [r for g in group for r in s.rows(g)]
+            s.trained(group, step=step)
+            loss = update(model, opt, rows)
+            print(f"step {step} epoch {s.epoch} loss {loss:.3f} stats {s.stats()}", flush=True)   # log it
+            if step % CKPT_EVERY == 0 or step == args.steps:   # 3. checkpoint: the journal commits it
+                s.checkpoint(step, save=lambda: save_weights(args.run_dir, model, step))
     print(f"done at step {step}", flush=True)
 
 

@@ -71,12 +71,11 @@ class RolloutWorker:
     it returned, `(run, group_id, index, attempt, locator, seconds)`, until the controller
     `run` acknowledges it; a later controller gets the rest handed over."""
 
-    def __init__(self, rows_dir: str):
+    def __init__(self, data_plane):
         import torch
 
-        from .data_plane import LocalDataPlane
         torch.set_num_threads(1)
-        self.dp = LocalDataPlane(rows_dir)
+        self.dp = data_plane   # the controller's, pickled: the rows go to the same store
         self.policies: dict[tuple[str, int], object] = {}
         self.outbox: list[tuple] = []
 
@@ -130,8 +129,8 @@ class ActorPool:
     holds `(name, handle)`; `acks[name]`: results of that actor this controller handled, sent
     with its next call."""
 
-    def __init__(self, rows_dir: str, size: int):
-        self.rows_dir = os.path.abspath(rows_dir)
+    def __init__(self, data_plane, size: int):
+        self.data_plane = data_plane
         self.run = secrets.token_hex(4)
         self.slots: list[tuple[str, object] | None] = [None] * size
         self.starting: list[asyncio.Task | None] = [None] * size
@@ -178,7 +177,7 @@ class ActorPool:
 
     async def _start(self, slot: int) -> None:
         name = f"{NAME_PREFIX}{self.run}-{slot}-{secrets.token_hex(3)}"
-        actor = self.cls.options(name=name, lifetime="detached").remote(self.rows_dir)
+        actor = self.cls.options(name=name, lifetime="detached").remote(self.data_plane)
         await actor.ready.remote()
         self.slots[slot] = (name, actor)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .extras import require
+
 
 def add_replica_arguments(p: argparse.ArgumentParser, replica_help: str) -> None:
     p.add_argument("--replica", default=None, metavar="URL", help=replica_help)
@@ -17,6 +19,8 @@ def parse_replica_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> 
     """The parsed `--replica-options` (None without it); a usage error names what is wrong."""
     if a.replica and a.baseline:
         p.error("--replica ships the journal: the baseline has none")
+    if a.replica is not None:
+        require(p, "--replica", "obstore", "replica")
     if a.replica_options is None:
         return None
     if a.replica is None:

@@ -13,7 +13,7 @@ The shape is the one of an async RL framework (NeMo-RL, verl, ...):
   latency (log-normal around `--latency-ms`), from a copy of the policy at the version the
   group was admitted with (generation runs one step ahead of training);
 * rollout-level ownership (the default): groups are admitted with `rollouts=N`; each
-  rollout's result goes to a local data plane (`examples.data_plane`) under its own
+  rollout's result goes to a local data plane (`replay.LocalDataPlane`) under its own
   locator, durably, then `rollout_sealed`; the last seal and `finished` are one commit;
 * a rollout can fail (`--failure-rate`), and a slow worker (`--slow-rate`) misses its
   `--deadline-ms`: the rollout gets `rollout_failed` and is dispatched again with the next
@@ -91,12 +91,12 @@ import torch
 
 from journal import (DEFAULT_FS, AsyncJournal, GroupRef, Journal, OwnershipError, RolloutRef,
                      StaleAttempt, list_segments)
-from replay import fingerprint, restore
+from replay import LocalDataPlane, fingerprint, restore
 from snapshot import BackgroundCompactor, compact
 
 from .bookkeeping import Ledger
-from .data_plane import LocalDataPlane
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
+from .extras import require
 from .loader import stateful_loader
 from .replica_options import add_replica_arguments, parse_replica_options
 
@@ -504,7 +504,7 @@ class Trainer:
             self.dl.load_state_dict(ck["loader_state"])
             self.epoch = self.loader_epoch = int(ck["epoch"])
         self.ledger.resumed(step)
-        self.dp.sweep(())   # nothing in flight survives a baseline restart
+        self.dp.delete(list(self.dp.locators()))   # nothing in flight survives a baseline restart
         announce("RESUMED", "source=baseline", f"step={step}", "lsn=-", "reserved=0", "admitted=0",
                  "replay=0", "spare=0", "salvaged=0", "demoted=0", "regenerated=0",
                  f"rollouts={self.cfg.rollouts}", f"mode={'rollout' if self.cfg.rollout_level else 'group'}")
@@ -554,8 +554,10 @@ class Trainer:
             self.epoch = self.loader_epoch = int(ck["loader_epoch"]) if ck is not None else 0
         self.ledger.resumed(state.step or 0)
         # rows no restore can ask for any more (dead tails, given-up attempts, trained groups)
-        # leave the data plane
-        self.dp.sweep(loc for g in state.replay + state.admitted for loc in _restored_rows(g))
+        # leave the data plane, and so do the temporary files of puts that died
+        live = {loc for g in state.replay + state.admitted for loc in _restored_rows(g)}
+        self.dp.delete(set(self.dp.locators()) - live)
+        self.dp.remove_leftovers()
 
         def work(g, status) -> Work:
             prompt = g.prompt  # collate_fn([dataset[idx]]), checked against the journal's locator
@@ -1162,7 +1164,7 @@ class Trainer:
         directory; returns what those finished for their dead controller, to fence."""
         from .ray_workers import ActorPool, connect, namespace_for
         connect(self.cfg.ray_address, namespace_for(self.cfg.out))
-        self.pool = ActorPool(self.cfg.rows_dir, self.cfg.ray_actors)
+        self.pool = ActorPool(self.dp, self.cfg.ray_actors)
         handed = self.pool.adopt()
         announce("RAY", f"run={self.pool.run}", f"adopted={sum(s is not None for s in self.pool.slots)}",
                  f"handed_over={len(handed)}")
@@ -1231,7 +1233,7 @@ class Trainer:
 
 
 def parse_args(argv=None) -> Config:
-    p = argparse.ArgumentParser(prog="python -m examples.trainer", description=__doc__,
+    p = argparse.ArgumentParser(prog=f"python -m {__package__}.trainer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="run directory (journal/, ckpt/, rows/, ledger.log)")
     p.add_argument("--seed", type=int, default=0, help="dataset and shuffling seed")
@@ -1274,6 +1276,8 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--ship-interval", type=float, default=1.0,
                    help="seconds between the replica's shipping passes (default 1.0)")
     a = p.parse_args(argv)
+    if a.ray:
+        require(p, "--ray", "ray", "ray")
     if a.no_journal and (a.baseline or a.group_level):
         p.error("--no-journal is the rollout-level loop without the journal: not with --baseline "
                 "(group-level, no journal) or --group-level")

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import threading
-from typing import Any
+from typing import Any, Callable, TypeVar
 
+from .arguments import CALLS
 from .writer import Journal, Transaction
+
+T = TypeVar("T")
+# the transition methods of `Journal`, one per event kind, each awaitable here
+TRANSITION_CALLS = tuple(CALLS.values())
 
 
 class AsyncJournal:
     """Awaitable commits for an asyncio trainer, with no thread per pending commit.
+
+    Every transition method of `Journal` (`taken`, `admitted`, `rollout_sealed`, ...) is a
+    coroutine here with the same arguments and result; `commit(fill)` makes several
+    transitions one atomic commit (`await aj.commit(lambda tx: (tx.discarded(...),
+    tx.admitted(...)))`). Other attributes (`lsn`, `owner_of`, `counts`, ...) are the
+    journal's (`aj.journal`).
 
     A call checks, folds and queues its commit on the event loop's thread (CPU work under the
     journal's lock, which the writer never holds across a write or an fsync), then awaits a
@@ -26,8 +38,6 @@ class AsyncJournal:
     future resumes a coroutine that may commit again on the loop's thread, so this bounds the
     loop's longest turn, and the first resumed commits reach the flusher sooner."""
 
-    _CALLS = frozenset({"taken", "diverted", "admitted", "finished", "trained", "discarded",
-                        "rollout_sealed", "rollout_failed", "begin_checkpoint", "commit_checkpoint"})
     _IDLE_SECONDS = 1.0
     SETTLE_PER_TURN = 32
 
@@ -43,37 +53,37 @@ class AsyncJournal:
         self._flusher: threading.Thread | None = None
 
     def __getattr__(self, name: str):
-        if name == "flush":
-            async def flush() -> None:
-                await asyncio.to_thread(self.journal.flush)
-            return flush
-        if name not in self._CALLS:
-            return getattr(self.journal, name)
+        return getattr(self.journal, name)
 
-        async def call(*args, **kwargs):
-            future = self._commit(name, args, kwargs)
-            del args, kwargs  # not kept alive while the commit waits for its fsync
-            return await future
+    async def flush(self) -> None:
+        """`Journal.flush` in a worker thread: every commit so far made durable."""
+        await asyncio.to_thread(self.journal.flush)
 
-        call.__name__ = name
-        self.__dict__[name] = call  # built once per name: later lookups find it
-        return call
+    async def commit(self, fill: Callable[[Transaction], T]) -> T:
+        """One atomic commit of the transitions `fill(tx)` records on a `Transaction` (a plain
+        function, run on the loop's thread; it must not await); awaits its durability and
+        returns what `fill` returned. An illegal transition raises and nothing is written."""
+        return await self._queue(fill, False)
 
-    def _commit(self, name: str, args: tuple, kwargs: dict) -> asyncio.Future:
-        """Queue the commit of `name(*args, **kwargs)`; the future its caller awaits."""
+    def _queue(self, fill: Callable[[Transaction], Any], lsn_result: bool) -> asyncio.Future:
+        """Queue the commit `fill` records; the future its caller awaits, which gets `fill`'s
+        result, or the commit's LSN when `lsn_result`."""
         tx = Transaction(self.journal)
         tx.__enter__()
         try:
-            result = getattr(tx, name)(*args, **kwargs)
+            result = fill(tx)
         except BaseException:
             tx._end(commit=False)
             raise
         pending = tx._end(commit=True)
         future = asyncio.get_running_loop().create_future()
+        if pending is None:  # nothing recorded: nothing to wait for
+            future.set_result(result)
+            return future
         with self._cond:
             self._pendings.append(pending)
             self._futures.append(future)
-            self._results.append(result if name == "taken" else pending.lsn)
+            self._results.append(pending.lsn if lsn_result else result)
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._flush_loop, name="journal-async-flush",
                                                  daemon=True)
@@ -103,6 +113,24 @@ class AsyncJournal:
                                bisect.bisect_right(pendings, durable, key=_lsn_of), error)
             for loop in {f.get_loop() for f in futures}:
                 loop.call_soon_threadsafe(_settle, loop, outcome, 0, self.SETTLE_PER_TURN)
+
+
+def _awaitable(name: str):
+    """`AsyncJournal.<name>`: `Journal.<name>`'s transition, awaited (same arguments, result)."""
+    method = getattr(Transaction, name)
+
+    async def call(self: AsyncJournal, *args, **kwargs):
+        future = self._queue(lambda tx: method(tx, *args, **kwargs), name != "taken")
+        del args, kwargs  # not kept alive while the commit waits for its fsync
+        return await future
+
+    wrapped = functools.wraps(getattr(Journal, name))(call)
+    wrapped.__doc__ = f"Awaitable `Journal.{name}`: " + (getattr(Journal, name).__doc__ or "")
+    return wrapped
+
+
+for _name in TRANSITION_CALLS:
+    setattr(AsyncJournal, _name, _awaitable(_name))
 
 
 def _lsn_of(pending) -> int:

@@ -186,22 +186,25 @@ class TerminalOwners:
 
 
 class LoaderState:
-    """The latest loader state: packed bytes plus the blobs they reference; decoded on demand."""
+    """The latest loader state: packed bytes plus the blobs they reference; decoded on demand.
+    `epoch` is the loader pass of the last group its `taken` took (None when that group has
+    none): a trainer restoring the state goes on in that pass."""
 
-    __slots__ = ("packed", "blobs")
+    __slots__ = ("packed", "blobs", "epoch")
 
-    def __init__(self, packed: PackedLoaderState, blobs: Mapping[bytes, bytes]):
+    def __init__(self, packed: PackedLoaderState, blobs: Mapping[bytes, bytes], epoch: int | None = None):
         self.packed = packed
         self.blobs = dict(blobs)
+        self.epoch = epoch
 
     def decode(self):
         return _loader_state.unpack(self.packed, self.blobs)
 
     @classmethod
-    def from_object(cls, obj) -> "LoaderState":
+    def from_object(cls, obj, epoch: int | None = None) -> "LoaderState":
         """Pack a loader `state_dict()` (e.g. one read back from a cut)."""
         packed, blobs = _loader_state.pack(obj)
-        return cls(packed, blobs)
+        return cls(packed, blobs, epoch)
 
 
 class State:
@@ -452,7 +455,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     counts[_O_RESERVED] += len(event.groups)
                     state.next_group_id = nxt
                     if event.loader_state is not None:
-                        _take_loader_state(state, event.loader_state, blobs, lsn)
+                        _take_loader_state(state, event, blobs, lsn)
                     if event.dataset_size is not None:
                         state.dataset_size = event.dataset_size
                     # the sample changes only while it fills, or when an id crosses a power of two
@@ -542,14 +545,15 @@ def _sample_rows(state: State, groups) -> None:
         state.row_sample += tuple(added)
 
 
-def _take_loader_state(state: State, packed, blobs, lsn: int) -> None:
-    table = blobs or {}
+def _take_loader_state(state: State, event: Taken, blobs, lsn: int) -> None:
+    packed, table = event.loader_state, blobs or {}
     missing = [d for d in packed.refs if d not in table]
     if missing:
         raise JournalCorrupt(
             f"LSN {lsn}: taken references loader-state blob {missing[0].hex()} that is not "
             "stored in its segment", lsn=lsn)
-    state.loader = LoaderState(packed, {d: table[d] for d in packed.refs})
+    state.loader = LoaderState(packed, {d: table[d] for d in packed.refs},
+                               event.groups[-1].epoch if event.groups else None)
 
 
 def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:

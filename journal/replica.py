@@ -76,23 +76,25 @@ class LeaseLost(ReplicaError):
     """Another writer holds the lease now: this one must stop."""
 
 
-def open_store(replica: Any, options: dict | None = None):
+def open_store(replica: Any, options: dict | None = None, *, role: str = "replica",
+               options_arg: str = "replica_options"):
     """The obstore store for `replica`: a URL (`s3://`, `gs://`, `az://`, `file://`,
-    `memory://`) opened with `obstore.store.from_url(replica, **options)`, or a store object."""
+    `memory://`) opened with `obstore.store.from_url(replica, **options)`, or a store object.
+    Messages name what opens it (`role`) and the argument that holds `options`."""
     if isinstance(replica, str):
         try:
             from obstore.store import from_url
         except ImportError as exc:
-            raise JournalError(f"replica {replica!r} needs the obstore package: pip install "
+            raise JournalError(f"{role} {replica!r} needs the obstore package: pip install "
                                "'ownership-journal[replica]'") from exc
         try:
             return from_url(replica, **(options or {}))
         except Exception as exc:  # a bad URL or option: obstore's own classes, not ours
-            raise ReplicaError(f"replica {replica!r} cannot be opened with replica_options keys "
+            raise ReplicaError(f"{role} {replica!r} cannot be opened with {options_arg} keys "
                                f"{sorted(options or {})}: {type(exc).__name__}: "
                                f"{str(exc).splitlines()[0]}") from exc
     if options:
-        raise ValueError("replica_options= applies to a replica URL, not to a store object")
+        raise ValueError(f"{options_arg}= applies to a {role} URL, not to a store object")
     return replica
 
 
@@ -105,28 +107,38 @@ def sha256_hex(data) -> str:
 
 
 class Bucket:
-    """The requests the journal makes, each raising the store's own exception on failure."""
+    """The requests the journal makes (and `replay.ObjectStoreDataPlane`, with `role` "data
+    plane"), each raising the store's own exception on failure."""
 
-    def __init__(self, store, where: str):
+    def __init__(self, store, where: str, role: str = "replica"):
         import obstore
         from obstore import exceptions
         self._ob, self._exc = obstore, exceptions
-        self.store, self.where = store, where
+        self.store, self.where, self.role = store, where, role
         self.requests: collections.Counter = collections.Counter()  # by kind; not the client's retries
 
-    def list(self) -> dict[str, int]:
-        """name -> size of every object under the prefix (paginated LIST)."""
+    def list(self, prefix: str | None = None) -> dict[str, int]:
+        """name -> size of every object under the store's prefix, or under `prefix` within it
+        (paginated LIST)."""
         out, pages = {}, 0
         try:
-            for batch in self._ob.list(self.store):
+            for batch in self._ob.list(self.store, prefix=prefix):
                 pages += 1
                 out.update((m["path"], m["size"]) for m in batch)
             self.requests["LIST"] += max(pages, 1)  # an empty listing is one request too
             return out
         except self._exc.InvalidPathError as exc:
-            raise ReplicaError(f"replica {self.where}: the bucket holds an object whose name is not "
+            raise ReplicaError(f"{self.role} {self.where}: the bucket holds an object whose name is not "
                                f"a plain path (a '..', '.' or empty part), so nothing in it is "
                                f"used: {str(exc).splitlines()[0]}; remove that object") from None
+
+    def exists(self, name: str) -> bool:
+        self.requests["HEAD"] += 1
+        try:
+            self._ob.head(self.store, name)
+        except FileNotFoundError:
+            return False
+        return True
 
     def get(self, name: str) -> bytes:
         self.requests["GET"] += 1

@@ -92,6 +92,7 @@ class _Body(msgspec.Struct, array_like=True):
     committed_checkpoints: dict[int, int]
     dataset_size: int | None
     row_sample: list[SampledRow]
+    loader_epoch: int | None = None
 
 
 class _BodyV1(_Body, array_like=True):
@@ -132,7 +133,8 @@ def encode(state: State, run_id: bytes, live_columns: Sequence[Mapping[str, list
                  bytes(state.terminal.codes), state.terminal.sparse, state.counts,
                  loader.packed if loader is not None else None,
                  loader.blobs if loader is not None else {}, state.pending_checkpoints,
-                 state.committed_checkpoints, state.dataset_size, list(state.row_sample))
+                 state.committed_checkpoints, state.dataset_size, list(state.row_sample),
+                 loader.epoch if loader is not None else None)
     payload = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(_encoder.encode(body))
     return _HEAD.pack(MAGIC, zlib.crc32(payload), len(payload)) + payload
 
@@ -220,7 +222,8 @@ def _state_of(body: _Body, live: dict[int, Group]) -> State:
     s.terminal = TerminalOwners()
     s.terminal.codes, s.terminal.sparse = bytearray(body.terminal_codes), body.terminal_sparse
     s.counts = body.counts
-    s.loader = LoaderState(body.loader, body.loader_blobs) if body.loader is not None else None
+    s.loader = (LoaderState(body.loader, body.loader_blobs, body.loader_epoch)
+                if body.loader is not None else None)
     s.pending_checkpoints, s.committed_checkpoints = body.pending_checkpoints, body.committed_checkpoints
     s.dataset_size, s.row_sample = body.dataset_size, tuple(body.row_sample)
     return s

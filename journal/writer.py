@@ -589,6 +589,15 @@ class Journal:
             self._check_usable()
             return self._state.owner_of(group_id)
 
+    def group(self, group_id: int) -> Group | None:
+        """The record of live group `group_id` as of the last commit (owner, locator, target
+        step, rollouts), or None when it is not live (never taken, trained or dropped). The
+        fold never changes a record once stored, so it is handed out as is: read it only.
+        Raises as `owner_of` does."""
+        with self._lock:
+            self._check_usable()
+            return self._state.live.get(group_id)
+
     def counts(self) -> dict[Owner, int]:
         """How many groups each owner holds as of the last commit: every `Owner`, the
         terminal ones (TRAINED, DROPPED) included. Raises as `owner_of` does."""

@@ -8,6 +8,8 @@
     report = verify(path)            # the whole chain of checks -> VerifyReport
     report = audit(path)             # exactly-once per loader epoch -> AuditReport
 
+    dp = LocalDataPlane("run/rows")  # or ObjectStoreDataPlane(url, options): snapshot.DataPlane
+
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
@@ -16,6 +18,9 @@ from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutW
                      ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
+from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
+                     RowsNotFound, RowsNotStorable)
+from .data_plane import LocalDataPlane, ObjectStoreDataPlane
 from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from .audit import audit
 from .fingerprint import fingerprint
@@ -24,8 +29,11 @@ from .recovered import RecoveredGroup, RecoveredRollout, RecoveredState
 from .reports import AuditReport, Check, Finding, NotAJournal, VerifyReport
 from .restore import restore
 from .verify import verify
+from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutWork, Session,
+                      SessionError, Work, durable_file)
 
 __all__ = [
+    "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
     "ROW_CHANGED_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
     "NotAJournal",
@@ -34,4 +42,6 @@ __all__ = [
     "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
     "DamagedCutWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
+    "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
+    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable",
 ]

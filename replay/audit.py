@@ -26,6 +26,12 @@ finished on the tail, how many of them the resume salvaged (finished again in
 the resumed branch's first commit) and how many had to be regenerated, groups
 trained on the tail (retrained after the resume) and groups taken there.
 
+*In flight* (`AuditReport.in_flight`, `drained`): the groups live at the end of the active
+history, taken and neither trained nor dropped, by owner; SPARE counts (a spare's row was
+taken from the loader and never trained: a run that ends with spares discards them to be
+drained). `sealed_not_finished` lists the ADMITTED groups whose rollouts are all sealed but
+whose `finished` was never journaled: a restore finishes them (they come back to train).
+
 For groups admitted with rollouts=N: the rollouts sealed, regenerated (sealed
 at an attempt > 0), failed and abandoned by restores, and the violations of
 "no rollout trained twice" and "a group with rollouts is trained with all N
@@ -52,7 +58,7 @@ from __future__ import annotations
 
 import os
 
-from journal import Admitted, Discarded, Finished, ProblemKind, Reader, Taken, Trained
+from journal import Admitted, Discarded, Finished, Owner, ProblemKind, Reader, Taken, Trained
 from snapshot import RestoreError, anchor_problem, cut_dirs, read_cut
 from snapshot.row_ledger import Bytes, RowLedger, Rows
 
@@ -432,7 +438,22 @@ def audit(path: str, mode: str = "strict", *, progress: Progress = no_progress,
         reader_problems=[{"kind": p.kind, "segment": p.segment, "offset": p.offset, "lsn": p.lsn,
                           "message": p.message} for p in problems],
         skipped_commits=[s._asdict() for s in a.fold.skipped],
-        not_covered=a.base.not_covered + _not_covered(reader.mode, problems, a.fold.skipped))
+        not_covered=a.base.not_covered + _not_covered(reader.mode, problems, a.fold.skipped),
+        in_flight=_in_flight(a.fold.state.live.values()))
+
+
+def _in_flight(live) -> dict:
+    """The live groups at the end, by owner, and those with every rollout sealed but no
+    `finished` (see the module docstring)."""
+    by_owner: dict[str, int] = {}
+    stalled = []
+    for g in live:
+        by_owner[g.owner.name] = by_owner.get(g.owner.name, 0) + 1
+        if g.owner == Owner.ADMITTED and g.rollouts is not None and g.rollouts.all_sealed():
+            stalled.append(g.group_id)
+    return {"groups": sum(by_owner.values()),
+            "by_owner": {o.name: by_owner[o.name] for o in Owner if o.name in by_owner},
+            "sealed_not_finished": sorted(stalled)}
 
 
 def _not_covered(mode: str, problems, skipped) -> list[str]:

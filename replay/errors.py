@@ -7,13 +7,16 @@ never imports `replay`; they are re-exported here unchanged, so `replay.RestoreE
 `snapshot.RestoreError` are one class. Then the errors only restore raises: the journal
 tail's own errors re-raised as subclasses of both `RestoreError` and the journal's class
 (one `except RestoreError` catches all), a file that cannot be read at all, and
-rehydration's. README "Restore" lists them in order.
+rehydration's. README "Restore" lists them in order. Last, re-exported too, the errors of a
+data plane (`snapshot.DataPlane`; not restore errors).
 """
 
 import journal
 from snapshot.errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalMismatch,
                              ManifestMissing, MissingFile, OrphanFile, RestoreError, SchemaMismatch,
                              TwoOwners, UnsafePath)
+from snapshot.errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator,  # noqa: F401
+                             RowConflict, RowsCorrupt, RowsNotFound, RowsNotStorable)
 
 
 class JournalCorrupt(RestoreError, journal.JournalCorrupt):

@@ -64,13 +64,13 @@ class RecoveredState(ResumePlan):
     """What a trainer resumes from (a `journal.ResumePlan`: `Journal.open(path, resume=state)`
     writes it). Feed `loader_state` to `dataloader.load_state_dict`,
     redispatch `admitted` (all their rollouts, or for groups admitted with `rollouts=N` only
-    `pending`), send `reserved` through admission again, train `replay` directly, keep `spare`
+    `pending`, never empty: a group with every rollout sealed comes back in `replay`), send `reserved` through admission again, train `replay` directly, keep `spare`
     in the reserve. Then `Journal.open(path, resume=state)` continues the history at `lsn`:
     its first commit (`first_commit`) records what restore decided (re-marked checkpoints,
-    salvaged groups and rollouts, demoted groups under their new ids, the attempts of
+    salvaged groups and rollouts, completed groups finished, demoted groups under their new ids, the attempts of
     unsealed rollouts raised), so the journal says exactly what the trainer was handed."""
 
-    loader_state: Any
+    loader_state: Any                  # feed to dataloader.load_state_dict (None: start fresh)
     reserved: list[RecoveredGroup]     # ordered by group id
     admitted: list[RecoveredGroup]     # ordered by target_step, then group id
     replay: list[RecoveredGroup]
@@ -82,6 +82,9 @@ class RecoveredState(ResumePlan):
     skipped: list[Skipped] = field(default_factory=list)    # stale or incomplete cuts passed over
     demoted: list[RecoveredGroup] = field(default_factory=list)   # rows lost: a fresh id, regenerate
     salvaged: list[RecoveredGroup] = field(default_factory=list)  # admitted -> replay: finished later
+    # admitted -> replay: every rollout sealed at `lsn`, `finished` never journaled there (the
+    # resume's first commit journals it); in `replay` too, as `salvaged` is
+    completed: list[RecoveredGroup] = field(default_factory=list)
     salvaged_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (group, index) sealed later
     lost_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (old group, index): row gone
     changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
@@ -89,6 +92,8 @@ class RecoveredState(ResumePlan):
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
     # becomes the dead tail): their weights are durable, so a resume marks them committed again
     recommit: list[int] = field(default_factory=list)
+    # the loader pass `loader_state` is in: that of the last group taken before `lsn`
+    loader_epoch: int | None = None
     # no history to restore (the path does not exist, an empty directory, a journal without a
     # commit, a bucket without one): `restore` warned, or with must_exist=True raised
     first_start: bool = False

@@ -2,6 +2,12 @@
 
 The rules, in the order they apply:
 
+0. **Completion**: a group ADMITTED at L with `rollouts=N` whose N rollouts are all sealed at
+   L (its `finished` never journaled, or only after L) comes back as REPLAY, to train, and
+   the first commit journals its `finished`: returned as ADMITTED it would have nothing to
+   dispatch, and a trainer waiting for its generation would wait forever. Reported in
+   `completed` (always on: it keeps nothing from after L, so it needs neither `salvage` nor a
+   data plane; with a data plane, a group whose rows it lost is demoted instead, rule 2).
 1. **Salvage** (opt-in, with a data plane): a group ADMITTED at L that finished after L,
    with weights no newer than the checkpoint (`policy_version <= step`) and its rows still
    in the data plane, comes back as REPLAY. The same holds per rollout: a rollout sealed
@@ -91,15 +97,16 @@ def _note_rollouts(tail: DeadTail, live: dict, ev, sealing: bool) -> None:
 class Recovery:
     """The groups by owner after the rules, and the first commit that records them."""
 
-    reserved: list[RecoveredGroup]
-    admitted: list[RecoveredGroup]
-    replay: list[RecoveredGroup]
-    spare: list[RecoveredGroup]
-    salvaged: list[RecoveredGroup]
-    demoted: list[RecoveredGroup]
-    salvaged_rollouts: list[tuple[int, int]]
-    lost_rollouts: list[tuple[int, int]]
-    first_commit: list
+    reserved: list[RecoveredGroup] = field(default_factory=list)
+    admitted: list[RecoveredGroup] = field(default_factory=list)
+    replay: list[RecoveredGroup] = field(default_factory=list)
+    spare: list[RecoveredGroup] = field(default_factory=list)
+    salvaged: list[RecoveredGroup] = field(default_factory=list)
+    completed: list[RecoveredGroup] = field(default_factory=list)
+    demoted: list[RecoveredGroup] = field(default_factory=list)
+    salvaged_rollouts: list[tuple[int, int]] = field(default_factory=list)
+    lost_rollouts: list[tuple[int, int]] = field(default_factory=list)
+    first_commit: list = field(default_factory=list)
 
 
 def _usable(entry: tuple | None, limit: int, data_plane: DataPlane) -> bool:
@@ -119,8 +126,8 @@ class _Plan:
         self.tail, self.data_plane = tail, data_plane
         self.limit = step if step is not None else -1
         self.next_free_id = next_free_id
-        self.out = Recovery([], [], [], [], [], [], [], [], [])
-        self.salvage_events: list = []
+        self.out = Recovery()
+        self.keep_events: list = []  # what rules 0 and 1 keep: rollouts sealed again, groups finished
         self.fenced: list[RecoveredGroup] = []  # admitted groups whose pending rollouts get new attempts
         self.demotion_events: list = []
 
@@ -133,7 +140,7 @@ class _Plan:
             entry = self.tail.sealed.get((g.group_id, r.index))
             if g.group_id not in self.tail.dropped and _usable(entry, self.limit, self.data_plane):
                 r.sealed, (r.policy_version, r.locator) = True, entry
-                self.salvage_events.append(RolloutSealed(
+                self.keep_events.append(RolloutSealed(
                     [RolloutRef(g.group_id, r.index, r.attempt, r.locator)], r.policy_version))
                 self.out.salvaged_rollouts.append((g.group_id, r.index))
                 kept += 1
@@ -172,7 +179,7 @@ class _Plan:
         self.out.admitted.append(g)
 
     def admitted_group(self, g: RecoveredGroup) -> None:
-        completed = self.salvage_rollouts(g) > 0 and not g.pending
+        salvaged = self.salvage_rollouts(g) > 0
         if self.rows_lost(g):
             self.demote(g)
             return
@@ -181,15 +188,16 @@ class _Plan:
         if whole is not None and self.data_plane is not None and g.group_id not in self.tail.dropped \
                 and _usable(whole, self.limit, self.data_plane):
             g.policy_version, g.locator = whole
-            self.salvage_events.append(Finished([g.group_id], g.policy_version, [g.locator]))
-        elif completed:   # its last rollouts were salvaged: finished, as on the dead tail
-            self.salvage_events.append(Finished([g.group_id]))
+            self.keep_events.append(Finished([g.group_id], g.policy_version, [g.locator]))
+            self.out.salvaged.append(g)
+        elif g.rollouts is not None and not g.pending:  # every rollout sealed: rule 0, or 1 for its last
+            self.keep_events.append(Finished([g.group_id]))
+            (self.out.salvaged if salvaged else self.out.completed).append(g)
         else:
             self.out.admitted.append(g)
             self.fenced.append(g)
             return
         g.owner = Owner.REPLAY
-        self.out.salvaged.append(g)
 
     def replay_group(self, g: RecoveredGroup) -> None:
         if self.rows_lost(g):
@@ -232,8 +240,8 @@ def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane
             out.reserved.append(g)
         else:
             out.spare.append(g)
-    out.replay += out.salvaged
+    out.replay += sorted(out.salvaged + out.completed, key=lambda g: g.group_id)
     out.admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
-    out.first_commit = ([CheckpointCommitted(s) for s in recommit] + plan.salvage_events
+    out.first_commit = ([CheckpointCommitted(s) for s in recommit] + plan.keep_events
                         + _fence(plan.fenced, attempts_used) + plan.demotion_events)
     return out

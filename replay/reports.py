@@ -64,6 +64,15 @@ class AuditReport(msgspec.Struct):
     reader_problems: list[dict]   # damage met while reading (torn tails included)
     skipped_commits: list[dict]   # commits salvage could not apply
     not_covered: list[str]  # what the audit could not read: never clean while this is non-empty
+    # the groups live at the end of the active history (`replay.audit`): groups, by_owner,
+    # sealed_not_finished
+    in_flight: dict = {}
+
+    @property
+    def drained(self) -> bool:
+        """Whether no group is in flight at the end: every group taken was trained or dropped
+        (a spare in the reserve is in flight: its row was taken and never trained)."""
+        return self.in_flight.get("groups", 0) == 0
 
     @property
     def problems(self) -> int:
@@ -81,4 +90,5 @@ class AuditReport(msgspec.Struct):
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "mode": self.mode, "active": self.active, "clean": self.clean,
-                "complete": self.complete, **{f: getattr(self, f) for f in self.__struct_fields__[3:]}}
+                "complete": self.complete, "drained": self.drained,
+                **{f: getattr(self, f) for f in self.__struct_fields__[3:]}}

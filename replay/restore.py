@@ -275,10 +275,11 @@ def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
                      attempts_used=_attempts_used(r.reader, r.tail, state.lsn))
     result = RecoveredState(
         loader_state=_decode_loader(state, path),
+        loader_epoch=state.loader.epoch if state.loader is not None else None,
         reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,
         lsn=state.lsn, step=r.step, counts={o.name: state.counts[o] for o in Owner},
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
-        salvaged=groups.salvaged, salvaged_rollouts=groups.salvaged_rollouts,
+        salvaged=groups.salvaged, completed=groups.completed, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, run_id=r.run_id, fold_state=state, recommit=recommit,
         first_commit=groups.first_commit, ledger_source=r.ledger,
         write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start)

@@ -11,9 +11,12 @@ through, and README "Cuts".
 from .compactor import BackgroundCompactor, CompactResult, compact
 from .checks import CHECKS, FILE_CHECKS, CutCheck, check_cut_files, check_of, read_cut
 from .cut import (DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
-                  TMP_PREFIX, Cut, DataPlane, write_cut)
+                  TMP_PREFIX, Cut, write_cut)
+from .data_plane import DataPlane, row_locators
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalMismatch, ManifestMissing,
                      MissingFile, OrphanFile, RestoreError, SchemaMismatch, TwoOwners, UnsafePath)
+from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
+                     RowsNotFound, RowsNotStorable)
 from .manifest import FORMAT_NAME, MANIFEST_NAME, SCHEMA_VERSION, Manifest
 from .retention import RETENTION_MODES
 from .catalog import (SNAPSHOTS_DIR, ManifestView, Skipped, anchor_problem, check_anchor, cut_dirs,
@@ -21,11 +24,14 @@ from .catalog import (SNAPSHOTS_DIR, ManifestView, Skipped, anchor_problem, chec
 from .state_at import Point, state_at
 
 __all__ = [
-    "compact", "CompactResult", "BackgroundCompactor", "Cut", "DataPlane", "read_cut", "write_cut",
+    "compact", "CompactResult", "BackgroundCompactor", "Cut", "DataPlane", "row_locators", "read_cut",
+    "write_cut",
     "CHECKS", "FILE_CHECKS", "CutCheck", "check_cut_files", "check_of",
     "state_at", "Point", "Skipped", "usable_cuts", "cut_dirs", "ManifestView", "anchor_problem", "check_anchor",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
+    "DataPlaneError", "InvalidLocator", "RowsNotFound", "RowConflict", "RowsCorrupt", "RowsNotStorable",
+    "DataPlaneUnreachable",
     "Manifest", "FORMAT_NAME", "MANIFEST_NAME", "SCHEMA_VERSION", "SNAPSHOTS_DIR", "RETENTION_MODES",
     "DATALOADER_FILE", "RECOVERY_FILE", "REPLAY_FILE", "RESERVE_FILE", "DATA_PLANE_DIR", "TMP_PREFIX",
 ]

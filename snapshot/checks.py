@@ -239,7 +239,8 @@ def _loader_state(r: Reading) -> None:
         raise CorruptRecord(f"{r.cut_dir}: {DATALOADER_FILE} disagrees with the manifest about "
                             "holding a loader state")
     try:
-        r.state.loader = LoaderState.from_object(loader) if loader is not None else None
+        r.state.loader = (LoaderState.from_object(loader, r.manifest.loader_epoch)
+                          if loader is not None else None)
     except ValueError as exc:
         raise CorruptRecord(f"{r.cut_dir}: {DATALOADER_FILE}: {exc}") from None
 

@@ -27,7 +27,8 @@ from journal.replica import RetentionRequest
 from .bucket_retention import request_bucket_retention
 from .catalog import Skipped, anchor_problem, anchored_cuts, newest_readable, usable_cuts
 from .checks import read_cut
-from .cut import DATA_PLANE_DIR, Cut, DataPlane, write_cut
+from .cut import DATA_PLANE_DIR, Cut, write_cut
+from .data_plane import DataPlane
 from .errors import RestoreError
 from .io_errors import io_step
 from .retention import RETENTION_MODES, retire, retirable_segments

@@ -30,11 +30,12 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable
 
 from journal import DEFAULT_FS, Group, Owner, OsFileSystem, State, state_file
 
 from . import manifest as mf
+from .data_plane import DataPlane
 from .io_errors import io_step, remove_quietly
 
 from journal.layout import (DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,  # noqa: F401
@@ -72,19 +73,6 @@ def _decode_dataset(value: Any, where: str, state: State) -> None:
 
 # written by `write_cut` and read back by `read_cut` (check 7) in this order
 OPTIONAL_ENTRIES = (OptionalEntry(DATASET_KEY, _encode_dataset, _decode_dataset),)
-
-
-@runtime_checkable
-class DataPlane(Protocol):
-    """The trainer's store of finished rollouts (rows), keyed by a group's data-plane locator."""
-
-    def save(self, directory: str, groups: list[Group]) -> None:
-        """Save the rows of `groups` under `directory` (it exists and is empty): the REPLAY
-        groups' rows, and for an ADMITTED group admitted with rollouts=N the rows of its sealed
-        rollouts (`group.rollouts.locators`), so a restore from the cut alone keeps them."""
-
-    def has(self, locator: str) -> bool:
-        """Whether the rows behind `locator` are still available."""
 
 
 @dataclass
@@ -253,4 +241,5 @@ def _manifest_of(state: State, run_id: bytes, timeline: int, has_loader_state: b
         counts={o.name: state.counts[o] for o in Owner}, next_group_id=state.next_group_id,
         pending_checkpoints={str(k): v for k, v in state.pending_checkpoints.items()},
         committed_checkpoints={str(k): v for k, v in state.committed_checkpoints.items()},
-        has_loader_state=has_loader_state, files=files, created_unix=time.time())
+        has_loader_state=has_loader_state, files=files, created_unix=time.time(),
+        loader_epoch=state.loader.epoch if state.loader is not None else None)

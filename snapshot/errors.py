@@ -1,5 +1,6 @@
 """The errors of the chain of checks a cut goes through: one class per check, in the order
-and with the numbers of `checks.CHECKS` (a subclass belongs to its base's check).
+and with the numbers of `checks.CHECKS` (a subclass belongs to its base's check); then the
+errors of a data plane (`data_plane.DataPlane`), which every implementation raises.
 
 They are defined here, beneath `replay`, because `snapshot` raises them: `read_cut` serves
 compaction and retention as well as restore, and `snapshot` never imports `replay`.
@@ -51,3 +52,33 @@ class TwoOwners(CorruptRecord):
 
 class JournalMismatch(RestoreError):
     """The cut's anchor (run id, timeline, LSN, chain) is not on the journal's active history."""
+
+
+class DataPlaneError(Exception):
+    """Base class: a data plane cannot do what was asked (names the store and the locator)."""
+
+
+class InvalidLocator(DataPlaneError, ValueError):
+    """A locator that is not one of this data plane's names (`..`, a path, another store's);
+    refused before anything is read, written or deleted."""
+
+
+class RowsNotFound(DataPlaneError, LookupError):
+    """No rows under a locator that `get` or `save` needs."""
+
+
+class RowConflict(DataPlaneError):
+    """Other bytes are already stored under the locator a put or an import writes: rows under a
+    locator never change."""
+
+
+class RowsCorrupt(DataPlaneError):
+    """Stored rows do not decode or fail their checksum."""
+
+
+class RowsNotStorable(DataPlaneError, ValueError):
+    """Rows hold a value the row codec does not store (names its place in the rows)."""
+
+
+class DataPlaneUnreachable(DataPlaneError):
+    """The store kept failing a request after every retry (names the object and the last error)."""

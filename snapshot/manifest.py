@@ -40,6 +40,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     has_loader_state: bool
     files: dict[str, FileEntry]   # relative path (posix) -> size and sha256
     created_unix: float = 0.0
+    loader_epoch: int | None = None   # the loader state's epoch (`journal.LoaderState.epoch`)
 
 
 def encode(m: Manifest) -> bytes:

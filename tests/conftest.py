@@ -1,10 +1,14 @@
 """Shared fixtures for the tests: `fast_tmp` (per test) and `fast_tmp_module` (per module) are
-scratch directories on tmpfs when there is one (see tests/support/scratch.py)."""
+scratch directories on tmpfs when there is one (see tests/support/scratch.py); `s3` is one
+real S3 server on 127.0.0.1 per session (moto's server mode, started by the first test that
+asks), `prefix` a fresh prefix in its bucket per test, `proxy` a fault-injecting proxy in
+front of it (tests/support/s3_support.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.support.s3_support import S3, FaultProxy
 from tests.support.scratch import scratch_dir
 
 
@@ -24,3 +28,22 @@ def fast_tmp(tmp_path):
 def fast_tmp_module(tmp_path_factory):
     with scratch_dir(fallback=tmp_path_factory.mktemp("fast")) as d:
         yield d
+
+
+@pytest.fixture(scope="session")
+def s3():
+    server = S3()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def proxy(s3):
+    p = FaultProxy(s3.port)
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def prefix():
+    return S3.prefix()

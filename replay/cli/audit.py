@@ -19,12 +19,20 @@ DESCRIPTION = (
     "dropped by reason, still in flight; and per restore, the work its dead tail held "
     "(rollouts finished there, salvaged, regenerated; groups trained there and retrained). "
     "A row taken only on a dead tail that the resumed run has not reached yet is 'pending', "
-    "not lost.")
+    "not lost. The groups still in flight at the end (taken, neither trained nor dropped: "
+    "reserved, admitted, replay or spare) are counted by owner, and admitted groups whose "
+    "rollouts are all sealed but which were never finished are listed.")
 EPILOG = ("examples:\n  journal-inspect audit runs/exp1/journal\n"
+          "  journal-inspect audit runs/exp1/journal --expect-drained   # a run that has ended\n"
           "  journal-inspect audit runs/exp1/journal --json | jq '.epochs[].trained_more'")
 
 
-add_arguments = options.add_all  # --all is its only option of its own
+def add_arguments(parser) -> None:
+    options.add_all(parser)
+    parser.add_argument("--expect-drained", action="store_true",
+                        help="the run has ended: exit 1 also when a group is still in flight "
+                             "(taken and neither trained nor dropped; a spare left in the "
+                             "reserve counts: discard unused spares to drain a run)")
 
 
 def _key_text(epoch, task) -> str:
@@ -44,7 +52,7 @@ def _row_text(r: dict, show_all: bool) -> str:
         render.joined(parts, show_all, "; ") if parts else r.get("why", ""))
 
 
-def render_report(doc: dict, show_all: bool = False) -> list[str]:
+def render_report(doc: dict, show_all: bool = False, expect_drained: bool = False) -> list[str]:
     a = doc["active"]
     lines = [f"exactly-once audit of {doc['path']}",
              f"active history: timeline {a['timeline']}, LSN {a['first_lsn']}..{a['end_lsn']} "
@@ -92,7 +100,23 @@ def render_report(doc: dict, show_all: bool = False) -> list[str]:
         lines += ["", f"NOT COVERED by this audit ({doc['mode']} read; the rows these held are "
                       "unaudited):"]
         lines += render.capped_lines((f"  {x}" for x in doc["not_covered"]), show_all)
-    lines += ["", _verdict(doc)]
+    lines += _in_flight_lines(doc["in_flight"], show_all)
+    lines += ["", _verdict(doc, expect_drained)]
+    return lines
+
+
+def _in_flight_lines(f: dict, show_all: bool) -> list[str]:
+    """The groups still in flight at the end (none: nothing to say)."""
+    if not f["groups"]:
+        return []
+    owners = ", ".join(f"{n} {o.lower()}" for o, n in f["by_owner"].items())
+    lines = ["", f"in flight at the end: {f['groups']} group(s) ({owners}), taken and neither "
+                 "trained nor dropped"]
+    stalled = f["sealed_not_finished"]
+    if stalled:
+        lines.append(f"  {len(stalled)} admitted group(s) with every rollout sealed, never finished "
+                     "(a restore finishes them: they come back to train):")
+        lines += render.capped_lines((f"    group {g}" for g in stalled), show_all)
     return lines
 
 
@@ -123,11 +147,17 @@ def _rollout_lines(r: dict, show_all: bool) -> list[str]:
     return lines
 
 
-def _verdict(doc: dict) -> str:
+def _verdict(doc: dict, expect_drained: bool = False) -> str:
     t = doc["totals"]
     if doc["clean"]:
-        return "CLEAN: no row trained twice, no row lost" + (
+        once = "no row trained twice, no row lost" + (
             ", no rollout trained twice or unsealed" if doc["rollouts"]["groups_trained"] else "")
+        if doc["drained"]:
+            return f"CLEAN: {once}"
+        flying = f"{doc['in_flight']['groups']} group(s) still in flight"
+        if expect_drained:
+            return f"NOT DRAINED: {flying}; {once}"
+        return f"CLEAN: {once}; {flying} (--expect-drained fails a run that has ended with groups in flight)"
     found = f"{t['trained_more_count']} row(s) trained more than once, {t['lost_count']} row(s) lost"
     if doc["rollouts"]["violations"]:
         found += f", {len(doc['rollouts']['violations'])} rollout violation(s)"
@@ -145,5 +175,5 @@ def run(args) -> int:
     if args.json:
         render.json_document(doc, sys.stdout)
     else:
-        render.text(render_report(doc, args.show_all), sys.stdout)
-    return 0 if rep.clean else PROBLEMS
+        render.text(render_report(doc, args.show_all, args.expect_drained), sys.stdout)
+    return 0 if rep.clean and (rep.drained or not args.expect_drained) else PROBLEMS

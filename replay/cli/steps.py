@@ -9,35 +9,36 @@ one small row per step is kept. The plot needs matplotlib (the `plot` extra).
 
 from __future__ import annotations
 
+import bisect
 import sys
 
 from journal import Owner, Trained
 
 from ..walk import Fold, active_lineage, history_bytes
-from . import options, render
-from .source import InspectError, Source, open_source
+from . import options, render, steps_plot
+from .source import Source, open_source
 
 HELP = "owner counts per training step as a table (--png: a plot); alias: timeline"
 DESCRIPTION = (
     "Owner counts after each training step (the last commit of a `trained(step=S)`): in "
     "flight (reserved + admitted), replay, spare, trained and dropped so far, and how many "
-    "groups the step trained, and the checkpoints and restores at that step. --png draws "
-    "them, restores and checkpoints as vertical lines (needs matplotlib: pip install "
-    "'ownership-journal[plot]').")
+    "groups the step trained, and the checkpoints and restores at that step (with --every, "
+    "a row also lists those of the steps it skipped). --png draws them: every checkpoint "
+    "and restore marked, the live groups (binned on long runs), and what the steps trained "
+    "and dropped where it changes (needs matplotlib: pip install 'ownership-journal[plot]').")
 EPILOG = ("examples:\n  journal-inspect steps runs/exp1/journal\n"
           "  journal-inspect steps runs/exp1/journal --every 100\n"
           "  journal-inspect steps runs/exp1/journal --png owners.png")
 
 COLUMNS = ("step", "lsn", "in_flight", "reserved", "admitted", "replay", "spare", "trained", "dropped",
            "trained_at_step")
-MISSING_MATPLOTLIB = ("--png needs matplotlib, which is not installed: pip install "
-                      "'ownership-journal[plot]' (or pip install matplotlib)")
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--png", metavar="FILE", help="also draw the counts into FILE (needs matplotlib)")
     parser.add_argument("--every", type=options.positive, default=1, metavar="N",
-                        help="show every N-th step in the table (the last step is always shown)")
+                        help="show every N-th step in the table (the last step is always shown; a row "
+                             "lists the checkpoints and restores of the steps before it that are not shown)")
 
 
 def steps(src: Source) -> tuple[list[dict], Fold]:
@@ -74,55 +75,44 @@ def marks(src: Source, fold: Fold) -> list[dict]:
     return out
 
 
-def plot(rows: list[dict], marked: list[dict], path: str, title: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InspectError(MISSING_MATPLOTLIB) from None
-    x = [r["step"] for r in rows]
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
-    for key in ("in_flight", "replay", "spare"):
-        top.plot(x, [r[key] for r in rows], label=key.replace("_", " "))
-    top.set_ylabel("groups now")
-    top.legend(loc="upper left")
-    top.set_title(title)
-    for key in ("trained", "dropped"):
-        bottom.plot(x, [r[key] for r in rows], label=f"{key} so far")
-    bottom.set_ylabel("groups so far")
-    bottom.set_xlabel("training step")
+def mark_texts(shown: list[dict], marked: list[dict]) -> list[str]:
+    """The marks column of the table's `shown` rows: each row lists the marks from the row
+    shown before it (exclusive) to its own step, so a mark between sampled rows (`--every`)
+    is still there; a mark past the last row goes to the last row."""
+    out: list[list[dict]] = [[] for _ in shown]
+    steps = [r["step"] for r in shown]
     for m in marked:
-        restore = m["kind"] == "restore"
-        for ax in (top, bottom):
-            ax.axvline(m["step"], color="tab:red" if restore else "0.7", linestyle="-" if restore else ":",
-                       linewidth=1.2 if restore else 0.8, zorder=0)
-        if restore:
-            top.annotate(f"restore -> timeline {m['timeline']}", (m["step"], 1), xycoords=("data", "axes fraction"),
-                         rotation=90, va="top", ha="right", fontsize=7, color="tab:red")
-    bottom.legend(loc="upper left")
-    fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except OSError as exc:
-        raise InspectError(f"--png {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+        out[min(bisect.bisect_left(steps, m["step"]), len(shown) - 1)].append(m)
+    return [_marks_cell(row["step"], marks) for row, marks in zip(shown, out)]
+
+
+def _marks_cell(step: int, marks: list[dict]) -> str:
+    checkpoints = [m["step"] for m in marks if m["kind"] == "checkpoint"]
+    if checkpoints == [step]:
+        texts = ["checkpoint"]
+    elif len(checkpoints) == 1:
+        texts = [f"checkpoint at {checkpoints[0]}"]
+    else:
+        texts = [f"{len(checkpoints)} checkpoints {checkpoints[0]}-{checkpoints[-1]}"] if checkpoints else []
+    before = [m for m in marks if m["kind"] == "restore" and m["step"] != step]
+    if len(before) == 1:
+        texts.append(f"restore at {before[0]['step']} -> timeline {before[0]['timeline']}")
+    elif before:
+        texts.append(f"{len(before)} restores at {', '.join(str(m['step']) for m in before)} -> timelines "
+                     + ", ".join(str(m["timeline"]) for m in before))
+    texts += [f"restore -> timeline {m['timeline']}" for m in marks if m["kind"] == "restore" and m["step"] == step]
+    return ", ".join(texts)
 
 
 def run(args) -> int:
     src = open_source(args.path, args.mode, allow_cut=False)
     out = sys.stdout
     if args.png:  # fail before the scan when matplotlib is missing
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise InspectError(MISSING_MATPLOTLIB) from None
+        steps_plot.require_matplotlib()
     rows, fold = steps(src)
     marked = marks(src, fold)
     if args.png:
-        plot(rows, marked, args.png, f"owners per training step: {src.path} "
-                                     "(dotted: checkpoints, red: restores)")
+        steps_plot.plot(rows, marked, args.png, f"owners per training step: {src.path}")
     if args.json:
         render.json_document({"path": src.path, "end_lsn": fold.state.lsn, "steps": rows,
                               "marks": marked, "png": args.png}, out)
@@ -131,14 +121,10 @@ def run(args) -> int:
         out.write("no training step on the active history yet (no trained event)\n")
         return 0
     shown = [r for i, r in enumerate(rows) if i % args.every == 0 or i == len(rows) - 1]
-    at_step: dict[int, list[str]] = {}
-    for m in marked:
-        at_step.setdefault(m["step"], []).append(
-            "checkpoint" if m["kind"] == "checkpoint" else f"restore -> timeline {m['timeline']}")
     lines = render.table(["step", "LSN", "in flight", "reserved", "admitted", "replay", "spare",
                           "trained", "dropped", "trained at step", "marks"],
-                         [[r[c] for c in COLUMNS] + [", ".join(at_step.get(r["step"], []))] for r in shown])
+                         [[r[c] for c in COLUMNS] + [cell] for r, cell in zip(shown, mark_texts(shown, marked))])
     if args.png:
-        lines += ["", f"plot written to {args.png} (dotted lines: checkpoints, red lines: restores)"]
+        lines += ["", f"plot written to {args.png}"]
     render.text(lines, out)
     return 0

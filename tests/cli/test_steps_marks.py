@@ -1,13 +1,17 @@
-"""`journal-inspect steps --png` marks checkpoints and restores. matplotlib (the `plot` extra)
-may be missing, so the marks are checked in the data handed to the plotting function."""
+"""`journal-inspect steps` marks checkpoints and restores: in the data handed to the plotting
+function (the `plot` extra may be missing there; tests/cli/test_steps_plot.py draws), in
+`--json`, and in the table, where `--every` must not hide a mark between the rows it shows."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import replay.cli
 from replay.cli import steps as steps_command
@@ -35,7 +39,7 @@ def _positions(marks: list[dict]) -> tuple[list, list]:
 def test_plot_gets_the_checkpoints_and_restores(journal, tmp_path, monkeypatch):
     handed = {}
     monkeypatch.setitem(sys.modules, "matplotlib", types.ModuleType("matplotlib"))
-    monkeypatch.setattr(steps_command, "plot", lambda rows, marks, path, title: handed.update(
+    monkeypatch.setattr(steps_command.steps_plot, "plot", lambda rows, marks, path, title: handed.update(
         rows=rows, marks=marks, path=path))
     png = str(tmp_path / "owners.png")
     assert replay.cli.main(["steps", journal, "--png", png]) == 0
@@ -52,3 +56,51 @@ def test_marks_in_json_and_text(journal, capsys):
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
     assert rows["6"].endswith("checkpoint, restore -> timeline 2") and rows["8"].endswith("checkpoint")
     assert not rows["7"].endswith("checkpoint")
+
+
+def _marks_column(text: str) -> dict[int, str]:
+    """step -> marks cell of `journal-inspect steps` text (the cell is everything after the
+    10 numeric columns)."""
+    out = {}
+    for line in text.splitlines()[2:]:
+        fields = line.split(None, 10)
+        out[int(fields[0])] = fields[10] if len(fields) > 10 else ""
+    return out
+
+
+def test_every_keeps_the_marks_of_the_rows_it_skips(journal, capsys):
+    """--every 4 shows steps 1, 5, 9 and 11: the restore at step 6 and the checkpoints at 2,
+    4, 6, 8 and 10 are listed on the next row shown."""
+    assert replay.cli.main(["steps", journal, "--every", "4"]) == 0
+    assert _marks_column(capsys.readouterr().out) == {
+        1: "", 5: "2 checkpoints 2-4", 9: "2 checkpoints 6-8, restore at 6 -> timeline 2",
+        11: "checkpoint at 10"}
+
+
+def _checkpoints_in(cell: str) -> int:
+    n = 0
+    for part in cell.split(", "):
+        if part == "checkpoint" or part.startswith("checkpoint at "):
+            n += 1
+        elif " checkpoints " in part:
+            n += int(part.split()[0])
+    return n
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 60), min_size=1, unique=True).map(sorted), st.integers(1, 7),
+       st.lists(st.tuples(st.sampled_from(["checkpoint", "restore"]), st.integers(0, 70)), max_size=20))
+def test_every_mark_is_in_exactly_one_shown_row(steps, every, raw_marks):
+    rows = [{"step": s} for s in steps]
+    shown = [r for i, r in enumerate(rows) if i % every == 0 or i == len(rows) - 1]
+    marked = [{"kind": kind, "step": step, "lsn": i, "timeline": i + 2 if kind == "restore" else None}
+              for i, (kind, step) in enumerate(raw_marks)]
+    cells = steps_command.mark_texts(shown, marked)
+    assert len(cells) == len(shown)
+    timelines = [int(t) for cell in cells for found in re.findall(r"-> timelines? (\d+(?:, \d+)*)", cell)
+                 for t in found.split(", ")]
+    assert sorted(timelines) == sorted(m["timeline"] for m in marked if m["kind"] == "restore")
+    assert sum(_checkpoints_in(c) for c in cells) == sum(m["kind"] == "checkpoint" for m in marked)
+    for row, cell in zip(shown, cells):   # a mark at the row's own step is said without a step
+        here = {m["kind"] for m in marked if m["step"] == row["step"]}
+        assert ("restore ->" in cell) == ("restore" in here)

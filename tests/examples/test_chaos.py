@@ -166,7 +166,7 @@ def test_demo_output_names_the_run_dir_once_and_ends_with_what_to_run_next(journ
                           f"          journal-inspect timeline {journal} --png owners.png",
                           f"          journal-inspect summary {journal}",
                           f"          journal-inspect log {journal} --kind discarded",
-                          "          (--png needs the plot extra: pip install -e '.[plot]')"]
+                          "          (--png needs the plot extra: pip install 'ownership-journal[plot]')"]
     # at most 100 columns with a run dir as long as the default one (/tmp/journal-demo-XXXXXXXX)
     default_length = text.replace(s["out"], "/tmp/journal-demo-abcd1234")
     assert [line for line in default_length.splitlines() if len(line) > 100] == []

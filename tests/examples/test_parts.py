@@ -1,7 +1,6 @@
 """The example's parts on their own: the dataset and collate function restore rehydrates with,
-the crash-safe data plane (per group and per rollout attempt), the sealed rows a checkpoint
-directory carries, the ledger's final-history replay, the kill plans, the trainer's loop with
-the journal off."""
+the ledger's final-history replay, the kill plans, the trainer's loop with the journal off.
+(The data plane is the library's: tests/replay/test_data_plane.py.)"""
 
 from __future__ import annotations
 
@@ -9,16 +8,12 @@ import asyncio
 import os
 
 import pytest
-import torch
 
-from journal import Group, GroupRef, Journal, Owner, Reader, RolloutRef
-from replay import fingerprint, restore
-from snapshot import compact
+from replay import fingerprint
 
 from examples.bookkeeping import Ledger, read_ledger
 from examples import chaos
 from examples.chaos import kill_plan
-from examples.data_plane import LocalDataPlane
 from examples.dataset import PromptDataset, collate_fn
 from examples.trainer import Trainer, parse_args
 
@@ -34,57 +29,6 @@ def test_dataset_is_deterministic_two_tasks_and_fingerprints_are_stable():
     batch = collate_fn([a[3], a[5]])
     assert batch["idx"].tolist() == [3, 5] and batch["tokens"].shape == (2, 6)
     assert batch["task_name"] == [a[3]["task_name"], a[5]["task_name"]]
-
-
-def test_data_plane_put_has_save_import_sweep(tmp_path):
-    dp = LocalDataPlane(str(tmp_path / "rows"))
-    rows = {"rewards": torch.tensor([1.0, 0.0, 1.0, 0.0])}
-    loc = dp.put(17, rows)
-    assert loc == "g17.pt" and dp.has(loc) and not dp.has("g18.pt") and not dp.has("../x")
-    assert torch.equal(dp.get(loc)["rewards"], rows["rewards"])
-    cut = tmp_path / "cut"
-    (cut / "data_plane").mkdir(parents=True)
-    g = Group(17, 3, "math", 0, None, Owner.REPLAY, locator=loc)
-    dp.save(str(cut / "data_plane"), [g])
-    missing = Group(18, 4, "math", 0, None, Owner.REPLAY, locator="g18.pt")
-    with pytest.raises(FileNotFoundError):
-        dp.save(str(tmp_path), [missing])
-    # a crashed write leaves only a temporary file, which the sweep removes with unwanted rows
-    open(tmp_path / "rows" / ".tmp-g19.pt-dead", "wb").close()
-    dp.put(20, rows)
-    assert dp.sweep(keep=[loc]) == 2
-    assert sorted(os.listdir(tmp_path / "rows")) == ["g17.pt"]
-    dp.delete([loc])
-    assert not dp.has(loc)
-    assert dp.import_cut(str(cut)) == 1 and torch.equal(dp.get(loc)["rewards"], rows["rewards"])
-
-
-def test_data_plane_rollout_rows_are_per_attempt_and_a_cut_takes_a_replay_groups_rollouts(tmp_path):
-    dp = LocalDataPlane(str(tmp_path / "rows"))
-    path = str(tmp_path / "journal")
-    j = Journal.open(path, sync="none")
-    (gid,) = j.taken([GroupRef(idx=3)])
-    j.admitted([gid], target_step=1, rollouts=2)
-    late = dp.put_rollout(gid, 1, 0, {"reward": torch.tensor(0.0)})
-    kept = dp.put_rollout(gid, 1, 1, {"reward": torch.tensor(1.0)})
-    # a late result of attempt 0 and the result of attempt 1 are different rows
-    assert (late, kept) == (f"g{gid}-r1-a0.pt", f"g{gid}-r1-a1.pt") and dp.has(late) and dp.has(kept)
-    dp.delete([late])
-    assert not dp.has(late) and float(dp.get(kept)["reward"]) == 1.0
-    first = dp.put_rollout(gid, 0, 0, {"reward": torch.tensor(0.5)})
-    j.rollout_failed([RolloutRef(gid, 1, 0)], reason="deadline")
-    j.rollout_sealed([RolloutRef(gid, 0, 0, first)])
-    j.rollout_sealed([RolloutRef(gid, 1, 1, kept)])
-    j.finished([gid])
-    j.close()
-    g = Reader(path).fold().live[gid]
-    assert g.owner == Owner.REPLAY and g.locator is None
-    # a REPLAY group admitted with rollouts=2: its rows are its sealed rollouts' rows
-    (tmp_path / "cut").mkdir()
-    dp.save(str(tmp_path / "cut"), [g])
-    assert sorted(os.listdir(tmp_path / "cut")) == sorted([first, kept])
-    assert dp.sweep(keep=[kept]) == 1 and os.listdir(tmp_path / "rows") == [kept]
-    assert dp.import_rows(str(tmp_path / "cut")) == 2 and dp.has(first)
 
 
 def test_ledger_final_history_cuts_off_what_died_with_the_process(tmp_path):
@@ -180,29 +124,3 @@ def test_no_journal_runs_the_rollout_level_loop_with_nothing_durable(tmp_path, c
     assert c["rollouts_started"] >= 4 * rep["trained_once"] + c["rollouts_retried"]
     with pytest.raises(SystemExit):
         parse_args(["--out", out, "--no-journal", "--group-level"])
-
-
-def test_a_cut_carries_the_rows_of_its_admitted_groups_sealed_rollouts(tmp_path):
-    """compact(into=..., data_plane=...) saves the REPLAY groups' rows and the sealed rollouts'
-    rows of ADMITTED groups; a restore from that cut alone, on a fresh data plane that imported
-    them, keeps those rollouts sealed instead of regenerating them."""
-    dp = LocalDataPlane(str(tmp_path / "rows"))
-    path = str(tmp_path / "journal")
-    j = Journal.open(path, sync="none")
-    a, c = j.taken([GroupRef(idx=i) for i in (1, 3)])
-    j.admitted([a], target_step=1, rollouts=2)
-    j.admitted([c], target_step=1)                                  # group-level: nothing sealed
-    sealed = dp.put_rollout(a, 1, 0, {"reward": torch.tensor(1.0)})
-    j.rollout_sealed([RolloutRef(a, 1, 0, sealed)])
-    lsn = j.begin_checkpoint(step=1)
-    j.commit_checkpoint(step=1)
-    j.close()
-    cut = str(tmp_path / "ckpt" / "ownership")
-    compact(path, at=lsn, into=cut, data_plane=dp, retention=None)
-    assert os.listdir(os.path.join(cut, "data_plane")) == [sealed]
-    fresh = LocalDataPlane(str(tmp_path / "node2-rows"))           # the node that resumes
-    assert fresh.import_cut(cut) == 1
-    state = restore(cut, data_plane=fresh)
-    (ra, rc) = sorted(state.admitted, key=lambda g: g.group_id)
-    assert [(r.index, r.sealed, r.locator) for r in ra.rollouts] == [(0, False, None), (1, True, sealed)]
-    assert state.demoted == [] and state.lost_rollouts == [] and rc.rollouts is None

@@ -93,7 +93,7 @@ def test_a_late_result_is_rejected_by_the_journal_and_its_row_deleted(trainer):
     assert (t.stats["fenced_stale_attempt"], t.stats["fenced_already_done"]) == (2, 0)
     # the late rows are gone, the sealed one of attempt 1 stays
     rows = sorted(os.listdir(t.cfg.rows_dir))
-    assert rows == [f"g{w.gid}-r2-a1.pt"] and w.sealed[2] == rows[0]
+    assert rows == [f"g{w.gid}-r2-a1.rows"] and w.sealed[2] == rows[0]
     # the journal holds the raised attempts and the one seal
     r = Reader(t.cfg.journal_dir).fold().live[w.gid].rollouts
     assert r.attempts == (0, 1, 1, 0) and r.locators == (None, None, rows[0], None)

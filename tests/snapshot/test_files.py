@@ -29,8 +29,8 @@ from journal import GroupRef, Journal, Owner, Reader, list_segments
 from journal import state_file
 from journal.layout import LEDGER_FILE, STATE_FILE
 from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
-                      SNAPSHOTS_DIR, ChecksumMismatch, DataPlane, compact, cut_dirs, read_cut,
-                      state_at)
+                      SNAPSHOTS_DIR, ChecksumMismatch, compact, cut_dirs, read_cut,
+                      row_locators, state_at)
 
 from tests.support.equality import deep_equal
 from tests.support.snapshot_support import (assert_same_state, committed_lsn, lifecycle_checkpointed,
@@ -169,18 +169,20 @@ def test_cut_into_a_trainer_checkpoint_dir(fast_tmp):
 
 
 class FileDataPlane:
-    """One file of rows per REPLAY group, named by its data-plane locator."""
+    """One file of rows per REPLAY group, named by its data-plane locator, in subdirectories:
+    the two methods of `snapshot.DataPlane` compaction and restore call (`save`, `has`)."""
 
     def __init__(self):
         self.rows: dict[str, bytes] = {}
 
-    def save(self, directory: str, replay_groups) -> None:
+    def save(self, directory: str, groups) -> None:
         os.makedirs(os.path.join(directory, "rows"))
-        for g in replay_groups:
-            with open(os.path.join(directory, "rows", g.locator.replace("/", "_")), "wb") as f:
-                f.write(self.rows[g.locator])
+        locators = sorted(loc for g in groups for loc in row_locators(g))
+        for loc in locators:
+            with open(os.path.join(directory, "rows", loc.replace("/", "_")), "wb") as f:
+                f.write(self.rows[loc])
         with open(os.path.join(directory, "index.json"), "w") as f:
-            json.dump(sorted(g.locator for g in replay_groups), f)
+            json.dump(locators, f)
 
     def has(self, locator: str) -> bool:
         return locator in self.rows
@@ -188,7 +190,6 @@ class FileDataPlane:
 
 def test_data_plane_files_are_saved_and_hashed(fast_tmp):
     dp = FileDataPlane()
-    assert isinstance(dp, DataPlane)
     path = str(fast_tmp / "j")
     with Journal.open(path, sync="none") as j:
         gids = j.taken([GroupRef(idx=i) for i in range(6)])

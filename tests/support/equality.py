@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -15,14 +16,17 @@ def _tensor_bytes(t: torch.Tensor) -> bytes:
 
 def deep_equal(a: Any, b: Any, *, key_order: bool = False) -> bool:
     """Exact equality: the same types all the way down (tuple is not list, bool is not int, a key
-    1 is not a key 1.0), tensors equal in dtype, shape and bytes, floats and tensors alike with
-    NaN equal to NaN at the same place and -0.0 distinct from 0.0. Dicts need the same keys and
-    equal values; their key order counts only with `key_order=True` (for what the journal hands
-    back as it was given: a loader state keeps its insertion order through a round trip)."""
+    1 is not a key 1.0), tensors and numpy arrays equal in dtype (byte order too), shape and
+    bytes, floats and tensors alike with NaN equal to NaN at the same place and -0.0 distinct
+    from 0.0. Dicts need the same keys and equal values; their key order counts only with
+    `key_order=True` (for what the journal hands back as it was given: a loader state keeps its
+    insertion order through a round trip)."""
     if type(a) is not type(b):
         return False
     if isinstance(a, torch.Tensor):
         return a.dtype == b.dtype and a.shape == b.shape and _tensor_bytes(a) == _tensor_bytes(b)
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
     if isinstance(a, float):
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)

@@ -9,6 +9,7 @@ import warnings
 
 from journal import GroupRef, Journal, Owner, State
 from replay import fingerprint
+from snapshot import row_locators
 
 from tests.support.equality import deep_equal
 
@@ -56,10 +57,10 @@ class FakeDataPlane:
         self.has_calls.append(locator)
         return len(self.rows.get(locator, ())) >= ROLLOUTS_PER_GROUP
 
-    def save(self, directory: str, replay_groups) -> None:
-        for g in replay_groups:
+    def save(self, directory: str, groups) -> None:
+        for g in groups:
             with open(os.path.join(directory, f"group-{g.group_id}.json"), "w") as f:
-                json.dump(self.rows.get(g.locator, []), f)
+                json.dump([self.rows.get(loc, []) for loc in row_locators(g)], f)
 
 
 def locator_of(gid: int) -> str:

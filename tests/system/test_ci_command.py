@@ -40,3 +40,13 @@ def test_a_readme_with_two_test_lines_fails_loudly(tmp_path):
     readme.write_text("## Quick start\n\n    python -m pytest tests -q\n    pytest tests\n")
     p = command_of(str(readme))
     assert p.returncode == 1 and p.stdout == "" and "python -m pytest tests -q" in p.stderr
+
+
+def test_the_quick_start_main_job_installs_the_demo_extra_only():
+    """The main job's line installs what `journal-demo` needs (the `demo` extra), not the
+    test extra's Ray, moto and matplotlib."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        quick_start = f.read().split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    (main_job,) = [line.strip() for line in quick_start.splitlines()
+                   if line.startswith("    ") and line.rstrip().endswith("&& journal-demo")]
+    assert main_job == "pip install torch==2.13.0 && pip install -e '.[demo]' && journal-demo"

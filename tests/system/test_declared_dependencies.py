@@ -116,7 +116,61 @@ def test_the_check_reports_numpy_when_the_test_extra_lacks_it():
     assert "tests/support/equality.py" in missing["numpy"]  # .numpy() without an import
 
 
-def test_the_examples_extra_declares_numpy():
-    """The example trainer imports torch, which warns `Failed to initialize NumPy` without it."""
-    extras = _pyproject()["project"]["optional-dependencies"]
-    assert "numpy" in _requirement_names(extras["examples"])
+def _module_level_imports(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """(top-level names of absolute imports, names of sibling modules imported relatively) that
+    run when the module is imported: function bodies and optional imports left out."""
+    absolute: set[str] = set()
+    relative: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.Try) and _handles_import_error(node):
+            return
+        if isinstance(node, ast.Import):
+            absolute.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            absolute.add(node.module.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:
+            relative.update([node.module] if node.module else [a.name for a in node.names])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return absolute, relative
+
+
+def scan_demo_imports() -> set[str]:
+    """Third-party top-level modules that `journal-demo`'s default run imports: the module-level
+    imports of examples/chaos.py and examples/trainer.py (the child it runs), of the example
+    modules they import, and of every module of the library packages they import."""
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    queue = [ROOT / "examples" / "chaos.py", ROOT / "examples" / "trainer.py"]
+    seen: set[Path] = set()
+    needed: set[str] = set()
+    while queue:
+        path = queue.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        absolute, relative = _module_level_imports(ast.parse(path.read_text(), str(path)))
+        queue += [path.parent / f"{name}.py" for name in relative if (path.parent / f"{name}.py").is_file()]
+        for name in absolute:
+            if name in packages:
+                queue += sorted((ROOT / name).rglob("*.py"))
+            elif name not in sys.stdlib_module_names:
+                needed.add(name)
+    return needed
+
+
+def test_the_demo_extra_declares_what_the_default_demo_imports():
+    """The quick start's main job installs the `demo` extra only: everything `journal-demo`
+    imports without --ray or --replica is in `dependencies` or `demo`, and numpy is there
+    (torch warns `Failed to initialize NumPy` without it)."""
+    needed = scan_demo_imports()
+    assert {"torch", "torchdata", "msgspec"} <= needed   # the scan reaches the trainer and the library
+    assert not needed & {"ray", "obstore", "matplotlib"}, "optional extras imported by the default demo"
+    project = _pyproject()["project"]
+    declared = _requirement_names(project["dependencies"] + project["optional-dependencies"]["demo"])
+    assert not undeclared({m: set() for m in needed}, declared)
+    assert "numpy" in declared

@@ -1,0 +1,129 @@
+"""`AsyncSession`: `Session` for an asyncio trainer. Commits are awaited over
+`journal.AsyncJournal` (every commit awaited while an fsync runs shares the next one, with no
+thread per pending commit); the data plane's blocking I/O runs in worker threads."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any, Callable
+
+from journal import AsyncJournal, RolloutRef
+
+from .core import Core, Fill
+from .sync import Session
+
+
+class AsyncSession(Core):
+    """`Session`'s calls as coroutines: `s = await AsyncSession.open(...)`, then
+    `await s.take(batch)`, `await s.seal(...)`, `await s.checkpoint(step, save=...)` (`save`
+    may be a coroutine function), `async with` or `await s.close()`. `resume_work`, `spares`,
+    `epoch`, `batches()`, `stats()` and `journal` are as in `Session`."""
+
+    def __init__(self, *args, **kwargs):  # use AsyncSession.open
+        raise TypeError("use await AsyncSession.open(journal_dir, ...)")
+
+    @classmethod
+    async def open(cls, journal_dir: str, **options) -> "AsyncSession":
+        """`Session.open` (same arguments), for a trainer running in an event loop. The open
+        itself runs on the loop's thread: it happens once, before the loop has other work."""
+        options = {**_OPEN_DEFAULTS, **options}
+        self = cls._start(journal_dir, **options)
+        self._aj = AsyncJournal(self.journal)
+        return self
+
+    async def _io(self, fn: Callable, *args) -> Any:
+        return await asyncio.to_thread(fn, *args)
+
+    def _commit(self, fill: Fill):
+        return self._aj.commit(fill)
+
+    async def take(self, batch: Any, *, divert: bool = False) -> list[int]:
+        return await self._commit(self.take_fill(batch, divert))
+
+    async def admit(self, group_ids: list[int], *, step: int, policy_version: int | None = None,
+                    rollouts: int | None = None) -> None:
+        await self._aj.admitted(group_ids, target_step=step, policy_version=policy_version,
+                                rollouts=rollouts)
+
+    async def seal(self, group_id: int, index: int, attempt: int, rows: Any, *,
+                   policy_version: int | None = None) -> str:
+        locator = await self._io(self.plane().put_rollout, group_id, index, attempt, rows)
+        try:
+            await self._commit(self.seal_fill(group_id, index, attempt, locator, policy_version))
+        except Exception as exc:
+            if self.refused(exc, locator):
+                await self._io(self.data_plane.delete, [locator])
+            raise
+        return locator
+
+    async def finish(self, group_id: int, rows: Any, *, policy_version: int | None = None) -> str:
+        locator = await self._io(self.plane().put, group_id, rows)
+        await self._aj.finished([group_id], policy_version=policy_version, locators=[locator])
+        return locator
+
+    async def fail(self, group_id: int, index: int, attempt: int, *, reason: str) -> int:
+        await self._aj.rollout_failed([RolloutRef(group_id, index, attempt)], reason=reason)
+        return attempt + 1
+
+    async def divert(self, group_ids: list[int]) -> None:
+        await self._aj.diverted(group_ids)
+
+    async def discard(self, group_ids: list[int], *, reason: str) -> None:
+        self.note_left(await self._commit(self.leaving_fill(
+            group_ids, lambda tx: tx.discarded(group_ids, reason=reason))))
+
+    async def replace(self, failed: int, spare: int, *, reason: str, step: int,
+                      policy_version: int | None = None, rollouts: int | None = None) -> None:
+        def move(tx) -> None:
+            tx.discarded([failed], reason=reason)
+            tx.admitted([spare], target_step=step, policy_version=policy_version, replaces=failed,
+                        rollouts=rollouts)
+        self.note_left(await self._commit(self.leaving_fill([failed], move)))
+
+    async def rows(self, group_id: int) -> list[Any]:
+        dp = self.plane()
+        locators = self.locators_of(group_id)
+        return await self._io(lambda: [dp.get(loc) for loc in locators])
+
+    async def trained(self, group_ids: list[int], *, step: int) -> None:
+        self.note_left(await self._commit(self.leaving_fill(
+            group_ids, lambda tx: tx.trained(group_ids, step=step))))
+
+    async def checkpoint(self, step: int, *, save: Callable[[], Any]) -> int:
+        rows = self.take_reclaimable()
+        try:
+            lsn = await self._aj.begin_checkpoint(step=step)
+            saved = save()
+            if inspect.isawaitable(saved):
+                await saved
+            await self._aj.commit_checkpoint(step=step)
+            if self.journal.sync != "always":
+                await self._aj.flush()
+        except BaseException:
+            self.give_back(rows)
+            raise
+        if rows:
+            self._reclaimed += await self._io(self.plane().delete, rows)
+        self.after_checkpoint(step)
+        return lsn
+
+    async def close(self) -> None:
+        try:
+            await self._io(self.before_close)
+        finally:
+            self.journal.close()
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+_OPEN_DEFAULTS = {name: p.default for name, p in inspect.signature(Session.open).parameters.items()
+                  if p.kind is p.KEYWORD_ONLY}
+
+for _name in ("take", "admit", "seal", "finish", "fail", "divert", "discard", "replace", "rows",
+              "trained", "checkpoint", "close"):
+    getattr(AsyncSession, _name).__doc__ = f"Awaitable `Session.{_name}`: {getattr(Session, _name).__doc__}"

@@ -1,0 +1,322 @@
+"""What `Session` and `AsyncSession` share: the open sequence, the commits each call makes
+(as functions that fill a `journal.Transaction`), the rows to reclaim, and `stats()`.
+
+The two facades differ only in how they wait: `Session` commits with `Journal.transaction()`
+and calls the data plane directly; `AsyncSession` awaits `AsyncJournal.commit` and runs the
+data plane's blocking I/O in worker threads.
+
+Rows and the journal: a rollout's or a group's rows are durable in the data plane *before*
+the commit that names their locator, so every locator the journal holds names complete rows.
+Rows no restore can need are deleted:
+- rows written for a commit the journal refused as a late attempt (`StaleAttempt`): no
+  history names them;
+- at `checkpoint(S)`, once S is committed, the rows of groups trained or dropped before S
+  began: the state S restores holds them as TRAINED or DROPPED. Rows of groups trained
+  after the previous checkpoint are kept until then, since restoring that one needs them;
+- at open, rows that the resumed state does not name (writes a crash cut off before their
+  commit, attempts a restore gave up, groups trained before the restored checkpoint).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+import warnings
+from typing import Any, Callable, Iterable
+
+from journal import (GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt,
+                     Transaction, list_segments)
+from snapshot import BackgroundCompactor
+from snapshot.data_plane import row_locators
+
+from ..fingerprint import fingerprint
+from ..recovered import RecoveredState
+from ..restore import restore
+from .batch import Key, rows_of
+from .stats import MeasuredFileSystem
+from .work import RolloutWork, Work, resume_work
+
+Fill = Callable[[Transaction], Any]
+
+
+class SessionError(ValueError):
+    """A session call that cannot be made as asked (what is missing, and how to give it)."""
+
+
+class LoadWeightsFailed(SessionError):
+    """`load_weights(step)` raised while a session opened: the restored checkpoint's weights
+    could not be loaded, so nothing was resumed (the journal was not opened)."""
+
+
+def _holds_history(journal_dir: str) -> bool:
+    return os.path.isdir(journal_dir) and bool(list_segments(journal_dir))
+
+
+class Opened:
+    """The outcome of the open sequence: the journal continuing the restored state."""
+
+    def __init__(self, journal: Journal, state: RecoveredState, fs: MeasuredFileSystem):
+        self.journal, self.state, self.fs = journal, state, fs
+
+
+def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, load_weights,
+                 sync: str, salvage: bool, must_exist: bool, replica, replica_options,
+                 on_row_changed: str) -> Opened:
+    """What a (re)start needs, in order: restore (from the bucket when `replica` is given and
+    the local journal holds no history: a fresh node), the weights of the restored step, the
+    loader's state, then the journal continuing the restored history."""
+    local = os.path.abspath(journal_dir)
+    source = replica if replica is not None and not _holds_history(local) else local
+    state = restore(source, dataset=dataset, collate_fn=collate_fn, data_plane=data_plane,
+                    salvage=salvage and data_plane is not None, must_exist=must_exist,
+                    replica_options=replica_options, on_row_changed=on_row_changed)
+    if state.step is not None and load_weights is not None:
+        try:
+            load_weights(state.step)
+        except Exception as exc:
+            raise LoadWeightsFailed(
+                f"journal {local} restores the committed checkpoint of step {state.step} (LSN "
+                f"{state.lsn}), but load_weights({state.step}) failed: {type(exc).__name__}: {exc}. "
+                f"A committed checkpoint's weights must stay until a newer checkpoint is "
+                f"committed: put them back, then start again") from exc
+    if loader is not None and state.loader_state is not None:
+        loader.load_state_dict(state.loader_state)
+    fs = MeasuredFileSystem()
+    j = Journal.open(local, resume=state, sync=sync, fs=fs, replica=replica,
+                     replica_options=replica_options)
+    return Opened(j, state, fs)
+
+
+class Core:
+    """The session's state beside the journal: the loader pass, the rows to reclaim, what the
+    restore handed back. Subclasses run the commits (`Session`, `AsyncSession`)."""
+
+    def __init__(self, opened: Opened, *, dataset, loader, data_plane, key: Key | None,
+                 compact_every: int | None):
+        self.journal: Journal = opened.journal
+        self.restored: RecoveredState = opened.state
+        self.step: int | None = opened.state.step
+        self.epoch: int = opened.state.loader_epoch or 0
+        self.dataset, self.loader, self.data_plane, self.key = dataset, loader, data_plane, key
+        self._fs = opened.fs
+        self._lsn_at_open = self.journal.lsn
+        self.resume_work: list[Work] = resume_work(opened.state)
+        self._reclaim: list[str] = []  # rows of groups gone since the last checkpoint began
+        self._reclaim_lock = threading.Lock()
+        self._reclaimed = 0
+        self._checkpoints = 0
+        self._compacted_at = 0  # the checkpoint count when the last compaction was submitted
+        self._compact_every = compact_every
+        self._compactor = BackgroundCompactor(self.journal) if compact_every else None
+        self._compaction: concurrent.futures.Future | None = None
+        self._compactions = 0
+        self._compaction_error: str | None = None
+        self._closed_stats: dict | None = None  # what `stats()` returned when the session closed
+
+    @classmethod
+    def _start(cls, journal_dir: str, *, dataset, loader, data_plane, key: Key | None,
+               compact_every: int | None, **options) -> "Core":
+        """A session of class `cls` on the journal `open_journal` opened (`Session.open`)."""
+        opened = open_journal(journal_dir, dataset=dataset, loader=loader, data_plane=data_plane,
+                              **options)
+        self = object.__new__(cls)
+        try:
+            Core.__init__(self, opened, dataset=dataset, loader=loader, data_plane=data_plane,
+                          key=key, compact_every=compact_every)
+            self._reclaimed += self.sweep()
+        except BaseException:
+            opened.journal.close()
+            raise
+        return self
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def spares(self) -> list[int]:
+        """Group ids in the replacement reserve (SPARE), oldest first."""
+        return [g.group_id for g in self.journal.groups(Owner.SPARE)]
+
+    def plane(self):
+        if self.data_plane is None:
+            raise SessionError("this call writes or reads rows, but the session has no data plane: "
+                               "pass Session.open(..., data_plane=LocalDataPlane(dir))")
+        return self.data_plane
+
+    def pending(self, group_id: int) -> list[RolloutWork]:
+        """The rollouts of an ADMITTED group (admitted with `rollouts=N`) still to generate, each
+        with the attempt to dispatch it with, as of now; [] once all are sealed."""
+        g = self.journal.group(group_id)
+        if g is None or g.owner != Owner.ADMITTED or g.rollouts is None:
+            raise SessionError(f"group {group_id} is not an ADMITTED group with rollouts= in journal "
+                               f"{self.journal.path} (owner {self.journal.owner_of(group_id)}), so "
+                               "it has no rollouts to generate")
+        r = g.rollouts
+        return [RolloutWork(i, r.attempts[i], False) for i in r.unsealed()]
+
+    def locators_of(self, group_id: int) -> list[str]:
+        """The data-plane locators of a live group's rows, in rollout order."""
+        g = self.journal.group(group_id)
+        if g is None:
+            raise SessionError(f"group {group_id} is not live in journal {self.journal.path} "
+                               f"(owner {self.journal.owner_of(group_id)}): it has no rows to read")
+        return row_locators(g)
+
+    # -- the commits ---------------------------------------------------------------------------
+
+    def take_fill(self, batch: Any, divert: bool) -> Fill:
+        """`taken` of the batch's rows (with the loader state after the batch, the epoch, the
+        rows' fingerprints and the dataset size), diverted into the reserve with `divert`."""
+        rows = rows_of(batch, self.key)
+        ds = self.dataset
+        refs = [GroupRef(idx=idx, task_name=task, epoch=self.epoch,
+                         fingerprint=fingerprint(ds[idx]) if ds is not None else None)
+                for idx, task in rows]
+        loader_state = self.loader.state_dict() if self.loader is not None else None
+        size = len(ds) if ds is not None and hasattr(ds, "__len__") else None
+
+        def fill(tx: Transaction) -> list[int]:
+            gids = tx.taken(refs, loader_state=loader_state, dataset_size=size)
+            if divert:
+                tx.diverted(gids)
+            return gids
+        return fill
+
+    def seal_fill(self, group_id: int, index: int, attempt: int, locator: str,
+                  policy_version: int | None) -> Fill:
+        """`rollout_sealed`, and `finished` in the same commit when it is the group's last seal."""
+        def fill(tx: Transaction) -> None:
+            g = self.journal.group(group_id)  # as of the last commit: the transaction holds the lock
+            tx.rollout_sealed([RolloutRef(group_id, index, attempt, locator)], policy_version=policy_version)
+            r = g.rollouts if g is not None else None
+            if r is not None and 0 <= index < r.n and r.sealed | (1 << index) == (1 << r.n) - 1 \
+                    and not r.is_sealed(index):
+                tx.finished([group_id], policy_version=policy_version)
+        return fill
+
+    def leaving_fill(self, group_ids: list[int], move: Fill) -> Fill:
+        """`move(tx)`, which moves `group_ids` out of the live set (TRAINED or DROPPED); the
+        fill returns their rows (read under the transaction's lock), for `note_left` once
+        the commit is durable."""
+        def fill(tx: Transaction) -> list[str]:
+            gone = [loc for gid in group_ids if (g := self.journal.group(gid)) is not None
+                    for loc in row_locators(g)]
+            move(tx)
+            return gone
+        return fill
+
+    # -- rows ---------------------------------------------------------------------------------
+
+    def refused(self, exc: BaseException, locator: str) -> bool:
+        """Whether rows written for a commit the journal refused with `exc` are to be deleted:
+        a late or unknown attempt (`StaleAttempt`), whose locator no history names. Any other
+        refusal may be a duplicate of a commit that named the same locator: kept (the next
+        open's sweep removes it if nothing names it)."""
+        return isinstance(exc, StaleAttempt)
+
+    def note_left(self, locators: list[str]) -> None:
+        """Rows of groups a durable commit moved out of the live set: reclaimed at the next
+        checkpoint (only commits that returned before that checkpoint began are included, so
+        its LSN is above theirs)."""
+        with self._reclaim_lock:
+            self._reclaim += locators
+
+    def take_reclaimable(self) -> list[str]:
+        """The rows to delete once the checkpoint about to begin is committed."""
+        with self._reclaim_lock:
+            rows, self._reclaim = self._reclaim, []
+        return rows
+
+    def give_back(self, rows: list[str]) -> None:
+        """A checkpoint that did not commit: its rows wait for the next one."""
+        with self._reclaim_lock:
+            self._reclaim = rows + self._reclaim
+
+    def sweep(self) -> int:
+        """Delete the rows that the journal's live state does not name (at open, before any
+        new row is written); how many went."""
+        dp = self.data_plane
+        if dp is None:
+            return 0
+        keep = {loc for g in self.journal.groups() for loc in row_locators(g)}
+        gone = [loc for loc in dp.locators() if loc not in keep]
+        return dp.delete(gone) if gone else 0
+
+    def after_checkpoint(self, step: int) -> None:
+        """A committed checkpoint: the step, and once `compact_every` checkpoints passed since
+        the last compaction began, a compaction in the background (retiring the segments the
+        cut covers); one at a time, the next as soon as the last finished."""
+        self.step = step
+        self._checkpoints += 1
+        if self._compactor is None or self._checkpoints - self._compacted_at < self._compact_every:
+            return
+        self._collect_compaction()
+        if self._compaction is None:
+            self._compacted_at = self._checkpoints
+            self._compaction = self._compactor.submit()
+
+    def _collect_compaction(self) -> None:
+        """The outcome of the background compaction, once it finished: a failure warns (the
+        journal is intact without it) and is reported by `stats()`."""
+        done = self._compaction
+        if done is None or not done.done():
+            return
+        self._compaction = None
+        exc = done.exception()
+        if exc is None:
+            self._compactions += 1
+            self._compaction_error = None
+            return
+        self._compaction_error = f"{type(exc).__name__}: {exc}"
+        warnings.warn(JournalWarning(f"journal {self.journal.path}: background compaction failed "
+                                     f"({self._compaction_error}); the journal is intact, the next "
+                                     "compaction tries again"), stacklevel=4)
+
+    def before_close(self) -> None:
+        """Wait for the background compaction, and keep the last stats for after the close."""
+        if self._compactor is not None:
+            self._compactor.close(wait=True)
+            self._collect_compaction()
+        self._closed_stats = self.stats()
+
+    # -- batches and stats ---------------------------------------------------------------------
+
+    def batches(self):
+        """The loader's batches, pass after pass from where the restore left it, counting the
+        passes (`epoch`, recorded with every `take`). Ends only when two passes in a row yield
+        nothing (an empty dataset)."""
+        if self.loader is None:
+            raise SessionError("batches() needs the loader: pass Session.open(..., loader=dl)")
+        empty = 0
+        while empty < 2:
+            yielded = False
+            for batch in self.loader:
+                yielded = True
+                yield batch
+            self.epoch += 1
+            empty = 0 if yielded else empty + 1
+
+    def stats(self) -> dict[str, Any]:
+        """What a trainer logs each step, as a plain dict (after `close`: as it closed)."""
+        if self._closed_stats is not None:
+            return self._closed_stats
+        self._collect_compaction()
+        j, r = self.journal, self.restored
+        kept = sum(1 for g in r.admitted + r.replay for x in g.rollouts or () if x.sealed)
+        regenerated = sum(len(g.pending) for g in r.admitted)
+        lag = j.replica_lag() if j.replica is not None else None
+        with self._reclaim_lock:
+            waiting = len(self._reclaim)
+        return {
+            "lsn": j.lsn, "step": self.step, "epoch": self.epoch,
+            "owners": {o.name.lower(): n for o, n in j.counts().items()},
+            "commits": j.lsn - self._lsn_at_open, "fsyncs": self._fs.fsyncs, **self._fs.latency_ms(),
+            "replica_lag_s": lag.seconds if lag is not None else None,
+            "replica_lag_lsns": lag.lsns if lag is not None else None,
+            "restored": {"step": r.step, "lsn": r.lsn, "train": len(r.replay), "generate": len(r.admitted),
+                         "admit": len(r.reserved), "spare": len(r.spare), "salvaged": len(r.salvaged),
+                         "demoted": len(r.demoted), "rollouts_kept": kept,
+                         "rollouts_regenerated": regenerated},
+            "rows_reclaimed": self._reclaimed, "rows_awaiting_reclaim": waiting,
+            "compactions": self._compactions, "compaction_error": self._compaction_error,
+        }

@@ -1,0 +1,73 @@
+"""`resume_work`: what a restore handed back, as one list in the order a trainer handles it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..recovered import RecoveredGroup, RecoveredState
+
+TRAIN, GENERATE, ADMIT = "train", "generate", "admit"
+
+
+@dataclass
+class RolloutWork:
+    """One rollout of a recovered group. A sealed one's rows are in the data plane (`locator`);
+    an unsealed one is generated again, dispatched with `attempt` (the attempt the resumed
+    history expects: a worker of the dead run holding an older one is fenced)."""
+
+    index: int
+    attempt: int
+    sealed: bool
+    locator: str | None = None
+    policy_version: int | None = None
+    progress: Any = None  # the latest durable partial result of the rollout, when one was recorded
+
+
+@dataclass
+class Work:
+    """One recovered group and what the trainer does with it (`kind`):
+
+    - "train": it finished and its rows are in the data plane (`Session.rows(group_id)`);
+      train it at `target_step`;
+    - "generate": it was admitted and its generation was lost with the process: generate its
+      unsealed `rollouts` (at least one; every rollout for a group admitted without
+      `rollouts=`, whose `rollouts` is None), then seal or finish it;
+    - "admit": it was taken and never admitted: admit it before taking new rows.
+
+    `prompt` is `collate_fn([dataset[idx]])`, checked against the journal, when the session
+    has a dataset. Groups in the replacement reserve are `Session.spares`."""
+
+    kind: str
+    group_id: int
+    idx: int
+    task_name: str | None
+    epoch: int | None
+    prompt: Any
+    target_step: int | None
+    policy_version: int | None
+    rollouts: list[RolloutWork] | None
+
+    @property
+    def pending(self) -> list[RolloutWork]:
+        """The rollouts to generate (unsealed); empty for a group without `rollouts=`."""
+        return [r for r in self.rollouts or () if not r.sealed]
+
+
+def _work(kind: str, g: RecoveredGroup) -> Work:
+    rollouts = None if g.rollouts is None else [
+        RolloutWork(r.index, r.attempt, r.sealed, r.locator, r.policy_version) for r in g.rollouts]
+    return Work(kind, g.group_id, g.idx, g.task_name, g.epoch, g.prompt, g.target_step,
+                g.policy_version, rollouts)
+
+
+def _by_step(g: RecoveredGroup) -> tuple[int, int]:
+    return (g.target_step if g.target_step is not None else -1, g.group_id)
+
+
+def resume_work(state: RecoveredState) -> list[Work]:
+    """The groups to train (finished: oldest target step first), then to generate (in the
+    order they were due), then to admit (in the order they were taken)."""
+    return ([_work(TRAIN, g) for g in sorted(state.replay, key=_by_step)]
+            + [_work(GENERATE, g) for g in sorted(state.admitted, key=_by_step)]
+            + [_work(ADMIT, g) for g in state.reserved])
