@@ -14,8 +14,8 @@
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
-from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning, FirstStartWarning,
-                     JournalCorrupt, JournalMismatch,
+from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning,
+                     DamagedJournalWarning, FirstStartWarning, JournalCorrupt, JournalMismatch,
                      ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)

@@ -16,11 +16,12 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from journal import Journal, JournalWarning, Reader
+from journal import Journal, Reader
 from journal.layout import DirKind, dir_kind
 from snapshot import DataPlane, cut_dirs
 from snapshot.damaged import group_id_ceiling
 
+from .errors import DamagedJournalWarning
 from .restore import journal_of_cut, restore
 
 
@@ -72,12 +73,13 @@ def rescue(source: str, into: str, *, at: str | int = "latest-checkpoint", step:
            data_plane: DataPlane | None = None, salvage: bool = False, sync: str = "always") -> RescueReport:
     """Continue the run of `source` (a journal directory, or a cut) in the new journal
     directory `into`, from the point `restore(source, at, step=...)` returns; the report says
-    what was restored and what was passed over. `into` must not exist yet or be empty."""
+    what was restored and what was passed over. `into` must not exist yet or be empty; a
+    source that holds no history is `NothingToRestore`."""
     source, into = os.path.abspath(source), os.path.abspath(into)
     _check_into(source, into)
     with warnings.catch_warnings():  # the damage it warns of is in the report
-        warnings.simplefilter("ignore", JournalWarning)
-        state = restore(source, at, step=step, data_plane=data_plane, salvage=salvage)
+        warnings.simplefilter("ignore", DamagedJournalWarning)
+        state = restore(source, at, step=step, data_plane=data_plane, salvage=salvage, must_exist=True)
     journal_dir = journal_of_cut(source) if dir_kind(source)[0] is DirKind.CUT else source
     if journal_dir is not None:  # ids above every id its histories can have allocated
         state.group_id_floor = max(state.group_id_floor, group_id_ceiling(Reader(journal_dir, "salvage")) + 1)

@@ -27,8 +27,8 @@ from snapshot.damaged import (check_anchor_past_damage, damage_of, describe, gro
                               point_past_damage)
 from snapshot.row_ledger import RowLedger, ledger_at
 
-from .errors import (DamagedCutWarning, FirstStartWarning, JournalCorrupt, NothingToRestore, OwnershipError,
-                     RestoreError, Unreadable)
+from .errors import (DamagedCutWarning, DamagedJournalWarning, FirstStartWarning, JournalCorrupt,
+                     NothingToRestore, OwnershipError, RestoreError, Unreadable)
 from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
 from .recovered import RecoveredState, base_cut_writer
 from .recovery import DeadTail, read_dead_tail, recover
@@ -338,7 +338,7 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
         met = damage_of(r.reader) if r.reader is not None else []
         result.damage = [describe(p) for p in met] + r.notes
         result.damaged_segments = sorted({p.segment for p in met})
-        warnings.warn(JournalWarning(
+        warnings.warn(DamagedJournalWarning(
             f"{path}: restored LSN {state.lsn} (step {r.step}) past damage its state does not need "
             f"({result.damage[0] if result.damage else 'none found'}; all of it in state.damage). "
             f"`journal-inspect rescue {path} NEWDIR` continues the run from here in a fresh "

@@ -14,7 +14,7 @@ import warnings
 import pytest
 
 from journal import Journal, JournalCorrupt, JournalWarning, Reader, Taken
-from replay import audit, rescue, restore
+from replay import DamagedJournalWarning, NothingToRestore, audit, rescue, restore
 from snapshot import compact
 from tests.support.cli_journals import Loader, Trainer
 from tests.support.cli_run import cli
@@ -108,7 +108,7 @@ def test_restore_uses_the_newest_point_the_damage_does_not_touch(healthy, tmp_pa
         warnings.simplefilter("always")
         state = restore(path)
     assert state.step == want and state.lsn == healthy[5][want]
-    warned = [str(w.message) for w in caught if issubclass(w.category, JournalWarning)]
+    warned = [str(w.message) for w in caught if issubclass(w.category, DamagedJournalWarning)]
     if where != "before":  # the damage was met (before the cut, a restore does not read it)
         assert state.damage and any(f"LSN {lsn}" in d for d in state.damage), state.damage
         assert len(warned) == 1 and f"journal-inspect rescue {path} NEWDIR" in warned[0]
@@ -159,6 +159,9 @@ def test_rescue_refuses_a_directory_in_use(healthy, tmp_path):
         rescue(path, str(tmp_path / "busy"))
     with pytest.raises(ValueError, match="inside"):
         rescue(path, os.path.join(path, "new"))
+    with pytest.raises(NothingToRestore):  # a mistyped source never starts an empty run
+        rescue(str(tmp_path / "no-such-journal"), str(tmp_path / "new"))
+    assert not os.path.exists(tmp_path / "new")
     err = cli("rescue", path, str(tmp_path / "busy"), code=2).stderr
     assert "not an empty directory" in err and len(err.strip().splitlines()) == 1
     assert sorted(os.listdir(tmp_path / "busy")) == ["notes.txt"]
