@@ -168,7 +168,8 @@ class JournaledAsyncGRPOTrainer(TrainedAtOptimizerStep, AsyncGRPOTrainer):
 
     def _resume_point(self, requested) -> str | None:
         """The committed checkpoint's folder (None on a first start), its files verified, TRL's
-        `model_version` restored; folders of uncommitted checkpoints set aside."""
+        `model_version` restored (TRL restores it only for its own worker: without it, groups in the
+        journal would carry versions above the trainer's); uncommitted checkpoints' folders set aside."""
         step = self.session.step
         committed = None if step is None else checkpoint_folder(self.args.output_dir, step)
         if isinstance(requested, (str, os.PathLike)) and (
@@ -183,7 +184,8 @@ class JournaledAsyncGRPOTrainer(TrainedAtOptimizerStep, AsyncGRPOTrainer):
             raise CheckpointNotCommitted(
                 f"journal {self.journal_dir} committed the checkpoint of step {step}, but {committed} is gone: "
                 "put it back (a committed checkpoint's folder must stay until a newer one is committed)")
-        self.model_version = verify_folder(committed)["model_version"]
+        # the train-begin weight sync adds one: the resumed weights are the checkpoint's, so is their version
+        self.model_version = verify_folder(committed)["model_version"] - 1
         return committed
 
     def _save_checkpoint(self, model, trial) -> None:

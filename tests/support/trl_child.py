@@ -101,7 +101,7 @@ class RecordedJournaledTrainer(JournaledAsyncGRPOTrainer):
 
     def _groups_trained(self, step, groups):
         super()._groups_trained(step, groups)
-        self.events("trained", step=step, gids=sorted(groups))
+        self.events("trained", step=step, gids=sorted(groups), version=self.model_version)
 
     def _discard_stale(self, sample, staleness):
         super()._discard_stale(sample, staleness)
@@ -197,6 +197,7 @@ def parse(argv):
     p.add_argument("--run", required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--save-steps", type=int, default=5)
+    p.add_argument("--save-total-limit", type=int)
     p.add_argument("--dataset-size", type=int, default=40)
     p.add_argument("--generations", type=int, default=4)
     p.add_argument("--groups-per-step", type=int, default=2)
@@ -205,6 +206,7 @@ def parse(argv):
     p.add_argument("--slow-idx", type=int)
     p.add_argument("--slow-hold", type=int, default=0)
     p.add_argument("--die-in-save", choices=["rng", "commit"])
+    p.add_argument("--resume-from", help="journal mode: resume_from_checkpoint (default True)")
     return p.parse_args(argv)
 
 
@@ -224,7 +226,8 @@ def main(argv=None) -> int:
     per_step = a.generations * a.groups_per_step
     config = AsyncGRPOConfig(
         output_dir=os.path.join(a.run, "trainer"), **CPU_ARGS, token_budget=0, max_steps=a.steps,
-        save_strategy="steps", save_steps=a.save_steps, per_device_train_batch_size=per_step,
+        save_strategy="steps", save_steps=a.save_steps,
+        save_total_limit=a.save_total_limit, per_device_train_batch_size=per_step,
         num_generations=a.generations, max_completion_length=4, max_staleness=a.max_staleness,
         queue_maxsize=per_step * a.queue_steps, learning_rate=3e-3, logging_steps=1000, report_to="none",
         disable_tqdm=True, seed=0, heartbeat_stale_after_s=120.0)
@@ -233,7 +236,7 @@ def main(argv=None) -> int:
     if a.mode == "journal":
         trainer = RecordedJournaledTrainer(model_dir, generate=generate, journal_dir=os.path.join(a.run, "journal"),
                                            data_plane=LocalDataPlane(os.path.join(a.run, "rows")), **common)
-        resume = True
+        resume = a.resume_from or True
     else:
         worker = TrlAloneWorker(generate, dataset, events=events, num_generations=a.generations,
                                 queue_maxsize=config.queue_maxsize)
