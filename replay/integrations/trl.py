@@ -33,11 +33,11 @@ from trl.experimental.async_grpo import AsyncGRPOTrainer
 
 from .. import Session
 from .trl_checkpoint import checkpoint_folder, seal_folder, set_aside_uncommitted, verify_folder
-from .trl_errors import CheckpointNotCommitted, GroupSplitAcrossSteps, UnsupportedTrlConfig
+from .trl_errors import CheckpointNotCommitted, GroupSplitAcrossSteps, TrlIntegrationError, UnsupportedTrlConfig
 from .trl_worker import Generate, JournaledRolloutWorker
 
 __all__ = ["JournaledAsyncGRPOTrainer", "JournaledRolloutWorker", "TrainedAtOptimizerStep", "check_config",
-           "UnsupportedTrlConfig", "GroupSplitAcrossSteps", "CheckpointNotCommitted"]
+           "TrlIntegrationError", "UnsupportedTrlConfig", "GroupSplitAcrossSteps", "CheckpointNotCommitted"]
 
 
 class CollationLog(set):

@@ -8,6 +8,7 @@ import os
 import pytest
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing here may reach the Hub
 from trl.experimental.async_grpo import AsyncGRPOConfig  # noqa: E402
 
 from replay.integrations.trl import UnsupportedTrlConfig, check_config  # noqa: E402
