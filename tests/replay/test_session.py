@@ -227,7 +227,7 @@ def test_200_checkpoints_keep_the_data_plane_to_the_live_rows(fast_tmp):
     finally:
         s.close()
     compactions += s.stats()["compactions"]
-    assert compactions >= 5   # each session's (its tenth checkpoint's, at least)
+    assert compactions >= 4   # each of the four sessions that checkpoint (its tenth checkpoint's at least)
     assert restore(run.jdir).base_cut is not None
 
 
