@@ -12,14 +12,14 @@ from .source import InspectError, open_source
 
 HELP = "continue a damaged run in a fresh journal directory, from the newest point it restores to"
 DESCRIPTION = (
-    "Restore PATH (a journal, or a cut) at its newest committed checkpoint whose state does not need the "
-    "damaged frames, and start a new journal in NEWDIR from there: a base cut of that state in "
-    "NEWDIR/snapshots, then the resume's first commit (group ids continue above every id the "
-    "old journal can have allocated). Prints what it restored and what it passed over. PATH "
-    "is only read (whatever --mode says, damage is read around): keep it for forensics. NEWDIR must not exist yet or be empty. Then resume "
-    "the trainer from NEWDIR: state = replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). "
-    "This is the command the JournalCorrupt of Journal.open names when a history cannot be "
-    "continued in place.")
+    "Restore PATH (a journal, or a cut) at its newest committed checkpoint whose state does not "
+    "need the damaged frames, and start a new journal in NEWDIR from there: a base cut of that "
+    "state in NEWDIR/snapshots, then the resume's first commit (group ids continue above every "
+    "id the old journal can have allocated). Prints what it restored and what it passed over. "
+    "PATH is only read (whatever --mode says, damage is read around): keep it for forensics. "
+    "NEWDIR must not exist yet or be empty. Then resume the trainer from NEWDIR: state = "
+    "replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). This is the command the "
+    "JournalCorrupt of Journal.open names when a history cannot be continued in place.")
 EPILOG = ("examples:\n  journal-inspect rescue runs/exp1/journal runs/exp1/journal-rescued\n"
           "  journal-inspect rescue runs/exp1/journal runs/exp1/journal-rescued --step 800")
 
