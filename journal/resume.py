@@ -9,8 +9,9 @@ resume=plan)` writes it and knows nothing else about restores:
    retention removed), `write_base_cut(journal_path, fs)` first puts a cut of the state into
    `<journal>/snapshots/`, so the journal can be restored and compacted again;
 3. the resume's first commit is `first_commit` (re-marked checkpoints, salvaged groups and
-   rollouts, raised attempts, demoted groups under their new ids), so the journal says
-   exactly what the trainer was handed;
+   rollouts, raised attempts, demoted and adopted groups under their new ids), so the journal
+   says exactly what the trainer was handed; `first_commit_blobs` holds the blobs a loader
+   state in it references (digest -> bytes);
 4. group ids from `group_id_floor` up are free: every id below it was allocated by a history
    the restore read (a bucket's, which the directory may not hold), dead tails included. The
    writer allocates above it and above every id on its own disk;
@@ -34,6 +35,7 @@ class ResumePlan:
     fold_state: State = field(default_factory=State)  # where the history continues
     run_id: bytes | None = None                # the run the state belongs to
     first_commit: list = field(default_factory=list)
+    first_commit_blobs: dict[bytes, bytes] = field(default_factory=dict)  # see 3. above
     write_base_cut: Callable[[str, OsFileSystem], object] | None = None
     base_cut: str | None = None                # the cut the state was read from, for messages
     group_id_floor: int = 0                    # ids below it were allocated (see 4. above)

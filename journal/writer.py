@@ -369,7 +369,7 @@ class Journal:
             if plan.write_base_cut is not None and point > 0 and (not lineage or point == first_lsn - 1):
                 plan.write_base_cut(self.path, self.fs)  # the history on disk starts after it
             if first_commit:
-                self._commit(first_commit)
+                self._commit(first_commit, plan.first_commit_blobs)
         self._open_lsn = self._state.lsn
         if segment.file is not None and segment.file.path != segment.path:
             self._publish(segment)

@@ -43,6 +43,7 @@ class RecoveredGroup:
     replaces: int | None = None
     prompt: Any = None
     rollouts: list[RecoveredRollout] | None = None  # groups admitted with rollouts=N
+    adopted_from: int | None = None  # adopted: the id the dead tail took it under (dead for good)
 
     @property
     def pending(self) -> list[RecoveredRollout]:
@@ -68,7 +69,8 @@ class RecoveredState(ResumePlan):
     in the reserve. Then `Journal.open(path, resume=state)` continues the history at `lsn`:
     its first commit (`first_commit`) records what restore decided (re-marked checkpoints,
     salvaged groups and rollouts, completed groups finished, demoted groups under their new ids, the attempts of
-    unsealed rollouts raised), so the journal says exactly what the trainer was handed."""
+    unsealed rollouts raised, the dead tail's takes adopted under theirs with the loader state
+    `loader_state`), so the journal says exactly what the trainer was handed."""
 
     loader_state: Any                  # feed to dataloader.load_state_dict (None: start fresh)
     reserved: list[RecoveredGroup]     # ordered by group id
@@ -87,6 +89,14 @@ class RecoveredState(ResumePlan):
     completed: list[RecoveredGroup] = field(default_factory=list)
     salvaged_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (group, index) sealed later
     lost_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (old group, index): row gone
+    # the loader's takes after `lsn` on the dead tail, back under fresh ids (each also in its
+    # owner's list; `adopted_from` names its dead id), in the order they were taken;
+    # `loader_state` is then the state after the last of them
+    adopted: list[RecoveredGroup] = field(default_factory=list)
+    adopted_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (new group, index) kept sealed
+    # rollouts sealed on the dead tail by weights newer than `step`, never kept (they regenerate):
+    # (group as the dead tail named it, index), of the groups handed back
+    newer_weights: list[tuple[int, int]] = field(default_factory=list)
     changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
     changed_sample: list = field(default_factory=list)  # sampled rows whose fingerprint differs, accepted
     # damage in the journal this restore read past (segment, offset, LSN, what), not needed by
@@ -95,7 +105,7 @@ class RecoveredState(ResumePlan):
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
     # becomes the dead tail): their weights are durable, so a resume marks them committed again
     recommit: list[int] = field(default_factory=list)
-    # the loader pass `loader_state` is in: that of the last group taken before `lsn`
+    # the loader pass `loader_state` is in: that of the last group taken before `lsn` (or adopted)
     loader_epoch: int | None = None
     # no history to restore (the path does not exist, an empty directory, a journal without a
     # commit, a bucket without one): `restore` warned, or with must_exist=True raised

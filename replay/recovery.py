@@ -1,4 +1,5 @@
-"""What each live group at the restore point becomes, and the commit that records it.
+"""What each live group at the restore point becomes, what the dead tail's takes become, and the
+commit that records it.
 
 The rules, in the order they apply:
 
@@ -21,76 +22,41 @@ The rules, in the order they apply:
    every attempt any history ever dispatched it in (the next one, unless a dead tail went
    further: restoring the same checkpoint twice must not hand out an attempt a dead run's
    worker may still hold), so a worker of a dead run that answers late cannot seal.
+4. **Adoption** (with salvage, like rule 1): the loader's takes after L (`dead_tail.py`: in
+   order, up to the last `taken` that carries a loader state) come back under fresh group ids,
+   above every id any history used (the dead ids stay dead), with that last take's loader
+   state, so the resumed loader goes on after them: none is taken twice, none lost. Each
+   comes back where its work allows, as if it were taken on the resumed history: its rollouts
+   sealed on the tail under rule 1's conditions are kept (sealed again under the new id, at
+   attempt 0: nothing ever dispatched the new id), the others are pending at attempt 0; all
+   of them kept: REPLAY (a group without `rollouts=`: REPLAY when its `finished` qualifies);
+   admitted: ADMITTED; never admitted: RESERVED, or SPARE when diverted. Trained or dropped
+   on the tail makes no difference: the dead history's decisions do not bind the resumed one
+   (its weights never saw that training). Re-admission is demotion's (rule 2), once per group.
+
+Work by weights newer than the checkpoint is never kept (its rollouts regenerate):
+`newer_weights` lists the rollouts so dropped (the group as the dead tail named it, index).
 
 `first_commit` is the list of events the resume writes first, so that the journal says
-exactly what the trainer was handed.
+exactly what the trainer was handed; `loader` and `first_commit_blobs` the loader state it
+carries when takes were adopted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable
 
-from journal import (Admitted, CheckpointCommitted, Commit, Discarded, Finished, Owner, Reader,
+from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, LoaderState, Owner,
                      RolloutFailed, RolloutRef, RolloutSealed, State, Taken, TakenGroup)
 from snapshot import DataPlane
 from snapshot.row_ledger import ABANDONED_ON_RESTORE
 
+from .dead_tail import DeadTail, TailTake
 from .recovered import RecoveredGroup, RecoveredRollout
 
 ROWS_LOST = "rows_lost_on_restore"
 ABANDONED = ABANDONED_ON_RESTORE  # the reason of a resume's fences (the audit counts them)
-
-
-@dataclass
-class DeadTail:
-    """What happened after the restore point to the groups ADMITTED at it: group id ->
-    (policy_version, locator) of a `finished`, (group, index) -> (policy_version, locator) of
-    a `rollout_sealed`, and the groups dropped."""
-
-    finished: dict[int, tuple] = field(default_factory=dict)
-    sealed: dict[tuple[int, int], tuple] = field(default_factory=dict)
-    dropped: set[int] = field(default_factory=set)
-    # (group, index) -> the highest attempt the tail dispatched, for rollouts of groups live at
-    # the point (`Reader.attempts_used`'s rule), so the fences need not read the tail again
-    attempts: dict[tuple[int, int], int] = field(default_factory=dict)
-
-
-def read_dead_tail(reader: Reader, state: State, commits: Iterable[Commit] | None = None) -> DeadTail:
-    """One pass over the commits after `state.lsn` (the dead tail a resume abandons): `commits`
-    when the caller has them (the fold that found the point kept them), else read."""
-    tail = DeadTail()
-    live = state.live
-    if commits is None:
-        commits = (rec.commit for rec in reader.records(start_lsn=state.lsn + 1))
-    for commit in commits:
-        for ev in commit.events:
-            kind = type(ev)
-            if kind is Finished:
-                for i, gid in enumerate(ev.groups):
-                    g = live.get(gid)
-                    if g is not None and g.owner == Owner.ADMITTED:  # else: taken after L
-                        # as the fold records it: the finishing version, else the admitting one
-                        pv = ev.policy_version if ev.policy_version is not None else g.policy_version
-                        tail.finished[gid] = (pv, ev.locators[i] if ev.locators is not None else None)
-            elif kind is RolloutSealed or kind is RolloutFailed:
-                _note_rollouts(tail, live, ev, kind is RolloutSealed)
-            elif kind is Discarded:
-                tail.dropped.update(ev.groups)
-    return tail
-
-
-def _note_rollouts(tail: DeadTail, live: dict, ev, sealing: bool) -> None:
-    """A rollout event of the dead tail: the attempts it dispatched and, for a seal of a group
-    ADMITTED at the point, its result."""
-    for ref in ev.rollouts:
-        g = live.get(ref.group_id)
-        if g is None:
-            continue
-        key = (ref.group_id, ref.index)
-        tail.attempts[key] = max(tail.attempts.get(key, 0), ref.attempt + (not sealing))
-        if sealing and g.owner == Owner.ADMITTED:
-            tail.sealed[key] = (ev.policy_version, ref.locator)
 
 
 @dataclass
@@ -104,9 +70,14 @@ class Recovery:
     salvaged: list[RecoveredGroup] = field(default_factory=list)
     completed: list[RecoveredGroup] = field(default_factory=list)
     demoted: list[RecoveredGroup] = field(default_factory=list)
+    adopted: list[RecoveredGroup] = field(default_factory=list)
     salvaged_rollouts: list[tuple[int, int]] = field(default_factory=list)
     lost_rollouts: list[tuple[int, int]] = field(default_factory=list)
+    adopted_rollouts: list[tuple[int, int]] = field(default_factory=list)
+    newer_weights: list[tuple[int, int]] = field(default_factory=list)
+    loader: LoaderState | None = None  # the adopted takes' loader state (None: the point's)
     first_commit: list = field(default_factory=list)
+    first_commit_blobs: dict[bytes, bytes] = field(default_factory=dict)
 
 
 def _usable(entry: tuple | None, limit: int, data_plane: DataPlane) -> bool:
@@ -130,6 +101,14 @@ class _Plan:
         self.keep_events: list = []  # what rules 0 and 1 keep: rollouts sealed again, groups finished
         self.fenced: list[RecoveredGroup] = []  # admitted groups whose pending rollouts get new attempts
         self.demotion_events: list = []
+        self.adoption_events: list = []
+
+    def kept(self, entry: tuple | None, gid: int, index: int) -> bool:
+        """Whether the dead tail's seal `entry` of rollout (`gid`, `index`) is kept; one by
+        newer weights is noted in `newer_weights`."""
+        if entry is not None and entry[0] is not None and entry[0] > self.limit:
+            self.out.newer_weights.append((gid, index))
+        return _usable(entry, self.limit, self.data_plane)
 
     def salvage_rollouts(self, g: RecoveredGroup) -> int:
         """Seal the pending rollouts of `g` that the dead tail sealed usably; how many."""
@@ -138,7 +117,7 @@ class _Plan:
         kept = 0
         for r in g.pending:
             entry = self.tail.sealed.get((g.group_id, r.index))
-            if g.group_id not in self.tail.dropped and _usable(entry, self.limit, self.data_plane):
+            if self.kept(entry, g.group_id, r.index) and g.group_id not in self.tail.dropped:
                 r.sealed, (r.policy_version, r.locator) = True, entry
                 self.keep_events.append(RolloutSealed(
                     [RolloutRef(g.group_id, r.index, r.attempt, r.locator)], r.policy_version))
@@ -157,24 +136,31 @@ class _Plan:
             return bool(lost)
         return g.owner == Owner.REPLAY and (g.locator is None or not self.data_plane.has(g.locator))
 
+    @staticmethod
+    def readmission(g: RecoveredGroup) -> list:
+        """The events that bring `g`, under its fresh id, where it is: admitted for its target
+        step (with `g.replaces`), its sealed rollouts sealed again at attempt 0 (nothing ever
+        dispatched the new id), finished when it is REPLAY."""
+        n = len(g.rollouts) if g.rollouts is not None else None
+        events = [Admitted([g.group_id], g.target_step, g.policy_version, g.replaces, n)]
+        events += [RolloutSealed([RolloutRef(g.group_id, r.index, 0, r.locator)], r.policy_version)
+                   for r in g.rollouts or () if r.sealed]
+        if g.owner == Owner.REPLAY:
+            events.append(Finished([g.group_id]) if n is not None
+                          else Finished([g.group_id], g.policy_version, [g.locator]))
+        return events
+
     def demote(self, g: RecoveredGroup) -> None:
         """Regenerate `g` under a fresh id; its surviving rollouts are sealed again there."""
-        new = self.next_free_id()
-        old, rollouts = g.group_id, g.rollouts
-        survivors = [r for r in rollouts or ()
-                     if r.sealed and (r.locator is None or self.data_plane.has(r.locator))]
-        self.demotion_events += [
-            Discarded([old], ROWS_LOST),
-            Taken([TakenGroup(new, g.idx, g.task_name, g.epoch, g.fingerprint)]),
-            Admitted([new], g.target_step, g.policy_version, old,
-                     len(rollouts) if rollouts is not None else None)]
-        self.demotion_events += [RolloutSealed([RolloutRef(new, r.index, 0, r.locator)], r.policy_version)
-                                 for r in survivors]
-        kept = {r.index for r in survivors}
-        if rollouts is not None:  # a new group: every attempt starts at 0, the survivors sealed
+        old = g.group_id
+        if g.rollouts is not None:  # a new group: every attempt starts at 0, the survivors sealed
             g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version)
-                          if r.index in kept else RecoveredRollout(r.index, 0, False) for r in rollouts]
-        g.group_id, g.replaces, g.owner, g.locator = new, old, Owner.ADMITTED, None
+                          if r.sealed and (r.locator is None or self.data_plane.has(r.locator))
+                          else RecoveredRollout(r.index, 0, False) for r in g.rollouts]
+        g.group_id, g.replaces, g.owner, g.locator = self.next_free_id(), old, Owner.ADMITTED, None
+        self.demotion_events += [Discarded([old], ROWS_LOST),
+                                 Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)])]
+        self.demotion_events += self.readmission(g)
         self.out.demoted.append(g)
         self.out.admitted.append(g)
 
@@ -205,6 +191,53 @@ class _Plan:
         else:
             self.out.replay.append(g)
 
+    def adopt(self, state: State) -> None:
+        """Rule 4: the dead tail's takes, under fresh ids (allocated in take order, after the
+        demoted groups'), each where its work allows; one `taken` with their loader state."""
+        tail = self.tail
+        if tail is None or self.data_plane is None or not tail.takes:
+            return
+        new_ids = {t.group.group_id: self.next_free_id() for t in tail.takes}
+        groups = [self.adopted_group(t, new_ids, state) for t in tail.takes]
+        self.adoption_events.append(Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)
+                                           for g in groups], tail.loader.packed, tail.dataset_size))
+        spares = [g.group_id for g in groups if g.owner == Owner.SPARE]
+        if spares:
+            self.adoption_events.append(Diverted(spares))
+        out = self.out
+        for g in groups:
+            if g.owner in (Owner.ADMITTED, Owner.REPLAY):
+                self.adoption_events += self.readmission(g)
+            {Owner.RESERVED: out.reserved, Owner.SPARE: out.spare, Owner.ADMITTED: out.admitted,
+             Owner.REPLAY: out.replay}[g.owner].append(g)
+        out.adopted, out.loader, out.first_commit_blobs = groups, tail.loader, dict(tail.loader.blobs)
+
+    def adopted_group(self, t: TailTake, new_ids: dict[int, int], state: State) -> RecoveredGroup:
+        """The group of take `t` under its new id, where its work on the dead tail allows."""
+        tg, admission = t.group, t.admitted
+        g = RecoveredGroup(new_ids[tg.group_id], tg.idx, tg.task_name, tg.epoch, tg.fingerprint,
+                           Owner.SPARE if t.diverted else Owner.RESERVED, adopted_from=tg.group_id)
+        if admission is None:
+            return g
+        replaced = admission.replaces  # an adopted group by its new id; a dead-only one not at all
+        g.replaces = new_ids.get(replaced, replaced if replaced is not None and
+                                 state.owner_of(replaced) is not None else None)
+        g.owner, g.target_step, g.policy_version = Owner.ADMITTED, admission.target_step, admission.policy_version
+        if admission.rollouts is not None:
+            g.rollouts = []
+            for i in range(admission.rollouts):
+                entry = t.sealed.get(i)
+                if self.kept(entry, tg.group_id, i):
+                    g.rollouts.append(RecoveredRollout(i, 0, True, entry[1], entry[0]))
+                    self.out.adopted_rollouts.append((g.group_id, i))
+                else:
+                    g.rollouts.append(RecoveredRollout(i, 0, False))
+            if not g.pending:
+                g.owner = Owner.REPLAY
+        elif _usable(t.finished, self.limit, self.data_plane):
+            g.owner, (g.policy_version, g.locator) = Owner.REPLAY, t.finished
+        return g
+
 
 def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -> list:
     """Raise the attempt of every pending rollout of `groups` above every attempt it was ever
@@ -226,9 +259,10 @@ def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -
 def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,
             recommit: list[int], next_free_id: Callable[[], int],
             attempts_used: Callable[[set], dict]) -> Recovery:
-    """Apply the rules to every live group of `state` (the state at the restore point).
-    `next_free_id()` hands out the ids of demoted groups (beyond every id ever used);
-    `attempts_used(rollouts)` says how far any history took each rollout's attempts."""
+    """Apply the rules to every live group of `state` (the state at the restore point) and to
+    the takes of `tail` (read only with salvage). `next_free_id()` hands out the ids of
+    demoted and adopted groups (beyond every id ever used); `attempts_used(rollouts)` says how
+    far any history took each rollout's attempts."""
     plan = _Plan(step, tail, data_plane, next_free_id)
     out = plan.out
     for g in map(RecoveredGroup.of, state.groups()):
@@ -241,7 +275,8 @@ def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane
         else:
             out.spare.append(g)
     out.replay += sorted(out.salvaged + out.completed, key=lambda g: g.group_id)
+    plan.adopt(state)
     out.admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
     out.first_commit = ([CheckpointCommitted(s) for s in recommit] + plan.keep_events
-                        + _fence(plan.fenced, attempts_used) + plan.demotion_events)
+                        + _fence(plan.fenced, attempts_used) + plan.demotion_events + plan.adoption_events)
     return out

@@ -5,7 +5,7 @@ step S saw only groups trained at or before `checkpoint_begun(S)`, so that is
 the LSN whose ownership state matches them (docs/recovery.md, "Restoring"). The state
 there is the newest usable cut at or before it plus the journal tail replayed
 with the journal's own fold; what comes after it on disk is a dead tail,
-read only for salvage.
+read only for salvage (which also adopts the takes it holds: `recovery.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import journal
-from journal import LoaderStateError, Owner, Reader, State, list_segments
+from journal import LoaderState, LoaderStateError, Owner, Reader, State, list_segments
 from journal.layout import CUTS_PREFIX, DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 from snapshot.damaged import (check_anchor_past_damage, damage_of, describe, group_id_ceiling,
@@ -31,7 +31,8 @@ from .errors import (DamagedCutWarning, DamagedJournalWarning, FirstStartWarning
                      NothingToRestore, OwnershipError, RestoreError, Unreadable)
 from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
 from .recovered import RecoveredState, base_cut_writer
-from .recovery import DeadTail, read_dead_tail, recover
+from .dead_tail import DeadTail, read_dead_tail
+from .recovery import recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
 
 
@@ -49,13 +50,16 @@ def _wrap_journal_errors(fn, *args, **kwargs):
         raise Unreadable(f"{exc.filename}: cannot be read: {exc.strerror}") from exc
 
 
-def _decode_loader(state: State, where: str) -> Any:
-    if state.loader is None:
+def _decode_loader(loader: LoaderState | None, state: State, where: str) -> Any:
+    """The loader state handed back: that of the last adopted take (`loader`), else the one as
+    of the point."""
+    if loader is None:
         return None
     try:
-        return state.loader.decode()
+        return loader.decode()
     except LoaderStateError as exc:
-        raise JournalCorrupt(f"{where}: the loader state as of LSN {state.lsn} does not decode: {exc}",
+        which = "of the last take adopted from the dead tail" if loader is not state.loader else "as of"
+        raise JournalCorrupt(f"{where}: the loader state {which} LSN {state.lsn} does not decode: {exc}",
                              lsn=state.lsn) from None
 
 
@@ -271,6 +275,11 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     `journal.JournalWarning`, naming the path); with `must_exist=True` it raises
     `NothingToRestore` instead.
 
+    `salvage=True` with a `data_plane`: work done after the point is kept where the rules allow
+    (`replay/recovery.py`): results by weights no newer than the checkpoint whose rows the data
+    plane still has, and the loader's takes on the dead tail, adopted under fresh group ids
+    with the loader state after them (`RecoveredState.adopted`).
+
     `path` may also be a replica (a URL such as `s3://bucket/runs/42` with `replica_options`,
     or an obstore store): the bucket alone is read (`replay/from_replica.py`); a bucket that
     holds no history is a first start too."""
@@ -324,15 +333,18 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
     groups = recover(state, r.step, tail=r.tail, data_plane=data_plane, recommit=marks,
                      next_free_id=_id_allocator(state, r.reader),
                      attempts_used=_attempts_used(r.reader, r.tail, state.lsn))
+    loader = groups.loader if groups.loader is not None else state.loader
     result = RecoveredState(
-        loader_state=_decode_loader(state, path),
-        loader_epoch=state.loader.epoch if state.loader is not None else None,
+        loader_state=_decode_loader(loader, state, path),
+        loader_epoch=loader.epoch if loader is not None else None,
         reserved=groups.reserved, admitted=groups.admitted, replay=groups.replay, spare=groups.spare,
         lsn=state.lsn, step=r.step, counts={o.name: state.counts[o] for o in Owner},
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
         salvaged=groups.salvaged, completed=groups.completed, salvaged_rollouts=groups.salvaged_rollouts,
-        lost_rollouts=groups.lost_rollouts, run_id=r.run_id, fold_state=state, recommit=recommit,
-        first_commit=groups.first_commit, ledger_source=r.ledger,
+        lost_rollouts=groups.lost_rollouts, adopted=groups.adopted, adopted_rollouts=groups.adopted_rollouts,
+        newer_weights=groups.newer_weights, run_id=r.run_id, fold_state=state, recommit=recommit,
+        first_commit=groups.first_commit, first_commit_blobs=groups.first_commit_blobs,
+        ledger_source=r.ledger,
         write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start)
     if past_damage:
         met = damage_of(r.reader) if r.reader is not None else []

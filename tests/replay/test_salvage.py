@@ -62,25 +62,30 @@ def test_salvage_and_demotion(run):
     assert _ids(state.salvaged) == sorted([g["C"], g["C2"]])
     for x in state.salvaged:
         assert x.owner == Owner.REPLAY and x.locator == locator_of(x.group_id) and x.policy_version == S
-    assert _ids(state.replay) == sorted([g["E"], g["C"], g["C2"]])
     # demoted: F under the fresh id its regeneration gets (beyond every id, dead tail included)
     (new_f,) = state.demoted
     assert new_f.replaces == g["F"] and new_f.group_id > g["N"]
     assert new_f.owner == Owner.ADMITTED and new_f.locator is None
+    # N, taken after L, is adopted under the next fresh id, finished (its rows kept), with the
+    # loader state after its take; its own id stays dead
+    (new_n,) = state.adopted
+    assert new_n.adopted_from == g["N"] and new_n.group_id == new_f.group_id + 1
+    assert (new_n.owner, new_n.locator, new_n.policy_version) == (Owner.REPLAY, locator_of(g["N"]), S)
+    assert state.loader_state == {"pos": 21}
+    assert _ids(state.replay) == sorted([g["E"], g["C"], g["C2"], new_n.group_id])
     # admitted, ordered by target_step then group id: the demoted F (step S) first
     assert [x.group_id for x in state.admitted] == [new_f.group_id, g["A"], g["B"], g["D"], g["H"]]
     assert _ids(state.reserved) == [g["R"]]
-    # a group taken after L is the loader's again: never looked at, never salvaged
-    assert g["N"] not in {x.group_id for x in state.groups}
-    assert locator_of(g["N"]) not in dp.has_calls
 
     plain = restore(path, data_plane=dp)            # salvage is opt-in; demotion is not
-    assert plain.salvaged == [] and _ids(plain.replay) == [g["E"]]
+    assert plain.salvaged == [] and plain.adopted == [] and _ids(plain.replay) == [g["E"]]
+    assert plain.loader_state == {"pos": 9}
     assert [x.replaces for x in plain.demoted] == [g["F"]]
     assert _ids(plain.admitted) == sorted([g[n] for n in ("A", "B", "C", "C2", "D", "H")]
                                           + [plain.demoted[0].group_id])
     blind = restore(path, salvage=True)             # no data plane: nothing to check, nothing moves
-    assert blind.salvaged == [] and blind.demoted == [] and _ids(blind.replay) == sorted([g["E"], g["F"]])
+    assert blind.salvaged == [] and blind.demoted == [] and blind.adopted == []
+    assert _ids(blind.replay) == sorted([g["E"], g["F"]]) and blind.loader_state == {"pos": 9}
 
 
 def test_resume_records_salvage_and_demotion(run):

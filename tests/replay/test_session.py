@@ -76,26 +76,33 @@ def test_a_first_start_warns_naming_the_path_and_must_exist_refuses(fast_tmp):
 def test_a_restart_restores_weights_loader_and_epoch(fast_tmp):
     """Ten rows, five batches a pass; a checkpoint after six batches (in the second pass), two
     more batches, a restart: it loads the weights of the checkpoint's step, goes on in the
-    second pass, and hands out ids above every id used before."""
+    second pass, hands the two batches back to admit (adopted under fresh ids) and out again
+    the rows after them, with ids above every id used before."""
     run = Run(fast_tmp)
     with run.open() as s:
         batches = s.batches()
         taken = [_step(s, batches, t) for t in range(1, 7)]
         assert s.epoch == 1
         s.checkpoint(6, save=lambda: None)
-        after = [s.take(next(batches)) for _ in range(2)]
+        after = [next(batches) for _ in range(2)]
+        after_ids = [s.take(b) for b in after]
+        following = next(batches)["idx"]
     assert run.loaded == []
     with run.open() as s:
         assert (s.step, s.epoch, run.loaded) == (6, 1, [6])
-        assert [w.kind for w in s.resume_work] == []  # taken after the checkpoint: not in its state
+        # taken after the checkpoint: adopted, to admit, in the order they were taken
+        assert [(w.kind, w.idx) for w in s.resume_work] == [("admit", i) for b in after for i in b["idx"]]
         gids = s.take(next(s.batches()))
-        assert min(gids) > max(g for b in taken + after for g in b)  # ids never reused
+        assert s.journal.group(gids[0]).idx == following[0]  # the loader goes on after them
+        old = [g for b in taken + after_ids for g in b]
+        assert min(w.group_id for w in s.resume_work) > max(old)  # ids never reused
+        assert min(gids) > max(w.group_id for w in s.resume_work)
         assert s.journal.group(gids[0]).epoch == 1
     report = audit(run.jdir)
     assert report.totals["trained_more_count"] == 0 and report.totals["lost_count"] == 0
 
 
-def test_the_loader_goes_on_where_the_checkpoint_left_it(fast_tmp):
+def test_the_loader_goes_on_where_the_checkpoint_left_it_without_salvage(fast_tmp):
     run = Run(fast_tmp)
     with run.open() as s:
         batches = s.batches()
@@ -104,7 +111,8 @@ def test_the_loader_goes_on_where_the_checkpoint_left_it(fast_tmp):
         s.checkpoint(2, save=lambda: None)
         expected = next(batches)  # what comes after the checkpoint's last take
         s.take(expected)
-    with run.open() as s:
+    with run.open(salvage=False) as s:  # nothing adopted: the take after it is the loader's again
+        assert s.resume_work == []
         again = next(s.batches())
     assert again["idx"] == expected["idx"]
 
