@@ -22,7 +22,7 @@ The rules, in the order they apply:
    every attempt any history ever dispatched it in (the next one, unless a dead tail went
    further: restoring the same checkpoint twice must not hand out an attempt a dead run's
    worker may still hold), so a worker of a dead run that answers late cannot seal.
-4. **Adoption** (with salvage, like rule 1): the loader's takes after L (`dead_tail.py`: in
+4. **Adoption** (with salvage, like rule 1, at a checkpoint): the loader's takes after L (`dead_tail.py`: in
    order, up to the last `taken` that carries a loader state) come back under fresh group ids,
    above every id any history used (the dead ids stay dead), with that last take's loader
    state, so the resumed loader goes on after them: none is taken twice, none lost. Each
@@ -94,7 +94,7 @@ class _Plan:
 
     def __init__(self, step: int | None, tail: DeadTail | None, data_plane: DataPlane | None,
                  next_free_id: Callable[[], int]):
-        self.tail, self.data_plane = tail, data_plane
+        self.tail, self.data_plane, self.step = tail, data_plane, step
         self.limit = step if step is not None else -1
         self.next_free_id = next_free_id
         self.out = Recovery()
@@ -195,8 +195,8 @@ class _Plan:
         """Rule 4: the dead tail's takes, under fresh ids (allocated in take order, after the
         demoted groups'), each where its work allows; one `taken` with their loader state."""
         tail = self.tail
-        if tail is None or self.data_plane is None or not tail.takes:
-            return
+        if tail is None or self.data_plane is None or self.step is None or not tail.takes:
+            return  # without a checkpoint, the state is empty: nothing is restored, nothing adopted
         new_ids = {t.group.group_id: self.next_free_id() for t in tail.takes}
         groups = [self.adopted_group(t, new_ids, state) for t in tail.takes]
         self.adoption_events.append(Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)

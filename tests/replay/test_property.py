@@ -2,11 +2,15 @@
 (compactions at random LSNs, some with archival of covered segments) and a random dead tail
 (crash, restore at a random committed checkpoint, resume on a new branch, go on; up to
 twice, so a later restore can land before an earlier branch point),
-`restore(step=S)` equals the fold of the active history up to `checkpoint_begun(S)`.
+`restore(step=S)` equals the fold of the active history up to `checkpoint_begun(S)`, and the
+restore a crashed run resumes from (`salvage=True`, a data plane that lost a few rows) is that
+fold with the recovery rules applied: salvage of groups admitted at the point and finished on
+the dead tail, demotion of groups whose rows are gone, adoption of the dead tail's takes.
 
 The expected states come from an independent model of the ownership rules (a few dicts),
-snapshotted when each `checkpoint_begun` is written; they are compared on live groups (every
-field), counts, loader state, next group id and LSN."""
+snapshotted when each `checkpoint_begun` is written, and of the recovery rules
+(`recovered_by_the_rules`, over the model's log of the active history); they are compared on
+live groups (every field), counts, loader state, next group id and LSN."""
 
 from __future__ import annotations
 
@@ -42,6 +46,11 @@ class Model:
         self.snaps: dict[int, dict] = {}   # step -> expected view at its checkpoint_begun
         self.taken: set[int] = set()       # every id taken on this history
         self.committed_at: dict[int, int] = {}  # step -> LSN of its checkpoint_committed
+        # what each commit of the active history did to groups, in the recovery rules' terms:
+        # (lsn, op), op one of ("take", [group dict], loader or None), ("divert", [gid]),
+        # ("admit", [gid], target_step, policy_version, replaces), ("finish", [gid],
+        # policy_version, locators or None), ("train" | "discard", [gid])
+        self.log: list[tuple[int, tuple]] = []
 
     def view(self) -> dict:
         return {"lsn": self.lsn, "live": {gid: tuple(g[f] for f in FIELDS) for gid, g in self.live.items()},
@@ -59,6 +68,153 @@ class Model:
             g.update(owner=to, **fields)
         else:
             del self.live[gid]
+
+
+class _DataPlane:
+    """The trainer's data plane as a restore asks it: which rows it still has."""
+
+    def __init__(self, rows: set[str]) -> None:
+        self.rows = rows
+
+    def has(self, locator: str) -> bool:
+        return locator in self.rows
+
+
+class Recovered:
+    """What the recovery rules make of the state at a checkpoint (`recovered_by_the_rules`):
+    the live groups by id, the ids of the groups demoted and adopted (as the dead history named
+    them) and their new ids, the loader state, and the resume's first commit in the log's terms."""
+
+    def __init__(self, live: dict[int, dict], loader) -> None:
+        self.live, self.loader = live, loader
+        self.demoted_from: list[int] = []
+        self.adopted_from: list[int] = []
+        self.new_ids: list[int] = []
+        self.log: list[tuple] = []
+
+    def view(self) -> dict:
+        return {gid: tuple(g[f] for f in FIELDS) for gid, g in self.live.items()}
+
+    def counts(self, at_point: dict) -> dict:
+        """The counts once the first commit is applied (`at_point`: at the checkpoint)."""
+        out = {o.name: 0 for o in Owner}
+        for g in self.live.values():
+            out[g["owner"].name] += 1
+        out["TRAINED"] = at_point["TRAINED"]
+        out["DROPPED"] = at_point["DROPPED"] + len(self.demoted_from)
+        return out
+
+    def next_gid(self, at_point: int) -> int:
+        return max([at_point] + [g + 1 for g in self.new_ids])
+
+
+def recovered_by_the_rules(want: dict, tail: list[tuple[int, tuple]], rows: set[str], step: int | None,
+                           max_gid: int) -> Recovered:
+    """The recovery rules (docs/recovery.md, "Restoring" step 4) for groups admitted without
+    rollouts=, written again from the model's view at the checkpoint (`want`) and its log of the
+    dead tail (`tail`): salvage, demotion, adoption, in that order; fresh ids above `max_gid`."""
+    live = {gid: dict(zip(FIELDS, t)) for gid, t in want["live"].items()}
+    rec = Recovered(live, want["loader"])
+    if step is None:  # no checkpoint: the empty state, nothing kept
+        return rec
+    fresh = iter(range(max(want["next_group_id"], max_gid + 1), 1 << 62))
+    finished, dropped = {}, set()
+    for _, op in tail:
+        if op[0] == "finish":
+            for i, gid in enumerate(op[1]):
+                finished[gid] = (op[2], op[3][i] if op[3] else None)
+        elif op[0] == "discard":
+            dropped.update(op[1])
+    for gid in sorted(live):
+        g = live[gid]
+        pv, loc = finished.get(gid, (None, None))
+        pv = pv if pv is not None else g["policy_version"]
+        if (g["owner"] == Owner.ADMITTED and gid in finished and gid not in dropped and pv is not None
+                and pv <= step and loc in rows):
+            g.update(owner=Owner.REPLAY, policy_version=pv, locator=loc)
+            rec.log.append(("finish", [gid], pv, [loc]))
+    for gid in sorted(live):
+        g = live[gid]
+        if g["owner"] == Owner.REPLAY and g["locator"] not in rows:
+            new = next(fresh)
+            del live[gid]
+            live[new] = {**g, "group_id": new, "owner": Owner.ADMITTED, "locator": None, "replaces": gid}
+            rec.demoted_from.append(gid)
+            rec.new_ids.append(new)
+            rec.log += [("discard", [gid]), ("take", [_taken(g, new)], None),
+                        ("admit", [new], g["target_step"], g["policy_version"], gid)]
+    _adopt(rec, want, tail, rows, step, fresh)
+    return rec
+
+
+def _adopt(rec: Recovered, want: dict, tail: list[tuple[int, tuple]], rows: set[str], step: int,
+           fresh) -> None:
+    """Rule 4: the loader's takes of the tail up to the last with a loader state (a take without
+    one of a row its commit dropped is a demotion's re-take, not the loader's), under fresh ids,
+    each where its work on the tail allows."""
+    row_of = {gid: _row(dict(zip(FIELDS, t))) for gid, t in want["live"].items()}
+    takes, work, upto, loader, dropped_rows = [], {}, 0, None, {}
+    for lsn, op in tail:
+        kind, gids = op[0], op[1]
+        if kind == "take":
+            for g in gids:
+                row_of[g["group_id"]] = _row(g)
+                if op[2] is None and _row(g) in dropped_rows.get(lsn, ()):
+                    continue
+                takes.append(g)
+                work[g["group_id"]] = {}
+            if op[2] is not None:
+                upto, loader = len(takes), op[2]
+            continue
+        for i, gid in enumerate(gids):
+            w = work.get(gid)
+            if kind == "discard":
+                dropped_rows.setdefault(lsn, set()).add(row_of.get(gid))
+            elif w is None:
+                continue
+            elif kind == "divert":
+                w["diverted"] = True
+            elif kind == "admit":
+                w["admit"] = op[2:]
+            elif kind == "finish":
+                w["finish"] = (op[2] if op[2] is not None else w["admit"][1], op[3][i] if op[3] else None)
+    adopted = takes[:upto]
+    if not adopted:
+        return
+    new_ids = {g["group_id"]: next(fresh) for g in adopted}
+    spares, admissions = [], []
+    for g in adopted:
+        w, new = work[g["group_id"]], new_ids[g["group_id"]]
+        n = _taken(g, new)
+        if "admit" in w:
+            ts, pv, rep = w["admit"]
+            rep = new_ids.get(rep, rep if rep in want["taken"] else None)
+            n.update(owner=Owner.ADMITTED, target_step=ts, policy_version=pv, replaces=rep)
+            fpv, loc = w.get("finish", (None, None))
+            if fpv is not None and fpv <= step and loc in rows:
+                n.update(owner=Owner.REPLAY, policy_version=fpv, locator=loc)
+            admissions.append(("admit", [new], ts, n["policy_version"], rep))
+            if n["owner"] == Owner.REPLAY:
+                admissions.append(("finish", [new], fpv, [loc]))
+        elif w.get("diverted"):
+            n["owner"] = Owner.SPARE
+            spares.append(new)
+        rec.live[new] = n
+        rec.adopted_from.append(g["group_id"])
+        rec.new_ids.append(new)
+    rec.loader = loader
+    rec.log.append(("take", [_taken(g, new_ids[g["group_id"]]) for g in adopted], loader))
+    rec.log += ([("divert", spares)] if spares else []) + admissions
+
+
+def _row(g: dict) -> tuple:
+    return (g["epoch"], g["task_name"], g["idx"])
+
+
+def _taken(g: dict, gid: int) -> dict:
+    """Group `g`'s row as a `taken` under id `gid` records it (RESERVED, nothing else yet)."""
+    return {**dict.fromkeys(FIELDS), "group_id": gid, "idx": g["idx"], "task_name": g["task_name"],
+            "epoch": g["epoch"], "fingerprint": g["fingerprint"], "owner": Owner.RESERVED}
 
 
 def _equal(got: dict, want: dict) -> None:
@@ -79,6 +235,7 @@ class Run:
         self.step = 0
         self.j = Journal.open(path, sync="none", segment_bytes=4096, fs=NOSYNC)
         self.opened_at = 0         # the LSN when the writer opened: it began the later checkpoints
+        self.rows: set[str] = set()  # the data plane: the rows finished groups named, less those lost
 
     def commit(self) -> None:
         self.m.lsn += 1
@@ -108,11 +265,13 @@ class Run:
             m.taken.update(gids)
             m.loader = loader
             self.commit()
+            m.log.append((m.lsn, ("take", [dict(m.live[gid]) for gid in gids], loader)))
         elif kind == "divert" and m.of(Owner.RESERVED):
             gid = d.draw(st.sampled_from(m.of(Owner.RESERVED)))
             j.diverted([gid])
             m.move(gid, Owner.SPARE)
             self.commit()
+            m.log.append((m.lsn, ("divert", [gid])))
         elif kind == "admit" and m.of(Owner.RESERVED, Owner.SPARE):
             pool = m.of(Owner.RESERVED, Owner.SPARE)
             gids = d.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3, unique=True))
@@ -122,11 +281,13 @@ class Run:
             for gid in gids:
                 m.move(gid, Owner.ADMITTED, target_step=ts, policy_version=pv, replaces=rep)
             self.commit()
+            m.log.append((m.lsn, ("admit", gids, ts, pv, rep)))
         elif kind == "finish" and m.of(Owner.ADMITTED):
             gids = d.draw(st.lists(st.sampled_from(m.of(Owner.ADMITTED)), min_size=1, max_size=2, unique=True))
             pv = d.draw(st.sampled_from((None, self.step)))
             with_loc = d.draw(st.booleans())
             locs = [f"tq/{g}" for g in gids] if with_loc else None
+            self.rows.update(locs or ())  # rows durable in the data plane before the journal names them
             j.finished(gids, policy_version=pv, locators=locs)
             for i, gid in enumerate(gids):
                 fields = {"locator": locs[i] if locs else None}
@@ -134,17 +295,20 @@ class Run:
                     fields["policy_version"] = pv
                 m.move(gid, Owner.REPLAY, **fields)
             self.commit()
+            m.log.append((m.lsn, ("finish", gids, pv, locs)))
         elif kind == "train" and m.of(Owner.REPLAY):
             gids = d.draw(st.lists(st.sampled_from(m.of(Owner.REPLAY)), min_size=1, max_size=3, unique=True))
             j.trained(gids, step=self.step + 1)
             for gid in gids:
                 m.move(gid, Owner.TRAINED)
             self.commit()
+            m.log.append((m.lsn, ("train", gids)))
         elif kind == "discard" and m.live:
             gid = d.draw(st.sampled_from(sorted(m.live)))
             j.discarded([gid], reason="rollout_failed")
             m.move(gid, Owner.DROPPED)
             self.commit()
+            m.log.append((m.lsn, ("discard", [gid])))
         elif kind == "reopen":
             # the history continued as it is by a new writer: the checkpoints begun before are
             # no longer its own, so it may begin others while they are pending (which is how
@@ -172,35 +336,46 @@ class Run:
             compact(self.path, at=at, retention=retention, keep_cuts=d.draw(st.integers(1, 3)), fs=NOSYNC)
 
     def crash_and_resume(self) -> None:
-        """Kill the run, restore a committed checkpoint (or the empty state), resume from it."""
+        """Kill the run, restore a committed checkpoint (or the empty state): the fold there,
+        and, with salvage and a data plane that lost a few rows, the recovery rules on top of
+        it; resume from the latter."""
         m = self.m
         self.j.close()
         if m.committed:
             s0 = self.data.draw(st.sampled_from(sorted(m.committed)), label="restored step")
-            state = restore(self.path, step=s0)
             want = m.snaps[s0]
         else:
-            s0, state = None, restore(self.path)
-            want = Model().view()
-        _equal(recovered_view(state), want)
-        # the model goes back to the checkpoint: its state then...
+            s0, want = None, Model().view()
+        _equal(recovered_view(restore(self.path, step=s0)), want)
+        self.rows -= self.data.draw(st.sets(st.sampled_from(sorted(self.rows)), max_size=1)
+                                    if self.rows else st.just(set()), label="rows lost")
+        state = restore(self.path, step=s0, salvage=True, data_plane=_DataPlane(self.rows))
         l0 = want["lsn"]
+        rec = recovered_by_the_rules(want, [e for e in m.log if e[0] > l0], self.rows, s0, self.max_gid)
+        _equal(recovered_view(state), {**want, "live": rec.view(), "loader": rec.loader})
+        assert [g.adopted_from for g in state.adopted] == rec.adopted_from
+        assert [g.replaces for g in state.demoted] == rec.demoted_from
+        # the model goes back to the checkpoint: its state then...
         back = Model()
-        back.lsn, back.counts, back.next_gid = l0, dict(want["counts"]), want["next_group_id"]
-        back.loader, back.taken = want["loader"], set(want["taken"])
-        back.live = {gid: dict(zip(FIELDS, t)) for gid, t in want["live"].items()}
+        back.lsn, back.counts, back.next_gid = l0, rec.counts(want["counts"]), rec.next_gid(want["next_group_id"])
+        back.loader, back.taken = rec.loader, set(want["taken"]) | set(rec.new_ids)
+        back.live = rec.live
+        back.log = [e for e in m.log if e[0] <= l0] + [(l0 + 1, op) for op in rec.log]
+        self.max_gid = max([self.max_gid] + rec.new_ids)
         begun = {s: lsn for s, lsn in {**m.pending, **m.committed}.items() if lsn <= l0}
         back.committed = {s: begun[s] for s in begun if s in m.committed_at and m.committed_at[s] <= l0}
         back.committed_at = {s: m.committed_at[s] for s in back.committed}
         back.pending = {s: lsn for s, lsn in begun.items() if s not in back.committed}
         back.snaps = {s: m.snaps[s] for s in begun}
         # ...plus resume's first commit: every checkpoint pending then but committed on what is
-        # now the dead tail is committed again (the restored one among them)
+        # now the dead tail is committed again (the restored one among them), and the groups
+        # as the rules left them
         recommit = sorted((s for s in back.pending if s in m.committed), key=back.pending.get)
         assert sorted(state.recommit) == sorted(recommit)
+        assert bool(state.first_commit) == bool(recommit or rec.log)
         self.j = Journal.open(self.path, sync="none", segment_bytes=4096, resume=state, fs=NOSYNC)
         self.m = back
-        if recommit:
+        if state.first_commit:
             back.lsn += 1
             for s in recommit:
                 back.committed[s] = back.pending.pop(s)

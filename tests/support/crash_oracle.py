@@ -22,12 +22,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import msgspec
+
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted, Finished,
                      GroupRef, Journal, JournalCorrupt, Reader, RolloutFailed, RolloutRef, RolloutSealed,
                      StaleAttempt, Taken, TakenGroup, Trained)
 from journal.loader_state import unpack
 from tests.support.equality import deep_equal
 from tests.support.journal_model import Model, events_of
+from tests.support.recovery_model import Expected, expected_recovery
 from tests.support.loader_states import loader_state
 from replay import restore
 from replay.recovery import ABANDONED
@@ -145,13 +148,14 @@ class Run:
         self._acked(j, key)
         return j.lsn
 
-    def resumed(self, j: Journal, branch_lsn: int, reconcile: list | None = None) -> None:
+    def resumed(self, j: Journal, branch_lsn: int, reconcile: list | None = None, loaders: list = ()) -> None:
         """`j` was just opened with resume= at `branch_lsn`; `reconcile` is the events of its
-        first commit (re-marking the restored checkpoint) when there is one."""
+        first commit (re-marking the restored checkpoint) when there is one, `loaders` the
+        loader states of its `taken` events."""
         self.branches.append((self.mark(), j.timeline, branch_lsn, bool(reconcile)))
         if reconcile:
             assert j.lsn == branch_lsn + 1
-            self._done(j, reconcile, [])
+            self._done(j, reconcile, list(loaders))
         else:
             assert j.lsn == branch_lsn
 
@@ -435,6 +439,76 @@ def w_rollouts(run: Run) -> None:
     compact(run.root, keep_cuts=1, retention="archive", fs=run.fs)
 
 
+def dead_tail_of_takes(run: Run) -> list[int]:
+    """A crashed run whose dead tail holds takes (their loader states with a blob), admissions,
+    seals by the checkpoint's weights and newer ones (of a group admitted at the checkpoint too:
+    salvaged and fenced), a finish, a training, a drop and a diversion; a group finished before
+    the checkpoint without a locator (demoted). Returns the ids of the tail's takes."""
+    j = run.open()
+    a, b = run.taken(j, [0, 1], loader(0))
+    run.call(j, "admitted", [a], target_step=1, policy_version=0, rollouts=3)
+    run.call(j, "admitted", [b], target_step=1, policy_version=0)
+    run.call(j, "finished", [b], policy_version=0)  # no locator: the restore regenerates it
+    run.call(j, "rollout_sealed", [RolloutRef(a, 0, 0, f"dp/{a}/0")], policy_version=0)
+    run.call(j, "begin_checkpoint", step=1)
+    run.call(j, "commit_checkpoint", step=1)
+    c, d, e = run.taken(j, [2, 3, 4], loader(1))       # the dead tail
+    run.call(j, "admitted", [c, d], target_step=2, policy_version=1, rollouts=2)
+    run.transaction(j, [("rollout_sealed", ([RolloutRef(c, 0, 0, f"dp/{c}/0"), RolloutRef(c, 1, 0, f"dp/{c}/1"),
+                                              RolloutRef(d, 0, 0, f"dp/{d}/0")],), {"policy_version": 1}),
+                        ("finished", ([c],), {"policy_version": 1}),
+                        ("rollout_sealed", ([RolloutRef(a, 1, 0, f"dp/{a}/1")],), {"policy_version": 1}),
+                        ("rollout_sealed", ([RolloutRef(a, 2, 0, f"dp/{a}/2")],), {"policy_version": 2})])
+    run.call(j, "trained", [c], step=2)
+    run.call(j, "rollout_sealed", [RolloutRef(d, 1, 0, f"dp/{d}/1")], policy_version=2)
+    run.call(j, "diverted", [e])
+    (f,) = run.taken(j, [5], loader(2))
+    run.call(j, "admitted", [f], target_step=3, policy_version=2)
+    run.call(j, "finished", [f], policy_version=1, locators=[f"dp/{f}"])
+    run.call(j, "discarded", [f], reason="stale")
+    j.close()
+    return [c, d, e, f]
+
+
+def adopting_first_commit(run: Run, rs) -> tuple[list, list]:
+    """The first commit (events, loader states of its `taken` events: the demotions' have none,
+    the adoption's is last) a resume from `rs`, the salvage restore of the workload's latest
+    checkpoint, writes by the rules (`recovery_model`)."""
+    reader = Reader(run.root)
+    keys = history_keys(reader, max(rec.commit.lsn for rec in reader.records()))
+    _, at, step = model_at(run, keys)
+    want = expected_salvage(run.root, run, keys, at, step, rs)
+    takes = sum(type(ev) is Taken for ev in want.first_commit)
+    loaders = [None] * (takes - 1) + [want.loader] if want.adopted_from else [None] * takes
+    return [CheckpointCommitted(step)] + want.first_commit, loaders
+
+
+def w_adopt(run: Run) -> None:
+    """`dead_tail_of_takes`, then a resume with salvage that adopts the takes: its first commit
+    (the loader state's blob in the new branch's segment) is the rules'; the adopted groups go
+    on, a checkpoint, a compaction of the new branch."""
+    tail = dead_tail_of_takes(run)
+    rs = restore(run.root, salvage=True, data_plane=WrittenRows(run))
+    assert [g.adopted_from for g in rs.adopted] == tail and len(rs.demoted) == 1
+    first, loaders = adopting_first_commit(run, rs)
+    j = run.open(resume=rs)
+    run.resumed(j, rs.lsn, first, loaders)
+    for g in rs.admitted:
+        gid = g.group_id
+        if g.rollouts is None:
+            run.call(j, "finished", [gid], locators=[f"dp/{gid}"])
+            continue
+        run.call(j, "rollout_sealed", [RolloutRef(gid, r.index, r.attempt, f"dp/{gid}/{r.index}/{r.attempt}")
+                                       for r in g.pending], policy_version=1)
+        run.call(j, "finished", [gid])
+    run.call(j, "trained", [g.group_id for g in rs.replay + rs.admitted], step=2)
+    run.taken(j, [6], loader(3))
+    run.call(j, "begin_checkpoint", step=2)
+    run.call(j, "commit_checkpoint", step=2)
+    j.close()
+    compact(run.root, keep_cuts=1, retention="archive", fs=run.fs)
+
+
 WORKLOADS = {
     "rotation": w_rotation,
     "transaction": w_transaction,
@@ -446,6 +520,7 @@ WORKLOADS = {
     "batch": w_batch,
     "sync-none": w_sync_none,
     "rollouts": w_rollouts,
+    "adopt": w_adopt,
 }
 
 
@@ -540,6 +615,74 @@ def check_restore(path: str, model: Model, step: int | None) -> None:
                         f"{model.fence_rounds(used)}")
 
 
+class WrittenRows:
+    """The data plane of a workload: every row an event it wrote names (rows are durable before
+    the journal names them); `lost` ones are gone."""
+
+    def __init__(self, run: Run, lost: frozenset = frozenset()):
+        self.rows = {loc for events, _ in run.expected.values() for loc in _locators(events)} - lost
+
+    def has(self, locator: str) -> bool:
+        return locator in self.rows
+
+
+def _locators(events):
+    for ev in events:
+        if type(ev) is Finished and ev.locators is not None:
+            yield from ev.locators
+        elif type(ev) in (RolloutSealed, RolloutFailed):
+            yield from (r.locator for r in ev.rollouts if r.locator is not None)
+
+
+def _max_gid_on_disk(path: str) -> int:
+    """The highest group id a readable commit of any timeline on disk allocated (-1: none)."""
+    reader = Reader(path)
+    return max([-1] + [_max_gid(rec.commit.events) for t in reader.timelines for rec in reader.timeline_records(t)])
+
+
+def expected_salvage(path: str, run: Run, keys: list, at: Model, step: int, rs) -> Expected:
+    """What `rs`, the restore with salvage of the directory `path` (the workload `run`'s active
+    history `keys`, `at` the model at its latest committed checkpoint of `step`), must be, by the
+    recovery rules (`recovery_model`); the fresh ids are `rs`'s, checked to be fresh here."""
+    live = set(at.live())
+    new_ids = sorted(g.group_id for g in rs.groups if g.group_id not in live)
+    top = _max_gid_on_disk(path)
+    if new_ids and (new_ids[0] <= top or new_ids != list(range(new_ids[0], new_ids[0] + len(new_ids)))):
+        raise Violation(f"the groups restore demoted or adopted got ids {new_ids}: not consecutive ids "
+                        f"above every id on disk (up to {top})")
+    return expected_recovery(at, [run.expected[k] for k in keys], at.lsn, step, WrittenRows(run).has,
+                             attempts_on_disk(path), new_ids)
+
+
+def check_salvage_restore(path: str, run: Run, keys: list, at: Model, step: int | None) -> None:
+    """The restore a crashed run resumes from (salvage, the workload's data plane) follows the
+    recovery rules: salvage, completion, demotion, fences, adoption of the dead tail's takes."""
+    if step is None:
+        return  # the empty state, as `check_restore` checked: nothing is kept
+    rs = restore(path, salvage=True, data_plane=WrittenRows(run))
+    want = expected_salvage(path, run, keys, at, step, rs)
+    got = {g.group_id: g.owner for g in rs.groups}
+    if got != want.owners:
+        raise Violation(f"salvage restore owners {sorted(got.items())} != rules {sorted(want.owners.items())}")
+    for g in rs.groups:
+        have = None if g.rollouts is None else [
+            (r.index, r.attempt, r.sealed, r.locator, r.policy_version) for r in g.rollouts]
+        if have != want.rollouts[g.group_id]:
+            raise Violation(f"salvage restore: rollouts of group {g.group_id} {have} != rules "
+                            f"{want.rollouts[g.group_id]}")
+    if ([g.replaces for g in rs.demoted], [g.adopted_from for g in rs.adopted]) != (want.demoted_from, want.adopted_from):
+        raise Violation(f"salvage restore demoted {[g.replaces for g in rs.demoted]} and adopted "
+                        f"{[g.adopted_from for g in rs.adopted]}, the rules {want.demoted_from} and {want.adopted_from}")
+    if want.has_loader != (rs.loader_state is not None) or not deep_equal(rs.loader_state, want.loader,
+                                                                          key_order=True):
+        raise Violation("salvage restore: the loader state is not that of the last adopted take "
+                        "(or, with none adopted, of the checkpoint)")
+    first = [msgspec.structs.replace(e, loader_state=None) if type(e) is Taken else e
+             for e in rs.first_commit if type(e) is not CheckpointCommitted]
+    if first != want.first_commit:
+        raise Violation(f"salvage restore: first commit {first} != rules {want.first_commit}")
+
+
 def _check_unsynced_damage(path: str, run: Run, point: int) -> dict:
     """sync="batch"/"none": a later frame of an fsync window reached the disk, an earlier one
     did not. README (Limitations): a strict open reports corruption; the frames after the
@@ -612,6 +755,7 @@ def check_journal(path: str, run: Run, point: int | None = None, *, reopen: bool
             raise Violation(f"the acknowledged branch to timeline {t} at LSN {b} is gone")
     full, at_ckpt, step = model_at(run, keys)
     check_restore(path, at_ckpt, step)
+    check_salvage_restore(path, run, keys, at_ckpt, step)
     snaps = os.path.join(path, SNAPSHOTS_DIR)
     cuts = 0
     if os.path.isdir(snaps):

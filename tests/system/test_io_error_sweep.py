@@ -6,6 +6,8 @@ operation fails with EIO, either once (*one-shot*) or from then on
 (*persistent*), until the operation completes without reaching N. The
 operations: appends across segment rotations (a transaction, a checkpoint), compaction
 (retention "archive" and "delete", replacing an older cut), resume (`Journal.open(path, resume=restore(path))`, then close),
+a resume with salvage that adopts a dead tail's takes (its first commit carries their loader
+state, whose blob goes into the new branch's segment),
 a rollout workload (seals and failures, alone and in transactions, across a rotation, a
 compaction writing a cut with a rollout table, a resume whose first commit raises the
 attempts of the unsealed rollouts) and
@@ -30,7 +32,8 @@ import shutil
 
 import pytest
 
-from tests.support.crash_oracle import (Run, check_journal, finished_groups_with_checkpoint, loader,
+from tests.support.crash_oracle import (Run, WrittenRows, adopting_first_commit, check_journal,
+                                        dead_tail_of_takes, finished_groups_with_checkpoint, loader,
                                         resume_first_commit, rollout_groups)
 from tests.support.faultfs import FaultFS
 from journal import CheckpointCommitted, JournalFailed, JournalIOError, Reader
@@ -131,6 +134,22 @@ def op_resume(run: Run) -> None:
         j.close()
 
 
+def op_resume_adopting(run: Run) -> None:
+    """A resume with salvage whose first commit adopts the dead tail's takes (the loader
+    state's blob written into the new branch's first segment)."""
+    rs = restore(run.root, salvage=True, data_plane=WrittenRows(run))
+    first, loaders = adopting_first_commit(run, rs)
+    top = max(Reader(run.root).timelines)
+    for t in range(top + 1, top + 4):  # the timeline a resume creates holds `first` first
+        run.expected[(t, rs.lsn + 1)] = (first, loaders)
+        run.branches.append((float("inf"), t, rs.lsn, True))
+    j = run.open(resume=rs)
+    try:
+        run.resumed(j, rs.lsn, first, loaders)
+    finally:
+        j.close()
+
+
 def op_open(run: Run) -> None:
     j = run.open()
     j.close()
@@ -195,6 +214,7 @@ SCENARIOS = {
     "compact-delete": (setup_compaction, op_compact("delete")),
     "resume": (setup_resume, op_resume),
     "rollouts": (setup_rollouts, op_rollouts),
+    "resume-adopting": (dead_tail_of_takes, op_resume_adopting),
     "open-repair-torn-frame": (setup_torn_tail, op_open),
     "open-repair-torn-header": (setup_torn_header, op_open),
 }

@@ -1,0 +1,272 @@
+"""The recovery rules written again for the tests (docs/recovery.md, "Restoring" step 4), without
+the library's code: what a restore with salvage and a data plane hands back, and the first
+commit a resume writes, from the history alone.
+
+The input is the active history as commits of journal events, each with the loader states of
+its `taken` events (as objects, one per `taken`, None for none: `crash_oracle.Run.expected`), the restore point L (an LSN), its step, the data
+plane's `has`, the attempts any history dispatched (as read off the disk) and the fresh ids the
+restore allocated (`expected_recovery` checks only their number; that they are fresh is the
+caller's check). The groups live at L come from `journal_model.Model` (owners, rollouts); the
+facts the rules need besides (rows, admissions, finishes) from one pass of its own here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from journal import (Admitted, Discarded, Diverted, Finished, Owner, RolloutFailed, RolloutRef,
+                     RolloutSealed, Taken, TakenGroup)
+from replay.recovery import ABANDONED, ROWS_LOST
+from tests.support.journal_model import Model
+
+A, P = Owner.ADMITTED, Owner.REPLAY
+
+
+@dataclass
+class Facts:
+    """What the history says of one group besides its owner: its row, its admission, and its
+    policy version and locator as the fold keeps them (a finish's version, else the admission's)."""
+
+    row: TakenGroup
+    target_step: int | None = None
+    admitted_pv: int | None = None
+    replaces: int | None = None
+    n: int | None = None
+    pv: int | None = None
+    locator: str | None = None
+    diverted: bool = False
+    finished: tuple | None = None          # (pv, locator) of a `finished` on the dead tail
+    sealed: dict = field(default_factory=dict)  # index -> (pv, locator) of seals on the dead tail
+
+
+@dataclass
+class Expected:
+    """What the restore hands back: owner and rollouts (index, attempt, sealed, locator,
+    policy_version) of every group by id, the groups demoted (old ids) and adopted (dead ids)
+    in allocation order, the loader state (`has_loader`: one is handed back) and the first
+    commit without its checkpoint markers (a `taken` of adopted groups compared without its
+    loader state, which `loader` stands for)."""
+
+    owners: dict = field(default_factory=dict)
+    rollouts: dict = field(default_factory=dict)
+    demoted_from: list = field(default_factory=list)
+    adopted_from: list = field(default_factory=list)
+    loader: object = None
+    has_loader: bool = False
+    first_commit: list = field(default_factory=list)
+
+
+def _facts(commits: list) -> dict[int, Facts]:
+    """Group id -> Facts of every group `commits` took, the tail's results not yet set."""
+    facts: dict[int, Facts] = {}
+    for events, _ in commits:
+        for ev in events:
+            t = type(ev)
+            if t is Taken:
+                for g in ev.groups:
+                    facts[g.group_id] = Facts(g)
+            elif t is Admitted:
+                for gid in ev.groups:
+                    f = facts[gid]
+                    f.target_step, f.admitted_pv, f.pv, f.replaces, f.n = (
+                        ev.target_step, ev.policy_version, ev.policy_version, ev.replaces, ev.rollouts)
+            elif t is Finished:
+                for i, gid in enumerate(ev.groups):
+                    f = facts[gid]
+                    f.pv = ev.policy_version if ev.policy_version is not None else f.pv
+                    f.locator = ev.locators[i] if ev.locators is not None else None
+    return facts
+
+
+class _Rules:
+    def __init__(self, at: Model, commits: list, point: int, step: int, has, used: dict, new_ids: list):
+        self.at, self.point, self.step, self.has, self.used = at, point, step, has, used
+        self.facts = _facts(commits[:point])
+        self.tail = commits[point:]
+        self.fresh = iter(new_ids)
+        self.out = Expected()
+        self.keep, self.demotions, self.fenced = [], [], []
+        self.dropped: set[int] = set()
+
+    def usable(self, entry) -> bool:
+        return entry is not None and entry[0] is not None and entry[0] <= self.step \
+            and entry[1] is not None and self.has(entry[1])
+
+    def read_tail(self) -> None:
+        """The tail's results for the groups live at L."""
+        live = self.at.live()
+        for events, _ in self.tail:
+            for ev in events:
+                t = type(ev)
+                if t is Finished:
+                    for i, gid in enumerate(ev.groups):
+                        if live.get(gid) == A:
+                            f = self.facts[gid]
+                            f.finished = (ev.policy_version if ev.policy_version is not None else f.pv,
+                                          ev.locators[i] if ev.locators is not None else None)
+                elif t is RolloutSealed:
+                    for r in ev.rollouts:
+                        if live.get(r.group_id) == A:
+                            self.facts[r.group_id].sealed[r.index] = (ev.policy_version, r.locator)
+                elif t is Discarded:
+                    self.dropped.update(ev.groups)
+
+    def live_group(self, gid: int, owner: Owner) -> None:
+        f = self.facts[gid]
+        rollouts = None
+        if gid in self.at.rollouts:
+            attempts, sealed = self.at.rollouts[gid]
+            rollouts = {i: [a, i in sealed, *(sealed.get(i, (None, None)))] for i, a in enumerate(attempts)}
+        if owner == A and rollouts is not None:
+            for i, r in rollouts.items():
+                entry = f.sealed.get(i)
+                if not r[1] and self.usable(entry) and gid not in self.dropped:
+                    r[1:] = [True, entry[1], entry[0]]
+                    self.keep.append(RolloutSealed([RolloutRef(gid, i, r[0], entry[1])], entry[0]))
+        if self.rows_lost(f, owner, rollouts):
+            return self.demote(gid, f, rollouts)
+        if owner == A and rollouts is None and f.finished is not None and gid not in self.dropped \
+                and self.usable(f.finished):
+            owner = P
+            self.keep.append(Finished([gid], f.finished[0], [f.finished[1]]))
+        elif owner == A and rollouts is not None and all(r[1] for r in rollouts.values()):
+            owner = P
+            self.keep.append(Finished([gid]))
+        elif owner == A and rollouts is not None:
+            self.fenced.append((gid, rollouts))
+        self.out.owners[gid] = owner
+        self.out.rollouts[gid] = rollouts
+
+    def rows_lost(self, f: Facts, owner: Owner, rollouts) -> bool:
+        if rollouts is not None:
+            return any(r[1] and r[2] is not None and not self.has(r[2]) for r in rollouts.values())
+        return owner == P and (f.locator is None or not self.has(f.locator))
+
+    def demote(self, old: int, f: Facts, rollouts) -> None:
+        new = next(self.fresh)
+        self.out.demoted_from.append(old)
+        kept = {} if rollouts is None else {
+            i: r for i, r in rollouts.items() if r[1] and (r[2] is None or self.has(r[2]))}
+        self.demotions += [Discarded([old], ROWS_LOST),
+                           Taken([TakenGroup(new, f.row.idx, f.row.task_name, f.row.epoch, f.row.fingerprint)]),
+                           Admitted([new], f.target_step, f.pv, old, f.n)]
+        self.demotions += [RolloutSealed([RolloutRef(new, i, 0, r[2])], r[3]) for i, r in kept.items()]
+        self.out.owners[new] = A
+        self.out.rollouts[new] = None if rollouts is None else {
+            i: [0, i in kept, *(kept[i][2:] if i in kept else (None, None))] for i in rollouts}
+
+    def fence(self) -> list:
+        targets = []
+        for gid, rollouts in self.fenced:
+            for i, r in rollouts.items():
+                if not r[1]:
+                    new = max(r[0], self.used.get((gid, i), 0)) + 1
+                    targets.append((gid, i, r[0], new))
+                    r[0] = new
+        rounds = max((new - a for _, _, a, new in targets), default=0)
+        return [RolloutFailed([RolloutRef(g, i, a + k) for g, i, a, new in targets if a + k < new], ABANDONED)
+                for k in range(rounds)]
+
+
+def _adoptable(tail: list, live_rows: dict) -> tuple[list[TakenGroup], dict, object, int | None]:
+    """The loader's takes of `tail` up to the last with a loader state (a take without one of a
+    row its own commit dropped is a demotion's re-take), what the tail did with each, that
+    loader state and the dataset size last recorded by then."""
+    rows = dict(live_rows)  # group id -> row, of every group known so far
+    takes, work, upto, loader, size, size_then = [], {}, 0, None, None, None
+    for events, loaders in tail:
+        dropped_rows, li = set(), iter(loaders)
+        for ev in events:
+            t = type(ev)
+            if t is Taken:
+                state = next(li, None)
+                for g in ev.groups:
+                    rows[g.group_id] = (g.epoch, g.task_name, g.idx)
+                    if state is None and rows[g.group_id] in dropped_rows:
+                        continue
+                    takes.append(g)
+                    work[g.group_id] = Facts(g)
+                size = ev.dataset_size if ev.dataset_size is not None else size
+                if state is not None:
+                    upto, loader, size_then = len(takes), state, size
+            elif t is Discarded:
+                dropped_rows.update(rows.get(gid) for gid in ev.groups)
+            elif t is Diverted:
+                for gid in ev.groups:
+                    if gid in work:
+                        work[gid].diverted = True
+            elif t is Admitted:
+                for gid in ev.groups:
+                    if gid in work:
+                        f = work[gid]
+                        f.target_step, f.admitted_pv, f.replaces, f.n = (
+                            ev.target_step, ev.policy_version, ev.replaces, ev.rollouts)
+            elif t is Finished:
+                for i, gid in enumerate(ev.groups):
+                    if gid in work:
+                        f = work[gid]
+                        f.finished = (ev.policy_version if ev.policy_version is not None else f.admitted_pv,
+                                      ev.locators[i] if ev.locators is not None else None)
+            elif t is RolloutSealed:
+                for r in ev.rollouts:
+                    if r.group_id in work:
+                        work[r.group_id].sealed[r.index] = (ev.policy_version, r.locator)
+    return takes[:upto], work, loader, size_then
+
+
+def _adopt(rules: _Rules, known: set[int]) -> None:
+    """Rule 4 on `rules`: the adoptable takes under the next fresh ids, where their work allows."""
+    live_rows = {gid: (f.row.epoch, f.row.task_name, f.row.idx) for gid, f in rules.facts.items()}
+    takes, work, loader, size = _adoptable(rules.tail, live_rows)
+    if not takes:
+        return
+    out = rules.out
+    new = {g.group_id: next(rules.fresh) for g in takes}
+    events = [Taken([TakenGroup(new[g.group_id], g.idx, g.task_name, g.epoch, g.fingerprint) for g in takes],
+                    None, size)]
+    spares, readmit = [], []
+    for g in takes:
+        f, gid = work[g.group_id], new[g.group_id]
+        out.adopted_from.append(g.group_id)
+        out.rollouts[gid] = None
+        if f.target_step is None:
+            out.owners[gid] = Owner.SPARE if f.diverted else Owner.RESERVED
+            if f.diverted:
+                spares.append(gid)
+            continue
+        rep = new.get(f.replaces, f.replaces if f.replaces in known else None)
+        owner, pv, loc = A, f.admitted_pv, None
+        if f.n is not None:
+            kept = {i: f.sealed[i] for i in range(f.n) if rules.usable(f.sealed.get(i))}
+            out.rollouts[gid] = {i: [0, i in kept, *(kept[i][::-1] if i in kept else (None, None))]
+                                 for i in range(f.n)}
+            owner = P if len(kept) == f.n else A
+        elif rules.usable(f.finished):
+            owner, (pv, loc) = P, f.finished
+        out.owners[gid] = owner
+        readmit.append(Admitted([gid], f.target_step, pv, rep, f.n))
+        readmit += [RolloutSealed([RolloutRef(gid, i, 0, r[2])], r[3])
+                    for i, r in (out.rollouts[gid] or {}).items() if r[1]]
+        if owner == P:
+            readmit.append(Finished([gid]) if f.n is not None else Finished([gid], pv, [loc]))
+    out.first_commit += events + ([Diverted(spares)] if spares else []) + readmit
+    out.loader, out.has_loader = loader, True
+
+
+def expected_recovery(at: Model, commits: list, point: int, step: int, has, used: dict,
+                      new_ids: list[int]) -> Expected:
+    """What `restore(salvage=True, data_plane=...)` at the committed checkpoint of `step`, whose
+    `checkpoint_begun` is LSN `point`, hands back; `at` is the model at `point`, `commits` the
+    active history (LSN 1 first), `used` the attempts any history dispatched."""
+    rules = _Rules(at, commits, point, step, has, used, new_ids)
+    rules.read_tail()
+    for gid, owner in sorted(at.live().items()):
+        rules.live_group(gid, owner)
+    out = rules.out
+    out.first_commit = rules.keep + rules.fence() + rules.demotions
+    out.loader, out.has_loader = at.loader, at.has_loader
+    _adopt(rules, set(rules.facts))
+    for gid, rollouts in out.rollouts.items():
+        if rollouts is not None:
+            out.rollouts[gid] = [(i, *r) for i, r in sorted(rollouts.items())]
+    return out
