@@ -13,16 +13,16 @@ import torch
 from replay import AsyncSession
 
 from .minimal_trainer import BATCH, CKPT_EVERY, LR, ROLLOUTS, generate, in_flight, open_session, \
-    save_weights, update
+    resumed_line, save_weights, update
 
 
-async def rollout(s, model, gid, x, r):
-    """Generate one rollout until an attempt succeeds, then seal it."""
+async def rollout(s, model, gid, x, r, step):
+    """Generate one rollout with the weights of `step` until an attempt succeeds, then seal it."""
     attempt = r.attempt
     while (rows := generate(model, x, gid, r.index, attempt)) is None:
         attempt = await s.fail(gid, r.index, attempt, reason="generation failed")
         await asyncio.sleep(0)   # other rollouts go on meanwhile
-    await s.seal(gid, r.index, attempt, rows)
+    await s.seal(gid, r.index, attempt, rows, policy_version=step)
 
 
 async def train(run_dir, steps):
@@ -34,7 +34,7 @@ async def train(run_dir, steps):
         ready, todo, fresh = in_flight(s)
         if fresh:
             await s.admit(fresh, step=step + 1, rollouts=ROLLOUTS)
-        print(f"resumed at step {step} train {len(ready)} generate {len(todo)}", flush=True)
+        print(resumed_line(s, step, ready, todo), flush=True)
         while step < steps:
             while len(ready) + len(todo) < 2 * BATCH:   # a step's groups admitted ahead
                 batch = next(batches)
@@ -43,7 +43,7 @@ async def train(run_dir, steps):
                 todo += list(zip(gids, batch["x"]))
             n = max(0, BATCH - len(ready))   # generate what the next step lacks, all at once
             group, todo = todo[:n], todo[n:]
-            await asyncio.gather(*(rollout(s, model, g, x, r) for g, x in group for r in s.pending(g)))
+            await asyncio.gather(*(rollout(s, model, g, x, r, step) for g, x in group for r in s.pending(g)))
             ready += [g for g, _ in group]
             group, ready, step = ready[:BATCH], ready[BATCH:], step + 1
             rows = [r for g in group for r in await s.rows(g)]

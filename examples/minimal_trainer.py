@@ -69,11 +69,18 @@ def open_session(run_dir, model, session=Session):   # an AsyncSession's open is
 
 
 def in_flight(s):
-    """2. What the restored checkpoint had in flight: groups to train (finished), groups to
-    generate (the unsealed rollouts of admitted ones, and the taken ones to admit first)."""
+    """2. What the restored checkpoint had in flight, and what the crashed run took after it
+    (adopted): groups to train (finished), groups to generate (the unsealed rollouts of admitted
+    ones, and the taken ones to admit first)."""
     ready = [w.group_id for w in s.resume_work if w.kind == "train"]
     todo = [(w.group_id, w.prompt["x"][0]) for w in s.resume_work if w.kind != "train"]
     return ready, todo, [w.group_id for w in s.resume_work if w.kind == "admit"]
+
+
+def resumed_line(s, step, ready, todo):
+    restored = s.stats()["restored"]
+    return (f"resumed at step {step} train {len(ready)} generate {len(todo)} adopted {restored['adopted']} "
+            f"kept {restored['rollouts_adopted']}")
 
 
 def main(argv=None):
@@ -89,7 +96,7 @@ def main(argv=None):
         ready, todo, fresh = in_flight(s)
         if fresh:
             s.admit(fresh, step=step + 1, rollouts=ROLLOUTS)
-        print(f"resumed at step {step} train {len(ready)} generate {len(todo)}", flush=True)
+        print(resumed_line(s, step, ready, todo), flush=True)
         while step < args.steps:
             while len(ready) + len(todo) < 2 * BATCH:   # 2. the loop: keep a step's groups admitted ahead
                 batch = next(batches)
@@ -102,7 +109,7 @@ def main(argv=None):
                     attempt = r.attempt
                     while (rows := generate(model, x, gid, r.index, attempt)) is None:
                         attempt = s.fail(gid, r.index, attempt, reason="generation failed")
-                    s.seal(gid, r.index, attempt, rows)   # durable rows, then the seal
+                    s.seal(gid, r.index, attempt, rows, policy_version=step)   # durable rows, then the seal
                 ready.append(gid)
             group, ready, step = ready[:BATCH], ready[BATCH:], step + 1
             rows = [r for g in group for r in s.rows(g)]

@@ -348,8 +348,8 @@ class Core:
             "replica_lag_lsns": lag.lsns if lag is not None else None,
             "restored": {"step": r.step, "lsn": r.lsn, "train": len(r.replay), "generate": len(r.admitted),
                          "admit": len(r.reserved), "spare": len(r.spare), "salvaged": len(r.salvaged),
-                         "demoted": len(r.demoted), "rollouts_kept": kept,
-                         "rollouts_regenerated": regenerated},
+                         "demoted": len(r.demoted), "adopted": len(r.adopted), "rollouts_adopted": len(r.adopted_rollouts), "rollouts_kept": kept,
+                         "rollouts_regenerated": regenerated, "rollouts_newer_weights": len(r.newer_weights)},
             "rows_reclaimed": self._reclaimed, "rows_awaiting_reclaim": waiting,
             "compactions": self._compactions, "compaction_error": self._compaction_error,
         }

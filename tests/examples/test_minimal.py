@@ -2,7 +2,8 @@
 trainer on `AsyncSession` (examples/minimal_async_trainer.py), SIGKILLed at seeded random
 moments (during training, checkpoint saves and compaction, and while it starts and restores)
 and restarted until it finishes; the journal's audit then finds every step trained with a full
-batch, no row trained twice and none lost.
+batch, no row trained twice and none lost, and some restart was handed back the rows the killed
+run took after its last checkpoint (adopted by the restore).
 
 OJ_MINIMAL_KILLS=N for more kills (default 4). The run directory is on tmpfs when there is one:
 a SIGKILL loses nothing the kernel already has, so tmpfs crashes exactly like a disk here.
@@ -106,6 +107,10 @@ def test_minimal_trainer_survives_sigkills_exactly_once(fast_tmp, module):
     # restarts resumed past the first checkpoint, and some were handed back in-flight groups
     assert any(not r.startswith("resumed at step 0 ") for r in resumes), resumes
     assert any(any(int(n) for n in r.split()[5::2]) for r in resumes), resumes
+    # ...and the rows the killed run took after the checkpoint, adopted (the audit above counts
+    # each row once; "kept": their rollouts sealed with the checkpoint's weights, which this
+    # trainer, generating its oldest groups first, seldom has)
+    assert any(int(r.split()[r.split().index("adopted") + 1]) > 0 for r in resumes), resumes
 
 
 def test_minimal_trainer_rerun_after_the_end_changes_nothing(fast_tmp):

@@ -92,6 +92,7 @@ def test_a_restart_restores_weights_loader_and_epoch(fast_tmp):
         assert (s.step, s.epoch, run.loaded) == (6, 1, [6])
         # taken after the checkpoint: adopted, to admit, in the order they were taken
         assert [(w.kind, w.idx) for w in s.resume_work] == [("admit", i) for b in after for i in b["idx"]]
+        assert s.stats()["restored"]["adopted"] == 4
         gids = s.take(next(s.batches()))
         assert s.journal.group(gids[0]).idx == following[0]  # the loader goes on after them
         old = [g for b in taken + after_ids for g in b]
