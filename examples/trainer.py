@@ -554,8 +554,11 @@ class Trainer:
                                              keep_cuts=2, retention="archive")
         ck = self._load_weights(state.step, state.lsn) if state.step is not None else None
         if state.loader_state is not None:
+            # the pass of the last take restored: the checkpoint's, or that of the last take a
+            # restore adopted from after it (the weights' own record is then behind)
             self.dl.load_state_dict(state.loader_state)
-            self.epoch = self.loader_epoch = int(ck["loader_epoch"]) if ck is not None else 0
+            self.epoch = self.loader_epoch = (state.loader_epoch if state.loader_epoch is not None
+                                              else int(ck["loader_epoch"]) if ck is not None else 0)
         self.ledger.resumed(state.step or 0)
         # rows no restore can ask for any more (dead tails, given-up attempts, trained groups)
         # leave the data plane, and so do the temporary files of puts that died

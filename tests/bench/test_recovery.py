@@ -1,7 +1,9 @@
 """`python -m bench recovery`: the report's structure and the invariants that hold whatever the
 calibration (ours loses no prompt and trains none twice; the loader position alone loses
 prompts or repeats them; per-rollout seals lose less than the loader alone, and never more
-than NeMo-RL's ledger, whose kept rows they include); and the progress policy's calls."""
+than NeMo-RL's ledger, whose kept rows they include; what each loses splits into newer weights'
+work, rollouts in flight and the rest, which is nothing for seals); and the progress policy's
+calls."""
 
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def test_every_shape_prices_every_policy(report):
     names = {f["name"]: f for f in report["figures"]}
     for shape in SHAPES:
         assert set(report["meta"]["shapes"][shape]["policies"]) == set(POLICIES)
-        assert {f"{shape}_calibration", f"{shape}_ours_exactly_once", f"{shape}_progress_bound"} <= set(names)
+        assert {f"{shape}_calibration", f"{shape}_ours_exactly_once", f"{shape}_progress_bound",
+                f"{shape}_seals_lost_other"} <= set(names)
         for other in ("seals", "loader", "ledger", "bank"):
             f = names[f"{shape}_progress_vs_{other}"]
             assert f["ratio_is"] == "reference/value" and f["reference"] > 0
@@ -69,6 +72,14 @@ def test_invariants_of_the_policies(report):
         for seals, ledger in zip(p["seals"]["per_crash_lost"], p["ledger"]["per_crash_lost"]):
             assert seals <= ledger + 1e-6, shape
         assert p["bank"]["prompts_lost"] is None  # the rule says nothing of where prompts resume
+        for s in p.values():  # the decomposition of what is lost: newer weights, in flight, the rest
+            if s is not None:
+                parts = s["lost_newer_weights"] + s["lost_in_flight_checkpoint_weights"] + s["lost_other"]
+                assert abs(parts - s["lost_per_crash"]) <= 1e-6 * max(1.0, s["lost_per_crash"]), shape
+        # restore adopts the prompts taken after the checkpoint with their rollouts sealed by its
+        # weights: what seals still lose is newer weights' work and rollouts in flight
+        assert p["seals"]["lost_other"] <= 1e-6 * p["seals"]["lost_per_crash"], shape
+        assert p["ledger"]["lost_other"] > 0, shape
 
 
 def test_progress_calls_land_between_a_rollouts_start_and_its_seal():

@@ -91,6 +91,20 @@ def test_chaos_audit_zero_duplicates_zero_losses(journal_run):
     assert cli["dead_tails"], "a SIGKILL after the first checkpoint leaves a dead tail"
 
 
+def test_chaos_restores_that_adopt_takes_across_an_epoch_boundary_keep_the_loaders_pass(fast_tmp):
+    """A small dataset, many passes and a checkpoint every other step: restores adopt takes of a
+    crashed run that crossed into the next pass of the loader, and the trainer goes on in the
+    pass of the last take adopted (not the one its checkpoint recorded): every row of every
+    pass is trained once."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        s = chaos.run(chaos.Options(out=str(fast_tmp / "run"), seed=1, epochs=6, kills=6, dataset_size=48,
+                                    batch_size=16, ckpt_every=2, baseline=False, timeout=300.0))
+    cli = s["cli_audit"]
+    assert cli["clean"] is True and s["twice"] == 0 and s["lost"] == 0
+    assert [(e["epoch"], e["trained_once"] + sum(e["dropped"].values())) for e in cli["epochs"]] == \
+        [(e, 48) for e in range(6)]
+
+
 def _rollout_history(journal_dir):
     """From the active history: rollouts= of each group's admission, the rollout indexes sealed
     per group, the groups trained, and the reasons of rollout_failed events."""
