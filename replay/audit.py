@@ -23,7 +23,8 @@ later epoch. A row not reached yet is *pending*, not lost.
 
 Per restore (per dead tail) the audit reports the work thrown away: rollouts
 finished on the tail, how many of them the resume salvaged (finished again in
-the resumed branch's first commit) and how many had to be regenerated, groups
+the resumed branch's first commit, under their own id or, adopted, under a new
+one) and how many had to be regenerated, groups
 trained on the tail (retrained after the resume) and groups taken there.
 
 *In flight* (`AuditReport.in_flight`, `drained`): the groups live at the end of the active
@@ -143,7 +144,9 @@ class Audit:
         self.divs = sorted({b.divergence for b in self.branches})
         self.new_after: dict[int, dict] = {d: {} for d in self.divs}   # div -> epoch -> new rows taken
         self.max_epoch_after: dict[int, int | None] = {d: None for d in self.divs}
-        self.first_commit_finished: dict[int, set[int]] = {}  # first LSN of a branch -> groups finished there
+        # first LSN of a branch -> the groups finished there, and the rows of those it also took
+        # (groups adopted from the dead tail, under new ids)
+        self.first_commit_finished: dict[int, tuple[set[int], set[tuple]]] = {}
         self.dead_only: dict[tuple, tuple] = {}  # (epoch, task, idx) -> (timeline, lsn, gid, pos, div)
         self.fold = base.fold(tolerant=reader.mode == "salvage")
         self.first_lsn = None
@@ -169,11 +172,16 @@ class Audit:
             bar.close()
 
     def _first_commit(self, rec) -> None:
-        """Note the groups the first commit of a resumed branch finished (what it salvaged)."""
-        finished = self.first_commit_finished.setdefault(rec.commit.lsn, set())
+        """Note the groups the first commit of a resumed branch finished (what it salvaged), by
+        id, and by row for the groups it took (adopted)."""
+        finished, rows = self.first_commit_finished.setdefault(rec.commit.lsn, (set(), set()))
+        taken = {}
         for ev in rec.commit.events:
-            if type(ev) is Finished:
+            if type(ev) is Taken:
+                taken.update((g.group_id, (g.epoch, g.task_name, g.idx)) for g in ev.groups)
+            elif type(ev) is Finished:
                 finished.update(ev.groups)
+                rows.update(taken[gid] for gid in ev.groups if gid in taken)
 
     def _fold_active(self, records, first_lsns: set[int]) -> None:
         fold, add = self.fold, self.ledger.add
@@ -210,6 +218,7 @@ class Audit:
               "taken": 0, "admitted": 0, "finished": 0, "salvaged": None, "regenerated": None,
               "trained": 0, "discarded": 0}
         finished: set[int] = set()
+        rows: dict[int, tuple] = {}  # group id -> row, of the groups the tail took
         pos: dict = {}
         for rec in records:
             lsn = rec.commit.lsn
@@ -223,7 +232,7 @@ class Audit:
                     for g in ev.groups:
                         p = pos.get(g.epoch, 0)
                         pos[g.epoch] = p + 1
-                        row = (g.epoch, g.task_name, g.idx)
+                        row = rows[g.group_id] = (g.epoch, g.task_name, g.idx)
                         tab = self.tables.get((g.epoch, g.task_name))
                         if (tab is None or tab.taken.get(g.idx) == 0) and row not in self.dead_only:
                             self.dead_only[row] = (b.timeline, lsn, g.group_id, p, b.divergence)
@@ -238,7 +247,8 @@ class Audit:
                     st["discarded"] += len(ev.groups)
         first = self.first_commit_finished.get(b.branch_lsn + 1)
         if b.child is not None and first is not None:  # (None: that commit was retired)
-            salvaged = finished & first
+            ids, adopted_rows = first
+            salvaged = {gid for gid in finished if gid in ids or rows.get(gid) in adopted_rows}
             st["salvaged"] = len(salvaged)
             st["regenerated"] = len(finished) - len(salvaged)
         return st

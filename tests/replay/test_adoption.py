@@ -173,6 +173,9 @@ def test_a_resumed_journal_counts_an_adopted_row_once(crashed):
     # pending: the resumed run took row 2 of epoch 1 again
     assert (totals["rows_taken"], totals["trained_once"], totals["lost_count"],
             totals["trained_more_count"], totals["pending_retake"]) == (8, 8, 0, 0, 0)
+    # the groups the dead tail finished (b and c) were finished again, adopted: salvaged
+    (tail,) = report.to_dict()["dead_tails"]
+    assert (tail["finished"], tail["salvaged"], tail["regenerated"]) == (2, 2, 0)
 
 
 def test_without_salvage_nothing_is_adopted(crashed):
