@@ -18,8 +18,8 @@ from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutW
                      ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
-from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
-                     RowsNotFound, RowsNotStorable)
+from .errors import (DataPlaneError, DataPlaneIOError, DataPlaneUnreachable, InvalidLocator, RowConflict,
+                     RowsCorrupt, RowsNotFound, RowsNotStorable)
 from .data_plane import LocalDataPlane, ObjectStoreDataPlane
 from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from .audit import audit
@@ -43,5 +43,5 @@ __all__ = [
     "DamagedCutWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
     "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
-    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable",
+    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable", "DataPlaneIOError",
 ]

@@ -1,0 +1,166 @@
+"""The bytes of a pack: the append-only file `LocalDataPlane` stores many rows in.
+
+    pack   = MAGIC (8 bytes, b"OJPACK01") | record | record | ...
+    record = tag (4) | name length (u16) | zero (u16) | value (u64) | crc32 (u32) | name | body
+
+All integers little-endian; the crc32 covers the 16 bytes before it and the name. Two kinds:
+
+* tag b"ROW1": rows. The name is their locator (`names.py`), the value the body's length, the
+  body the stored rows exactly as `rows.py` frames them (MAGIC, sha256 of the codec body, the
+  codec body), so a record is complete only when its header's crc32 and its body's sha256
+  both match.
+* tag b"DEL1": a dead mark. The name is a pack's file name and the value the offset of a row
+  record in it, which is deleted; no body.
+
+A pack is named `<writer>-<sequence>.pack`: the writer id (16 hex digits, random per writing
+process) and the writer's pack count (8 decimal digits). docs/format.md shows one byte by byte.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Iterator
+
+from snapshot.errors import RowsCorrupt
+
+from . import names
+from .rows import HEADER_BYTES as ROWS_HEADER_BYTES
+from .rows import checked_body
+
+MAGIC = b"OJPACK01"
+ROW, DEAD = b"ROW1", b"DEL1"
+SUFFIX = ".pack"
+_HEAD = struct.Struct("<4sHHQ")
+_CRC = struct.Struct("<I")
+HEAD_BYTES = _HEAD.size + _CRC.size   # 20
+_NAME = re.compile(r"[0-9a-f]{16}-[0-9]{8}" + re.escape(SUFFIX))
+_MAX_NAME = 0xFFFF
+
+
+def pack_name(writer: str, sequence: int) -> str:
+    return f"{writer}-{sequence:08d}{SUFFIX}"
+
+
+def is_pack_name(name: object) -> bool:
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+def _record(tag: bytes, name: str, value: int, body: bytes = b"") -> bytes:
+    raw = name.encode("ascii")
+    head = _HEAD.pack(tag, len(raw), 0, value)
+    return head + _CRC.pack(zlib.crc32(raw, zlib.crc32(head))) + raw + body
+
+
+def row_record(locator: str, data: bytes) -> bytes:
+    """The record of the stored rows `data` (`rows.encode_rows`) under `locator`."""
+    return _record(ROW, locator, len(data), data)
+
+
+def dead_record(pack: str, offset: int) -> bytes:
+    """The mark that deletes the row record at `offset` of pack `pack`."""
+    return _record(DEAD, pack, offset)
+
+
+def body_offset(offset: int, locator: str) -> int:
+    """Where the stored rows of the row record at `offset` begin."""
+    return offset + HEAD_BYTES + len(locator)
+
+
+def digest_of(data: bytes | memoryview) -> bytes:
+    """The sha256 a rows frame carries: with the frame's length it tells two frames apart."""
+    return bytes(data[len(b"OJROWS01"):ROWS_HEADER_BYTES])
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record read from a pack: where it starts, how long it is, its kind and fields. For a
+    row `name` is the locator and `value` the body's length; for a dead mark `name` is the pack
+    and `value` the offset it marks. `intact`: a row's body matched its sha256."""
+
+    offset: int
+    length: int
+    tag: bytes
+    name: str
+    value: int
+    digest: bytes = b""
+    intact: bool = True
+
+
+@dataclass
+class Stop:
+    """Why reading stopped before the end of the bytes: "incomplete" (the bytes end inside a
+    record: a write in progress, or a torn tail) or "damaged" (a header that does not check)."""
+
+    offset: int
+    reason: str
+
+
+def _header(data: memoryview, pos: int) -> tuple[bytes, str, int] | None:
+    """(tag, name, value) of the record header at `pos`, None when it does not check."""
+    tag, name_len, zero, value = _HEAD.unpack_from(data, pos)
+    end = pos + HEAD_BYTES + name_len
+    if tag not in (ROW, DEAD) or zero != 0 or end > len(data):
+        return None
+    raw = bytes(data[pos + HEAD_BYTES:end])
+    if _CRC.unpack_from(data, pos + _HEAD.size)[0] != zlib.crc32(raw, zlib.crc32(data[pos:pos + _HEAD.size])):
+        return None
+    try:
+        name = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    valid = names.is_locator(name) if tag == ROW else is_pack_name(name)
+    return (tag, name, value) if valid else None
+
+
+def read_records(data: memoryview, base: int, where: str) -> tuple[list[Record], Stop | None]:
+    """The records in `data`, the bytes of a pack from its offset `base` (0: the magic first),
+    and why reading stopped before the end of `data` (None: it ended with a record). A row
+    whose body fails its sha256 comes back with `intact=False` (its length is known from a
+    header that checked, so the records after it are read too). `where` names the pack."""
+    return _read(data, base, where)
+
+
+def _read(data: memoryview, base: int, where: str) -> tuple[list[Record], Stop | None]:
+    pos, out = 0, []
+    if base == 0:
+        if len(data) < len(MAGIC):
+            return out, Stop(0, "incomplete")
+        if data[:len(MAGIC)] != MAGIC:
+            return out, Stop(0, "damaged")
+        pos = len(MAGIC)
+    while pos < len(data):
+        if pos + HEAD_BYTES > len(data):
+            return out, Stop(base + pos, "incomplete")
+        head = _header(data, pos)
+        if head is None:
+            name_len = _HEAD.unpack_from(data, pos)[1]
+            short = pos + HEAD_BYTES + name_len > len(data)
+            return out, Stop(base + pos, "incomplete" if short else "damaged")
+        tag, name, value = head
+        end = pos + HEAD_BYTES + len(name) + (value if tag == ROW else 0)
+        if end > len(data):
+            return out, Stop(base + pos, "incomplete")
+        if tag == ROW:
+            body = data[end - value:end]
+            out.append(Record(base + pos, end - pos, tag, name, value, digest_of(body),
+                              _intact(body, f"{where} at offset {base + pos}")))
+        else:
+            out.append(Record(base + pos, end - pos, tag, name, value))
+        pos = end
+    return out, None
+
+
+def _intact(body: memoryview, where: str) -> bool:
+    try:
+        checked_body(body, where)
+    except RowsCorrupt:
+        return False
+    return True
+
+
+def records_of(data: bytes, where: str) -> Iterator[Record]:
+    """Every record of a whole pack's bytes, up to where reading stops."""
+    return iter(read_records(memoryview(data), 0, where)[0])
