@@ -222,11 +222,18 @@ class LocalDataPlane(RowStore):
                     raise RowsNotFound(f"data plane {self.root}: the rows of group {g.group_id} "
                                        f"({locator}) are missing, so the cut cannot carry them")
                 checked_body(*found)
-                f = self._fs.create(os.path.join(directory, locator))
-                try:
-                    f.write(found[0])
-                finally:
-                    f.close()
+                self._save_file(os.path.join(directory, locator), found[0])
+
+    def _save_file(self, path: str, data: bytes) -> None:
+        try:
+            f = self._fs.create(path)
+            try:
+                f.write(data)
+            finally:
+                f.close()
+        except OSError as exc:
+            raise DataPlaneIOError(exc.errno, f"data plane {self.root}: could not write {path} into "
+                                   f"the cut: {exc}") from exc
 
     # -- deleting and reclaiming ----------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from journal import Group, Owner
-from replay import LocalDataPlane, RowConflict, RowsNotFound
+from replay import DataPlaneIOError, LocalDataPlane, RowConflict, RowsNotFound
 from replay.data_plane import local, pack_writer
 from replay.data_plane.pack_format import row_record
 from replay.data_plane.rows import encode_rows
@@ -306,6 +306,25 @@ def test_a_row_a_live_writer_is_still_writing_is_picked_up_once_whole(tmp_path, 
         f.seek(before)
         f.write(grown[before:])
     assert reader.has(loc2) and deep_equal(reader.get(loc2), rows_for(2))
+
+
+def test_a_failed_write_or_fsync_cuts_its_batch_off_and_retires_the_pack(tmp_path):
+    """After a failed fsync the kernel may have dropped the batch's pages: a record written
+    behind them could never be read (reading a pack stops at a header that does not check).
+    So the batch is cut off, the pack retired, and the next put starts a new pack."""
+    root = str(tmp_path / "rows")
+    fs = FaultFS()
+    dp = LocalDataPlane(root, fs=fs)
+    dp.put(1, rows_for(1))
+    (first,) = _packs(root)
+    size = os.path.getsize(os.path.join(root, first))
+    fs.inject("fsync", nth=1)
+    with pytest.raises(DataPlaneIOError, match=f"fsync .* of pack {first}"):
+        dp.put(2, rows_for(2))
+    assert os.path.getsize(os.path.join(root, first)) == size and not dp.has("g2.rows")
+    dp.put(2, rows_for(2))
+    assert len(_packs(root)) == 2 and len(packs.records(os.path.join(root, first))) == 1
+    assert sorted(LocalDataPlane(root).locators()) == ["g1.rows", "g2.rows"]
 
 
 def test_rows_put_again_by_another_writer_are_written_again_and_fsynced(tmp_path):
