@@ -40,7 +40,7 @@ from snapshot.errors import DataPlaneIOError, RowConflict, RowsCorrupt, RowsNotF
 from . import names
 from .base import RowStore
 from .group_commit import GroupCommit, Item
-from .pack_format import HEAD_BYTES, dead_record, digest_of, row_record
+from .pack_format import dead_record, digest_of, row_record
 from .pack_index import PackIndex, Row
 from .pack_writer import TMP_PREFIX, PackWriter, settled
 from .rows import checked_body, decode_rows
@@ -75,7 +75,7 @@ class LocalDataPlane(RowStore):
         self._writer = PackWriter(self.root, self._fs)
         self._commits = GroupCommit(self._lock, self._write, self._written)
         self._queued: dict[str, _Write] = {}   # rows being written, by locator
-        self._reclaiming = False
+        self._deleting = threading.Lock()
         weakref.finalize(self, self._writer.retire)
 
     def __reduce__(self):
@@ -238,8 +238,10 @@ class LocalDataPlane(RowStore):
     # -- deleting and reclaiming ----------------------------------------------------------------
 
     def delete(self, locators: Iterable[str]) -> int:
+        """Dead marks for every record of `locators` (not fsynced), then reclaiming. Deletes run
+        one at a time, so a compaction never copies a row a delete is marking."""
         wanted = list(dict.fromkeys(names.checked(loc, self.root) for loc in locators))
-        with self._lock:
+        with self._deleting, self._lock:
             self._load()
             if any(not self._index.copies(loc) for loc in wanted):
                 self._refresh()
@@ -254,21 +256,15 @@ class LocalDataPlane(RowStore):
     def _reclaim(self) -> None:
         """Retire the active pack when it is mostly dead, then compact or remove every settled
         pack that is; twice, since what the first pass removes can make the dead marks of the
-        new active pack moot (lock held; one reclaiming at a time, other calls pass)."""
-        if self._reclaiming:
-            return
-        self._reclaiming = True
-        try:
-            for _ in range(2):
-                active = self._writer.name
-                if active in self._index.packs and self._dead_enough(active):
-                    self._commits.exclusive(self._writer.retire)
-                for name in sorted(self._index.packs):
-                    if name in self._index.packs and name != self._writer.name \
-                            and self._dead_enough(name) and settled(os.path.join(self.root, name)):
-                        self._compact(name)
-        finally:
-            self._reclaiming = False
+        new active pack moot (locks held)."""
+        for _ in range(2):
+            active = self._writer.name
+            if active in self._index.packs and self._dead_enough(active):
+                self._commits.exclusive(self._writer.retire)
+            for name in sorted(self._index.packs):
+                if name in self._index.packs and name != self._writer.name \
+                        and self._dead_enough(name) and settled(os.path.join(self.root, name)):
+                    self._compact(name)
 
     def _dead_enough(self, name: str) -> bool:
         return self._index.live_bytes(name) <= RECLAIM_LIVE_FRACTION * self._index.packs[name].size
@@ -283,15 +279,15 @@ class LocalDataPlane(RowStore):
         p = self._index.packs[name]
         rows = [r for r in p.rows.values() if not any(c.pack != name for c in self._index.copies(r.locator))]
         marks = [(t, o) for (t, o, _) in p.marks.values() if t != name and t in self._index.packs]
-        if rows:
-            path = os.path.join(self.root, name)
-            fd = os.open(path, os.O_RDONLY | _CLOEXEC)
-            try:
-                copies = [(r, os.pread(fd, r.size, r.body)) for r in rows]
-            finally:
-                os.close(fd)
-        else:
-            copies = []
+        try:
+            fd = os.open(os.path.join(self.root, name), os.O_RDONLY | _CLOEXEC)
+        except FileNotFoundError:   # another process compacted it
+            self._index.drop(name)
+            return
+        try:
+            copies = [(r, os.pread(fd, r.size, r.body)) for r in rows]
+        finally:
+            os.close(fd)
         writes = [_Write(row_record(r.locator, data), True, r.locator, r.digest, r.size) for r, data in copies]
         writes += [_Write(dead_record(t, o), True, target=(t, o)) for t, o in marks]
         if writes:

@@ -22,12 +22,12 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Iterator
 
 from snapshot.errors import RowsCorrupt
 
 from . import names
 from .rows import HEADER_BYTES as ROWS_HEADER_BYTES
+from .rows import MAGIC as ROWS_MAGIC
 from .rows import checked_body
 
 MAGIC = b"OJPACK01"
@@ -71,7 +71,7 @@ def body_offset(offset: int, locator: str) -> int:
 
 def digest_of(data: bytes | memoryview) -> bytes:
     """The sha256 a rows frame carries: with the frame's length it tells two frames apart."""
-    return bytes(data[len(b"OJROWS01"):ROWS_HEADER_BYTES])
+    return bytes(data[len(ROWS_MAGIC):ROWS_HEADER_BYTES])
 
 
 @dataclass(frozen=True)
@@ -87,15 +87,6 @@ class Record:
     value: int
     digest: bytes = b""
     intact: bool = True
-
-
-@dataclass
-class Stop:
-    """Why reading stopped before the end of the bytes: "incomplete" (the bytes end inside a
-    record: a write in progress, or a torn tail) or "damaged" (a header that does not check)."""
-
-    offset: int
-    reason: str
 
 
 def _header(data: memoryview, pos: int) -> tuple[bytes, str, int] | None:
@@ -115,52 +106,36 @@ def _header(data: memoryview, pos: int) -> tuple[bytes, str, int] | None:
     return (tag, name, value) if valid else None
 
 
-def read_records(data: memoryview, base: int, where: str) -> tuple[list[Record], Stop | None]:
+def read_records(data: memoryview, base: int) -> list[Record]:
     """The records in `data`, the bytes of a pack from its offset `base` (0: the magic first),
-    and why reading stopped before the end of `data` (None: it ended with a record). A row
-    whose body fails its sha256 comes back with `intact=False` (its length is known from a
-    header that checked, so the records after it are read too). `where` names the pack."""
-    return _read(data, base, where)
-
-
-def _read(data: memoryview, base: int, where: str) -> tuple[list[Record], Stop | None]:
+    up to where the bytes end inside a record or a header does not check. A row whose body
+    fails its sha256 comes back with `intact=False` (its header checked, so its length is
+    known and the records after it are read too)."""
     pos, out = 0, []
     if base == 0:
-        if len(data) < len(MAGIC):
-            return out, Stop(0, "incomplete")
         if data[:len(MAGIC)] != MAGIC:
-            return out, Stop(0, "damaged")
+            return out
         pos = len(MAGIC)
-    while pos < len(data):
-        if pos + HEAD_BYTES > len(data):
-            return out, Stop(base + pos, "incomplete")
+    while pos + HEAD_BYTES <= len(data):
         head = _header(data, pos)
         if head is None:
-            name_len = _HEAD.unpack_from(data, pos)[1]
-            short = pos + HEAD_BYTES + name_len > len(data)
-            return out, Stop(base + pos, "incomplete" if short else "damaged")
+            break
         tag, name, value = head
         end = pos + HEAD_BYTES + len(name) + (value if tag == ROW else 0)
         if end > len(data):
-            return out, Stop(base + pos, "incomplete")
+            break
         if tag == ROW:
             body = data[end - value:end]
-            out.append(Record(base + pos, end - pos, tag, name, value, digest_of(body),
-                              _intact(body, f"{where} at offset {base + pos}")))
+            out.append(Record(base + pos, end - pos, tag, name, value, digest_of(body), _intact(body)))
         else:
             out.append(Record(base + pos, end - pos, tag, name, value))
         pos = end
-    return out, None
+    return out
 
 
-def _intact(body: memoryview, where: str) -> bool:
+def _intact(body: memoryview) -> bool:
     try:
-        checked_body(body, where)
+        checked_body(body, "")
     except RowsCorrupt:
         return False
     return True
-
-
-def records_of(data: bytes, where: str) -> Iterator[Record]:
-    """Every record of a whole pack's bytes, up to where reading stops."""
-    return iter(read_records(memoryview(data), 0, where)[0])

@@ -147,7 +147,7 @@ class PackIndex:
             data = os.pread(fd, st.st_size - p.read_to, p.read_to) if st.st_size > p.read_to else b""
         finally:
             os.close(fd)
-        records, _ = read_records(memoryview(data), p.read_to, f"data plane {self.root}: pack {name}")
+        records = read_records(memoryview(data), p.read_to)
         waits = None
         for rec in records:
             if not rec.intact:
