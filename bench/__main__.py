@@ -21,6 +21,9 @@ REGISTRY: dict[str, tuple[str, str]] = {
                            "after restores, generation-seconds lost per kill"),
     "inspect": ("bench.inspect", "journal-inspect summary and verify on 10M events: wall time and "
                                  "peak RSS vs the 300 MB target"),
+    "recovery": ("bench.recovery", "generation-seconds lost per crash, prompts lost and trained twice: "
+                                   "loader position only, NeMo-RL's ledger, Megatron-LM's rollout bank, "
+                                   "per-rollout seals, seals + progress; calibrated against verl RFC #7579"),
     "ray": ("bench.ray", "the trainer's Ray mode: rollouts/s journal on vs off; per kill kind (actor, node, "
                          "controller) rollouts regenerated and generation-seconds lost, rollout-level vs "
                          "group-level vs the baseline"),

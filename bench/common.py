@@ -22,6 +22,7 @@ document. Other helpers: `Rounds` (collect interleaved samples, take medians),
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import resource
@@ -57,26 +58,32 @@ class Target:
             ok &= ratio is not None and ratio <= self.max_ratio
         return ok
 
-    def describe(self, unit: str = "") -> str:
+    def describe(self, unit: str = "", times_less: bool = False) -> str:
+        """The target in words; `times_less`: the ratio is reference / value (see `Figure`)."""
         parts = []
         if self.min_value is not None:
             parts.append(f">= {fmt_num(self.min_value)} {unit}".rstrip())
         if self.max_value is not None:
             parts.append(f"<= {fmt_num(self.max_value)} {unit}".rstrip())
+        ref = "less than ref" if times_less else "ref"
         if self.min_ratio is not None:
-            parts.append(f">= {self.min_ratio:g}x ref")
+            parts.append(f">= {self.min_ratio:g}x {ref}")
         if self.max_ratio is not None:
-            parts.append(f"<= {self.max_ratio:g}x ref")
+            parts.append(f"<= {self.max_ratio:g}x {ref}")
         return " and ".join(parts)
 
 
 @dataclass
 class Figure:
-    """One measured value beside its reference (same run), their ratio, and an optional target."""
+    """One measured value beside its reference (same run), their ratio, and an optional target.
+
+    `times_less`: the ratio is reference / value (how many times less the value is), for
+    figures where less is better and the target is a minimum factor. `not_run`: why the figure
+    could not be measured (no value, no ratio; printed NOT RUN instead of PASS/MISS)."""
 
     name: str                      # stable id for JSON consumers, e.g. "limit"
     label: str                     # what was measured, for humans
-    value: float
+    value: float | None
     unit: str
     reference: float | None = None
     reference_label: str = ""
@@ -84,31 +91,42 @@ class Figure:
     note: str = ""
     samples: list[float] = field(default_factory=list)            # per round
     reference_samples: list[float] = field(default_factory=list)  # per round
+    times_less: bool = False
+    not_run: str = ""
 
     @property
     def ratio(self) -> float | None:
-        if self.reference is None or self.reference == 0:
+        if self.not_run or self.reference is None:
             return None
-        return self.value / self.reference
+        num, den = (self.reference, self.value) if self.times_less else (self.value, self.reference)
+        if den == 0:
+            return math.inf if self.times_less and num > 0 else None
+        return num / den
 
     @property
     def passed(self) -> bool | None:
-        return None if self.target is None else self.target.check(self.value, self.ratio)
+        if self.not_run or self.target is None:
+            return None
+        return self.target.check(self.value, self.ratio)
 
     @property
     def verdict(self) -> str:
+        if self.not_run:
+            return "NOT RUN"
         return {None: "info", True: "PASS", False: "MISS"}[self.passed]
 
     def as_dict(self) -> dict:
         t = self.target
+        ratio = self.ratio
         return {
-            "name": self.name, "label": self.label, "value": self.value, "unit": self.unit,
-            "reference": self.reference, "reference_label": self.reference_label,
-            "ratio": self.ratio,
+            "name": self.name, "label": self.label, "value": None if self.not_run else self.value,
+            "unit": self.unit, "reference": self.reference, "reference_label": self.reference_label,
+            "ratio": "inf" if ratio == math.inf else ratio,
+            "ratio_is": "reference/value" if self.times_less else "value/reference",
             "target": None if t is None else {
                 "min_value": t.min_value, "max_value": t.max_value, "min_ratio": t.min_ratio,
-                "max_ratio": t.max_ratio, "text": t.describe(self.unit)},
-            "result": self.verdict, "note": self.note,
+                "max_ratio": t.max_ratio, "text": t.describe(self.unit, self.times_less)},
+            "result": self.verdict, "note": self.not_run or self.note,
             "samples": self.samples, "reference_samples": self.reference_samples,
         }
 
@@ -121,6 +139,7 @@ class Report:
         self.quick = quick
         self.figures: list[Figure] = []
         self.notes: list[str] = []
+        self.tables: list[str] = []   # markdown blocks printed after the figures (their data: meta)
         self.meta: dict = {}
         self.started = time.time()
         self.env = environment(directory)
@@ -154,12 +173,15 @@ class Report:
         for f in self.figures:
             ref = "-" if f.reference is None else f"{fmt_num(f.reference)} {f.unit} ({f.reference_label})"
             ratio = "-" if f.ratio is None else f"{f.ratio:.2f}x"
-            target = "-" if f.target is None else f.target.describe(f.unit)
-            rows.append(f"| {f.label} | {fmt_num(f.value)} {f.unit} | {ref} | {ratio} | {target} "
-                        f"| {f.verdict} |")
+            value = "-" if f.not_run else f"{fmt_num(f.value)} {f.unit}"
+            target = "-" if f.target is None else f.target.describe(f.unit, f.times_less)
+            rows.append(f"| {f.label} | {value} | {ref} | {ratio} | {target} | {f.verdict} |")
         out = [f"### bench {self.benchmark} ({'quick' if self.quick else 'full'} run, "
                f"{time.time() - self.started:.0f} s)", "", *rows]
-        notes = [f"- {f.label}: {f.note}" for f in self.figures if f.note] + [f"- {n}" for n in self.notes]
+        for table in self.tables:
+            out += ["", table]
+        notes = ([f"- {f.label}: {f.not_run or f.note}" for f in self.figures if f.not_run or f.note]
+                 + [f"- {n}" for n in self.notes])
         if notes:
             out += ["", *notes]
         e = self.env
