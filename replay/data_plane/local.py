@@ -76,7 +76,7 @@ class LocalDataPlane(RowStore):
         self._commits = GroupCommit(self._lock, self._write, self._written)
         self._queued: dict[str, _Write] = {}   # rows being written, by locator
         self._deleting = threading.Lock()
-        weakref.finalize(self, self._writer.retire)
+        weakref.finalize(self, self._writer.retire, False)   # (at exit a put may be in flight)
 
     def __reduce__(self):
         return type(self), (self.root,)
@@ -85,10 +85,11 @@ class LocalDataPlane(RowStore):
         return f"LocalDataPlane({self.root!r})"
 
     def close(self) -> None:
-        """Retire the active pack (it settles, so others may compact it); a later put starts a
-        new one. Optional: the process's exit does as much."""
+        """Seal and retire the active pack (it settles, so others may compact it, and read it
+        without hashing its rows); a later put starts a new one. Optional: at the process's
+        exit the pack settles unsealed."""
         with self._lock:
-            self._commits.exclusive(self._writer.retire)
+            self._commits.exclusive(lambda: self._writer.retire(seal=True))
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -260,7 +261,7 @@ class LocalDataPlane(RowStore):
         for _ in range(2):
             active = self._writer.name
             if active in self._index.packs and self._dead_enough(active):
-                self._commits.exclusive(self._writer.retire)
+                self._commits.exclusive(lambda: self._writer.retire(seal=True))
             for name in sorted(self._index.packs):
                 if name in self._index.packs and name != self._writer.name \
                         and self._dead_enough(name) and settled(os.path.join(self.root, name)):

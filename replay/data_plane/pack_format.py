@@ -3,7 +3,7 @@
     pack   = MAGIC (8 bytes, b"OJPACK01") | record | record | ...
     record = tag (4) | name length (u16) | zero (u16) | value (u64) | crc32 (u32) | name | body
 
-All integers little-endian; the crc32 covers the 16 bytes before it and the name. Two kinds:
+All integers little-endian; the crc32 covers the 16 bytes before it and the name. Three kinds:
 
 * tag b"ROW1": rows. The name is their locator (`names.py`), the value the body's length, the
   body the stored rows exactly as `rows.py` frames them (MAGIC, sha256 of the codec body, the
@@ -11,6 +11,10 @@ All integers little-endian; the crc32 covers the 16 bytes before it and the name
   both match.
 * tag b"DEL1": a dead mark. The name is a pack's file name and the value the offset of a row
   record in it, which is deleted; no body.
+* tag b"END1": the seal, the last record of a pack its writer retired in order. The name is the
+  pack's own name and the value the seal's offset; no body. The writer writes it once every
+  row before it was fsynced (and fsyncs it), so a reader that finds it at the end of the
+  pack checks the rows' headers only: their bodies are as durable as the seal.
 
 A pack is named `<writer>-<sequence>.pack`: the writer id (16 hex digits, random per writing
 process) and the writer's pack count (8 decimal digits). docs/format.md shows one byte by byte.
@@ -31,13 +35,12 @@ from .rows import MAGIC as ROWS_MAGIC
 from .rows import checked_body
 
 MAGIC = b"OJPACK01"
-ROW, DEAD = b"ROW1", b"DEL1"
+ROW, DEAD, END = b"ROW1", b"DEL1", b"END1"
 SUFFIX = ".pack"
 _HEAD = struct.Struct("<4sHHQ")
 _CRC = struct.Struct("<I")
 HEAD_BYTES = _HEAD.size + _CRC.size   # 20
 _NAME = re.compile(r"[0-9a-f]{16}-[0-9]{8}" + re.escape(SUFFIX))
-_MAX_NAME = 0xFFFF
 
 
 def pack_name(writer: str, sequence: int) -> str:
@@ -62,6 +65,22 @@ def row_record(locator: str, data: bytes) -> bytes:
 def dead_record(pack: str, offset: int) -> bytes:
     """The mark that deletes the row record at `offset` of pack `pack`."""
     return _record(DEAD, pack, offset)
+
+
+def seal_record(pack: str, offset: int) -> bytes:
+    """The seal of pack `pack`, written at `offset`."""
+    return _record(END, pack, offset)
+
+
+def seal_bytes(pack: str) -> int:
+    """The length of pack `pack`'s seal."""
+    return HEAD_BYTES + len(pack)
+
+
+def sealed(tail: bytes, pack: str, size: int) -> bool:
+    """Whether `tail`, the last `seal_bytes(pack)` bytes of pack `pack` (`size` bytes long), is
+    its seal."""
+    return tail == seal_record(pack, size - seal_bytes(pack))
 
 
 def body_offset(offset: int, locator: str) -> int:
@@ -93,7 +112,7 @@ def _header(data: memoryview, pos: int) -> tuple[bytes, str, int] | None:
     """(tag, name, value) of the record header at `pos`, None when it does not check."""
     tag, name_len, zero, value = _HEAD.unpack_from(data, pos)
     end = pos + HEAD_BYTES + name_len
-    if tag not in (ROW, DEAD) or zero != 0 or end > len(data):
+    if tag not in (ROW, DEAD, END) or zero != 0 or end > len(data):
         return None
     raw = bytes(data[pos + HEAD_BYTES:end])
     if _CRC.unpack_from(data, pos + _HEAD.size)[0] != zlib.crc32(raw, zlib.crc32(data[pos:pos + _HEAD.size])):
@@ -106,11 +125,12 @@ def _header(data: memoryview, pos: int) -> tuple[bytes, str, int] | None:
     return (tag, name, value) if valid else None
 
 
-def read_records(data: memoryview, base: int) -> list[Record]:
+def read_records(data: memoryview, base: int, verify: bool = True) -> list[Record]:
     """The records in `data`, the bytes of a pack from its offset `base` (0: the magic first),
     up to where the bytes end inside a record or a header does not check. A row whose body
     fails its sha256 comes back with `intact=False` (its header checked, so its length is
-    known and the records after it are read too)."""
+    known and the records after it are read too); without `verify` (a sealed pack) bodies
+    are not hashed."""
     pos, out = 0, []
     if base == 0:
         if data[:len(MAGIC)] != MAGIC:
@@ -126,7 +146,8 @@ def read_records(data: memoryview, base: int) -> list[Record]:
             break
         if tag == ROW:
             body = data[end - value:end]
-            out.append(Record(base + pos, end - pos, tag, name, value, digest_of(body), _intact(body)))
+            out.append(Record(base + pos, end - pos, tag, name, value, digest_of(body),
+                              not verify or _intact(body)))
         else:
             out.append(Record(base + pos, end - pos, tag, name, value))
         pos = end

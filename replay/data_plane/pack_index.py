@@ -3,7 +3,8 @@ packs themselves (there is no index file a crash could make lie).
 
 `refresh` lists the directory, forgets packs that are gone and reads what each other pack
 gained since it was last read. Only complete records count: a header whose crc32 checks and,
-for rows, a body whose sha256 checks. Where reading stops (the bytes end inside a record, or
+for rows, a body whose sha256 checks (in a pack that ends with its seal, the headers only: its
+writer fsynced every row before the seal). Where reading stops (the bytes end inside a record, or
 a header does not check) is where it starts again next time, so a record a live writer is
 still writing is picked up once whole. A row whose body fails its sha256 in a settled pack
 (torn by a crash, or damaged on disk) is passed over and the rows after it are read; in a
@@ -19,7 +20,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .pack_format import DEAD, MAGIC, ROW, Record, body_offset, is_pack_name, read_records
+from .pack_format import (DEAD, MAGIC, ROW, Record, body_offset, is_pack_name, read_records, seal_bytes,
+                          sealed)
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -51,6 +53,7 @@ class Pack:
     row_bytes: int = 0             # their records' lengths
     marks: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # offset -> (pack, offset, length)
     passed_over: int = 0           # rows whose body failed its sha256
+    sealed: bool = False           # its writer sealed it: bodies are not hashed
 
 
 class PackIndex:
@@ -144,10 +147,12 @@ class PackIndex:
             if not force and p.seen == (st.st_size, st.st_mtime_ns):
                 return
             p.seen, p.size = (st.st_size, st.st_mtime_ns), max(p.size, st.st_size)
+            n = seal_bytes(name)
+            p.sealed = p.sealed or (st.st_size >= n and sealed(os.pread(fd, n, st.st_size - n), name, st.st_size))
             data = os.pread(fd, st.st_size - p.read_to, p.read_to) if st.st_size > p.read_to else b""
         finally:
             os.close(fd)
-        records = read_records(memoryview(data), p.read_to)
+        records = read_records(memoryview(data), p.read_to, verify=not p.sealed)
         waits = None
         for rec in records:
             if not rec.intact:

@@ -7,7 +7,8 @@ name and fsyncs the directory, all before the first record goes in: a pack's nam
 appears without its writer's lock, and its name is durable before any put in it returns. The
 lock is held until the writer retires the pack (it holds `PACK_BYTES`, it is mostly dead, a
 write failed, `close`, or the process died), after which no byte of it ever changes: it is
-*settled*, and may be read to its end, compacted and removed by anyone. Records are appended
+*settled*, and may be read to its end, compacted and removed by anyone. A pack retired in
+order ends with its seal (`pack_format.py`). Records are appended
 whole; a write or fsync that fails retires the pack (cut back to where the failed batch began,
 where the disk allows) and the next write starts a new one.
 """
@@ -23,7 +24,7 @@ import threading
 from journal.vfs import File, OsFileSystem
 from snapshot.errors import DataPlaneError, DataPlaneIOError
 
-from .pack_format import MAGIC, pack_name
+from .pack_format import MAGIC, pack_name, seal_record
 
 PACK_BYTES = 32 << 20    # a pack is retired once it holds this many bytes
 TMP_PREFIX = ".tmp-"     # a pack being created; a crash can leave one, no locator names it
@@ -79,7 +80,7 @@ class PackWriter:
         if self.pid != os.getpid():   # a forked child: its parent's writer is not its own
             self._start_writer()
         if self.file is not None and self.file.offset >= PACK_BYTES:
-            self.retire()
+            self.retire(seal=True)
         if self.file is None:
             self._create()
         f, name = self.file, self.name
@@ -120,7 +121,7 @@ class PackWriter:
             self.fs.fsync_dir(self.root)
         except BaseException as exc:
             if self.file is f:   # renamed: a settled pack of no record, reclaimed as such
-                self.retire()
+                self.retire(seal=False)
             else:
                 with contextlib.suppress(OSError):
                     f.close()
@@ -132,11 +133,18 @@ class PackWriter:
                 raise self._error(exc, f"{step} pack {name}") from exc
             raise
 
-    def retire(self) -> None:
-        """Stop appending to the active pack and let go of its lock: it is settled from now on."""
+    def retire(self, seal: bool) -> None:
+        """Stop appending to the active pack and let go of its lock: it is settled from now on.
+        With `seal` (every row in it was fsynced: no batch failed in it, none is in flight) its
+        seal goes last, fsynced, so readers hash no body of it; a seal that fails to write
+        only leaves the pack to be read in full."""
         f, self.file = self.file, None
         if f is None:
             return
+        if seal:
+            with contextlib.suppress(OSError):
+                f.write(seal_record(self.name, f.offset))
+                f.sync()
         with _ACTIVE_LOCK:
             _ACTIVE.discard(f.path)
         self.name = None
@@ -150,7 +158,7 @@ class PackWriter:
         if self.file is not None:
             with contextlib.suppress(OSError):
                 self.file.truncate(start)
-        self.retire()
+        self.retire(seal=False)
 
     def _error(self, exc: OSError, what: str) -> DataPlaneIOError:
         return DataPlaneIOError(exc.errno, f"data plane {self.root}: could not {what}: {exc}; the "
