@@ -3,10 +3,10 @@ packs themselves (there is no index file a crash could make lie).
 
 `refresh` lists the directory, forgets packs that are gone and reads what each other pack
 gained since it was last read. Only complete records count: a header whose crc32 checks and,
-for rows, a body whose sha256 checks (in a pack that ends with its seal, the headers only: its
-writer fsynced every row before the seal). Where reading stops (the bytes end inside a record, or
-a header does not check) is where it starts again next time, so a record a live writer is
-still writing is picked up once whole. A row whose body fails its sha256 in a settled pack
+for rows, a body whose sha256 checks (in a pack that ends with its seal, the headers only:
+its writer fsynced every row before the seal). Where reading stops (the bytes end inside a
+record, or a header does not check) is where it starts again next time, so a record a live
+writer is still writing is picked up once whole. A row whose body fails its sha256 in a settled pack
 (torn by a crash, or damaged on disk) is passed over and the rows after it are read; in a
 pack that still has a writer, reading waits there. A header that does not check ends what
 can be read of a settled pack. Dead marks delete the row record they name, whichever pack
@@ -26,7 +26,7 @@ from .pack_format import (DEAD, MAGIC, ROW, Record, body_offset, is_pack_name, r
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Row:
     """A row record: its locator, where it is, its whole length, where its stored rows start
     and how long they are, their sha256, and whether this data plane wrote and fsynced it."""
@@ -52,7 +52,6 @@ class Pack:
     rows: dict[int, Row] = field(default_factory=dict)     # its live rows, by offset
     row_bytes: int = 0             # their records' lengths
     marks: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # offset -> (pack, offset, length)
-    passed_over: int = 0           # rows whose body failed its sha256
     sealed: bool = False           # its writer sealed it: bodies are not hashed
 
 
@@ -148,7 +147,8 @@ class PackIndex:
                 return
             p.seen, p.size = (st.st_size, st.st_mtime_ns), max(p.size, st.st_size)
             n = seal_bytes(name)
-            p.sealed = p.sealed or (st.st_size >= n and sealed(os.pread(fd, n, st.st_size - n), name, st.st_size))
+            if not p.sealed and st.st_size >= n:
+                p.sealed = sealed(os.pread(fd, n, st.st_size - n), name, st.st_size)
             data = os.pread(fd, st.st_size - p.read_to, p.read_to) if st.st_size > p.read_to else b""
         finally:
             os.close(fd)
@@ -159,7 +159,6 @@ class PackIndex:
                 waits = not settled(path) if waits is None else waits
                 if waits:
                     return
-                p.passed_over += 1
             else:
                 self._apply(name, rec)
             p.read_to = rec.offset + rec.length

@@ -77,7 +77,9 @@ class PackWriter:
         """Write `data` (whole records) at the end of the active pack, a new one first when there
         is none or it holds PACK_BYTES, and fsync it when `sync`: (pack name, offset of data).
         `DataPlaneIOError` names the pack and the step that failed."""
-        if self.pid != os.getpid():   # a forked child: its parent's writer is not its own
+        if self.pid != os.getpid():   # a forked child: its parent's pack is not its own
+            if self.file is not None:   # (closing the child's copy keeps the parent's lock)
+                os.close(self.file.fd)
             self._start_writer()
         if self.file is not None and self.file.offset >= PACK_BYTES:
             self.retire(seal=True)
@@ -94,7 +96,8 @@ class PackWriter:
         except BaseException as exc:
             self._abandon(start)
             if isinstance(exc, OSError):
-                raise self._error(exc, f"{step} {len(data)} bytes of records at offset {start} of pack {name}") from exc
+                raise self._error(exc, f"{step} {len(data)} bytes of records at offset {start} of "
+                                  f"pack {name}") from exc
             raise
         return name, start
 
