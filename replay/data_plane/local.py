@@ -6,6 +6,8 @@ a batch holding it was written and fdatasynced: puts made at the same time (seal
 several threads) share one write and one fdatasync (`group_commit.py`). A row is listed only
 as a complete record (`pack_index.py`: header crc32 and body sha256 checked), so a crash
 leaves nothing but whole rows under locators, and a put that returned has its rows durable.
+A put of bytes already stored is done at once when this object wrote and fsynced them itself;
+rows another writer stored are written again (durable by this object's own fsync).
 
 Delete writes dead marks (not fsynced: a crash may bring a deleted row back, which the
 session's sweep at open deletes again). Then reclaiming: a settled pack whose live bytes (rows
