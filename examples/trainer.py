@@ -85,13 +85,14 @@ import shutil
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
 
 from journal import (DEFAULT_FS, AsyncJournal, GroupRef, Journal, OwnershipError, RolloutRef,
                      StaleAttempt, list_segments)
-from replay import LocalDataPlane, fingerprint, restore
+from replay import FirstStartWarning, LocalDataPlane, fingerprint, restore
 from snapshot import BackgroundCompactor, compact
 
 from .bookkeeping import Ledger
@@ -526,7 +527,10 @@ class Trainer:
         elif journal_exists or not ckpts:
             os.makedirs(jdir, exist_ok=True)
             source = "journal"
-            state = restore(jdir, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True)
+            with warnings.catch_warnings():
+                if not journal_exists:  # a run directory with nothing in it: the first start is meant
+                    warnings.simplefilter("ignore", FirstStartWarning)
+                state = restore(jdir, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True)
         else:
             # the journal is gone: resume from the ownership cut the newest checkpoint carries
             source = "cut"

@@ -4,12 +4,20 @@ The writer checks a commit by decoding what it encoded (the schema in `events.py
 check); only when that fails does `explain` walk the events to say which argument of which
 call is wrong, in words (`GroupRef.idx must be an integer >= 0, got -1`), so a good commit
 pays nothing for it.
+
+A few rules the schema cannot hold, because journals written before them hold events that
+break them and must stay readable, are checked by the calls themselves, at append time only
+(`group_list`, `rollout_list`, `checkpoint_step`): an event names at least one group or
+rollout, a seal names where its result is, a checkpoint's step is not negative. None of
+them is an ownership rule; the fold reads such old events as it always did.
 """
 
 from __future__ import annotations
 
+from typing import Iterable, Sequence
+
 from .events import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     RolloutFailed, RolloutSealed, Taken, Trained)
+                     GroupRef, RolloutFailed, RolloutRef, RolloutSealed, Taken, Trained)
 
 _ID_MAX = 2 ** 63 - 1
 
@@ -92,6 +100,62 @@ GROUP_REF_RULES = [("group_id", id_problem), ("idx", id_problem), ("task_name", 
                    ("epoch", _optional(_int)), ("fingerprint", _optional(_bytes))]
 ROLLOUT_REF_RULES = [("group_id", id_problem), ("index", _bounded(0, 65534)), ("attempt", id_problem),
                      ("locator", _optional(_str))]
+
+
+def _nothing_written(journal: str) -> str:
+    return f" (journal {journal}; nothing was written)"
+
+
+def _at_least_one(call: str, argument: str, items: list, what: str, journal: str) -> list:
+    """`items`; ValueError when there are none (an event that names nothing says nothing, and
+    is most likely an empty batch passed by mistake)."""
+    if not items:
+        raise ValueError(f"{call}() argument {argument} must name at least one {what}, got none"
+                         + _nothing_written(journal))
+    return items
+
+
+def group_list(call: str, group_ids: Iterable[int], journal: str) -> list:
+    """`group_ids` as the list an event of `call` stores: at least one."""
+    return _at_least_one(call, "group_ids", list(group_ids), "group", journal)
+
+
+def group_refs(refs: Sequence[GroupRef], journal: str) -> list[GroupRef]:
+    """The `refs` of `taken()`: GroupRef items, at least one."""
+    if isinstance(refs, GroupRef):
+        raise TypeError("taken() takes a sequence of GroupRef")
+    refs = list(refs)
+    for ref in refs:
+        if not isinstance(ref, GroupRef):
+            raise TypeError(f"taken() expects GroupRef items, got {type(ref).__name__}")
+    return _at_least_one("taken", "refs", refs, "row (a GroupRef)", journal)
+
+
+def rollout_list(call: str, refs: Sequence[RolloutRef], journal: str) -> list[RolloutRef]:
+    """`refs` as the list a rollout event of `call` stores: RolloutRef items, at least one, and
+    for `rollout_sealed` each with the data-plane locator of its result (a seal without one
+    leaves a row that no restore can find)."""
+    if isinstance(refs, RolloutRef):
+        raise TypeError(f"{call}() takes a sequence of RolloutRef")
+    refs = list(refs)
+    for ref in refs:
+        if not isinstance(ref, RolloutRef):
+            raise TypeError(f"{call}() expects RolloutRef items, got {type(ref).__name__}")
+        if ref.locator is None and call == "rollout_sealed":
+            raise ValueError(f"rollout_sealed() needs the locator of each result: group {ref.group_id} "
+                             f"rollout {ref.index} (attempt {ref.attempt}) has none; write the row to the "
+                             "data plane first and pass where it is, RolloutRef(..., locator=...)"
+                             + _nothing_written(journal))
+    return _at_least_one(call, "refs", refs, "rollout", journal)
+
+
+def checkpoint_step(call: str, step, journal: str):
+    """`step` of a checkpoint marker; ValueError when it is a negative integer (steps count
+    from 0; the schema names a step that is no integer)."""
+    if _is_int(step) and step < 0:
+        raise ValueError(f"{call}() argument step must be an integer >= 0, got {step}"
+                         + _nothing_written(journal))
+    return step
 
 
 def invalid(name: str, value, problem) -> Exception:

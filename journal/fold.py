@@ -600,6 +600,36 @@ def mark_checkpoint(pending: dict[int, int], committed: dict[int, int], event, l
     committed[event.step] = begun
 
 
+def begin_refused(state: State, step: int, *, begun_after: int, queued: Iterable = ()) -> str | None:
+    """Why a writer refuses `checkpoint_begun(step)` after the `queued` events of the same
+    commit (None: it does not): a checkpoint it began (after LSN `begun_after`, where it
+    opened) is not committed yet, or `step` is not above every committed step.
+
+    Append time only, unlike `mark_checkpoint`: restore picks checkpoints by LSN and does not
+    depend on these rules, a checkpoint that a crash abandoned while it was being saved is
+    pending for good on its history (the next run begins others), and histories written
+    before the rules must fold as they always did."""
+    in_flight = {s: lsn for s, lsn in state.pending_checkpoints.items() if lsn > begun_after}
+    top = max(state.committed_checkpoints, default=None)
+    for ev in queued:
+        if type(ev) is CheckpointBegun:
+            in_flight[ev.step] = state.lsn + 1
+        elif type(ev) is CheckpointCommitted:
+            in_flight.pop(ev.step, None)
+            top = ev.step if top is None else max(top, ev.step)
+    if in_flight:
+        s, lsn = next(iter(in_flight.items()))
+        return (f"begin_checkpoint(step={step}): the step-{s} checkpoint begun at LSN {lsn} is not "
+                f"committed yet; commit it (commit_checkpoint(step={s})) once its files are durable, "
+                "then begin the next (a checkpoint whose save failed is saved again and committed, "
+                "or abandoned by a restart)")
+    if top is not None and step <= top:
+        where = "below" if step < top else "at"
+        return (f"begin_checkpoint(step={step}) is {where} step {top}, which is committed on this "
+                "history: a checkpoint's step is above every committed one")
+    return None
+
+
 def _check_finished_rollouts(gid: int, rollouts: Rollouts, locators, lsn: int) -> None:
     """`finished` of a group admitted with rollouts=N: its rows are its N sealed rollouts."""
     if locators is not None:

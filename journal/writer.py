@@ -28,12 +28,12 @@ from . import format as fmt
 from . import layout, leftovers, locks, prealloc, state_file
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalWarning, ReplicaError, StateFileCorrupt, TransactionClosed)
+                     JournalWarning, OwnershipError, ReplicaError, StateFileCorrupt, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained, commit_encoder)
 from .events import commit_decoder as _commit_decoder
-from .fold import Group, State, Undo, apply, taken_next_id
+from .fold import Group, State, Undo, apply, begin_refused, taken_next_id
 from .reader import Reader, list_segments
 from .resume import ResumePlan
 from .vfs import DEFAULT_FS, OsFileSystem
@@ -82,16 +82,6 @@ def _wake(pendings: list[_Pending]) -> None:
             w.release()
 
 
-def _rollout_refs(refs: Sequence[RolloutRef]) -> list[RolloutRef]:
-    if isinstance(refs, RolloutRef):
-        raise TypeError("rollout events take a sequence of RolloutRef")
-    refs = list(refs)
-    for ref in refs:
-        if not isinstance(ref, RolloutRef):
-            raise TypeError(f"rollout events expect RolloutRef items, got {type(ref).__name__}")
-    return refs
-
-
 @contextlib.contextmanager
 def _io_step(operation: str, path: str):
     """An OS error of `operation` on `path` becomes a JournalIOError naming both."""
@@ -119,7 +109,18 @@ def _check_journal_dir(path: str) -> None:
 
 
 class Journal:
-    """An open journal (single writer). See the package docstring for the format and guarantees."""
+    """An open journal (single writer). See the package docstring for the format and guarantees.
+
+    Each transition (`taken`, `diverted`, `admitted`, `finished`, `trained`, `discarded`,
+    `rollout_sealed`, `rollout_failed`, `begin_checkpoint`, `commit_checkpoint`) appends one
+    commit and returns once it is durable (fsynced under sync="always"; see `open`); several
+    make one atomic commit in a `transaction()`. Every transition raises, with nothing
+    written: `OwnershipError` when a group it names is not in the event's from-owner (the
+    ownership table, `journal.fold.TRANSITIONS`), is named twice or was never taken;
+    `ValueError` or `TypeError` naming a bad argument (`journal.arguments`);
+    `JournalFailed` after a failed write or fsync (fail-stop: every later call raises it
+    too, reads included); `JournalClosed` after `close()`.
+    """
 
     def __init__(self) -> None:  # use Journal.open
         raise TypeError("use Journal.open(path, ...)")
@@ -208,6 +209,9 @@ class Journal:
         self._disk_segment: _SegmentPlan | None = None
         self._replica = None         # journal.replica.Replica, with replica=
         self._timeline_floor = 0     # a new timeline is above every timeline a replica knows of
+        # the LSN of the history when this writer opened it (after a resume's first commit):
+        # the checkpoints begun after it are this writer's (`_refuse_begin`)
+        self._open_lsn = 0
 
     def _release_after_failed_open(self) -> None:
         """Close what a failed open had opened: the segment it reached, then the lock."""
@@ -328,6 +332,7 @@ class Journal:
                 plan.write_base_cut(self.path, self.fs)  # the history on disk starts after it
             if plan.first_commit:
                 self._commit(list(plan.first_commit))
+        self._open_lsn = self._state.lsn
         if segment.file is not None and segment.file.path != segment.path:
             self._publish(segment)
 
@@ -577,6 +582,9 @@ class Journal:
         return self._state.lsn
 
     def owner_of(self, group_id: int) -> Owner | None:
+        """The owner of group `group_id` as of the last commit: a live one (RESERVED,
+        ADMITTED, REPLAY, SPARE) or a terminal one (TRAINED, DROPPED); None for an id this
+        history never took. Raises `JournalFailed` or `JournalClosed` as every call does."""
         with self._lock:
             self._check_usable()
             return self._state.owner_of(group_id)
@@ -584,18 +592,23 @@ class Journal:
     def group(self, group_id: int) -> Group | None:
         """The record of live group `group_id` as of the last commit (owner, locator, target
         step, rollouts), or None when it is not live (never taken, trained or dropped). The
-        fold never changes a record once stored, so it is handed out as is: read it only."""
+        fold never changes a record once stored, so it is handed out as is: read it only.
+        Raises as `owner_of` does."""
         with self._lock:
             self._check_usable()
             return self._state.live.get(group_id)
 
     def counts(self) -> dict[Owner, int]:
+        """How many groups each owner holds as of the last commit: every `Owner`, the
+        terminal ones (TRAINED, DROPPED) included. Raises as `owner_of` does."""
         with self._lock:
             self._check_usable()
             return self._state.owner_counts()
 
     def groups(self, owner: Owner | None = None) -> list[Group]:
-        """Copies of the live groups (of one owner), ordered by group id."""
+        """Copies of the live groups (of one owner), ordered by group id: each `Group` with its
+        locator, owner, target step, policy version, data-plane locator and rollouts. Raises
+        as `owner_of` does."""
         with self._lock:
             self._check_usable()
             return [g.copy() for g in self._state.groups(owner)]
@@ -615,6 +628,9 @@ class Journal:
             return state
 
     def loader_state(self) -> Any:
+        """The loader `state_dict()` the last `taken` carried, decoded (tensors, tuples and
+        bytes as they were given); None when no `taken` carried one. Raises as `owner_of`
+        does."""
         with self._lock:
             self._check_usable()
             return self._state.loader.decode() if self._state.loader else None
@@ -623,53 +639,113 @@ class Journal:
 
     def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
               dataset_size: int | None = None) -> list[int]:
-        """Record that the loader handed out `refs`; returns the allocated group ids.
-        `dataset_size=len(dataset)` records the dataset's length, which restore checks."""
+        """Record that the loader handed out `refs` (one `GroupRef` per row: idx, task name,
+        epoch, fingerprint): from the loader to RESERVED. Returns the group ids allocated to
+        them, in order (above every id the journal ever allocated; a `GroupRef.group_id` given
+        explicitly must be). `loader_state` is the loader's `state_dict()` *after* the take,
+        what a restore hands back; `dataset_size=len(dataset)` records the dataset's length,
+        which restore checks. Raises as every transition does (class docstring); an explicit
+        id that is not above every id so far is an `OwnershipError`."""
         with self.transaction() as tx:
             gids = tx.taken(refs, loader_state=loader_state, dataset_size=dataset_size)
         return gids
 
     def diverted(self, group_ids: Iterable[int]) -> int:
-        return self._commit([Diverted(list(group_ids))])
+        """Put these groups into the replacement reserve: RESERVED -> SPARE (`admitted`
+        takes a spare later, with `replaces=`). Returns the commit's LSN. Raises as every
+        transition does (class docstring)."""
+        return self._commit([Diverted(arguments.group_list("diverted", group_ids, self.path))])
 
     def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
                  replaces: int | None = None, rollouts: int | None = None) -> int:
-        """Admit groups for `target_step`; with `rollouts=N` each of their N rollouts is tracked
-        (sealed and failed one by one, by attempt; see `rollout_sealed`)."""
-        return self._commit([Admitted(list(group_ids), target_step, policy_version, replaces, rollouts)])
+        """Admit groups for generation, to be trained at `target_step`: RESERVED or SPARE ->
+        ADMITTED. `policy_version`: the weights that generate them; `replaces`: the group a
+        spare substitutes for (it must have been taken); with `rollouts=N` each of their N
+        rollouts is tracked (sealed and failed one by one, by attempt; see
+        `rollout_sealed`). Returns the commit's LSN. Raises as every transition does (class
+        docstring)."""
+        return self._commit([Admitted(arguments.group_list("admitted", group_ids, self.path), target_step,
+                                      policy_version, replaces, rollouts)])
 
     def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
                  locators: Sequence[str] | None = None) -> int:
-        return self._commit([Finished(list(group_ids), policy_version,
+        """Record that these groups' rows are durable in the data plane: ADMITTED -> REPLAY
+        (a restore trains them directly, never regenerates them). `policy_version`: the
+        weights that generated them (default: the admitting one); `locators`: one data-plane
+        locator per group, in order (write the rows first). A group admitted with
+        `rollouts=N` needs all N sealed and takes no locator (its rows are its rollouts').
+        Returns the commit's LSN. Raises as every transition does (class docstring); a
+        locator count other than the groups' is an `OwnershipError`."""
+        return self._commit([Finished(arguments.group_list("finished", group_ids, self.path), policy_version,
                                       list(locators) if locators is not None else None)])
 
     def trained(self, group_ids: Iterable[int], *, step: int) -> int:
-        return self._commit([Trained(list(group_ids), step)])
+        """Record that the update of training step `step` uses these groups (journal it
+        before the update): REPLAY -> TRAINED, for good. Returns the commit's LSN. Raises as
+        every transition does (class docstring)."""
+        return self._commit([Trained(arguments.group_list("trained", group_ids, self.path), step)])
 
     def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> int:
-        """Record that these rollouts' results are durable in the data plane (`locator`). Each
-        must name its rollout's current attempt: a late result of an attempt that was given up
-        raises `StaleAttempt` and nothing is written."""
-        return self._commit([RolloutSealed(_rollout_refs(refs), policy_version)])
+        """Record that these rollouts' results are durable in the data plane, each at its
+        `RolloutRef.locator` (required): the group stays ADMITTED -> ADMITTED, the rollout is
+        sealed. The group must have been admitted with `rollouts=N`, the rollout unsealed and
+        named with its current attempt: a late result of an attempt that was given up raises
+        `StaleAttempt` (an `OwnershipError`) and nothing is written. Returns the commit's
+        LSN. Raises as every transition does (class docstring)."""
+        return self._commit([RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self.path),
+                                           policy_version)])
 
     def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> int:
-        """Give these rollouts up: each one's attempt goes up by one (dispatch it again with it)."""
-        return self._commit([RolloutFailed(_rollout_refs(refs), reason)])
+        """Give these rollouts up (`reason` says why): the group stays ADMITTED -> ADMITTED,
+        each rollout's attempt goes up by one (dispatch it again with that attempt; a result
+        of the old one is then refused as stale). The same rules as `rollout_sealed`, no
+        locator. Returns the commit's LSN. Raises as every transition does (class
+        docstring)."""
+        return self._commit([RolloutFailed(arguments.rollout_list("rollout_failed", refs, self.path), reason)])
 
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> int:
-        return self._commit([Discarded(list(group_ids), reason)])
+        """Drop these groups for good (`reason`: why, counted by the audit): any live owner
+        (RESERVED, ADMITTED, REPLAY, SPARE) -> DROPPED; tracked rollouts go with them.
+        Returns the commit's LSN. Raises as every transition does (class docstring)."""
+        return self._commit([Discarded(arguments.group_list("discarded", group_ids, self.path), reason)])
 
     def begin_checkpoint(self, *, step: int) -> int:
-        """Mark that the state at the returned LSN is what the step-`step` checkpoint captures."""
-        return self._commit([CheckpointBegun(step)])
+        """Mark that the state at the returned LSN is what the trainer's step-`step`
+        checkpoint captures (no group moves). Begin, save the weights durably, then
+        `commit_checkpoint`. Returns the commit's LSN (save it with the weights). Raises as
+        every transition does (class docstring); also `OwnershipError` when `step` is at or
+        below a committed step or a checkpoint this writer began is not committed yet, and
+        `ValueError` for a negative step."""
+        with self.transaction() as tx:  # the protocol checks of Transaction.begin_checkpoint
+            tx.begin_checkpoint(step=step)
+        return tx.lsn
 
     def commit_checkpoint(self, *, step: int) -> int:
-        """Mark the step-`step` checkpoint durable (call once the trainer's files are fsynced)."""
-        return self._commit([CheckpointCommitted(step)])
+        """Mark the step-`step` checkpoint durable (call once the trainer's files are
+        fsynced): restore lands on its `begin_checkpoint` LSN from now on. No group moves.
+        Returns the commit's LSN. Raises as every transition does (class docstring); also
+        `OwnershipError` when step `step` was not begun, and `ValueError` for a negative
+        step."""
+        return self._commit([CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
+                                                                             self.path))])
 
     def transaction(self) -> "Transaction":
-        """Collect several transitions into one atomic commit (`with j.transaction() as tx:`)."""
+        """Collect several transitions into one atomic commit: `with j.transaction() as tx:`
+        (see `Transaction`). Returns the transaction, not entered yet; entering it raises
+        `JournalFailed` or `JournalClosed` as every call does."""
         return Transaction(self)
+
+    def _refuse_begin(self, step: int, queued: list) -> None:
+        """OwnershipError, nothing written, when the checkpoint protocol refuses a
+        `checkpoint_begun(step)` after the `queued` events of its commit (`fold.begin_refused`;
+        checkpoints begun after `_open_lsn` are this writer's). The journal's lock is held."""
+        if not isinstance(step, int):
+            return  # not a step at all: the schema's message names it
+        why = begin_refused(self._state, step, begun_after=self._open_lsn, queued=queued)
+        if why is not None:
+            lsn = self._state.lsn + 1
+            raise OwnershipError(f"{why} (journal {self.path}, commit LSN {lsn}; nothing was written)",
+                                 lsn=lsn)
 
     # -- commit pipeline -------------------------------------------------------------------
 
@@ -914,7 +990,9 @@ class Journal:
                 return
 
     def flush(self) -> None:
-        """Make every commit so far durable (fsync), whatever the sync mode."""
+        """Make every commit so far durable (fsync), whatever the sync mode; returns once it
+        is. Raises `JournalFailed` when the fsync fails (the journal is then fail-stop) or
+        failed earlier, `JournalClosed` after `close()`."""
         with self._cond:
             self._check_usable()
             while self._flushing:
@@ -960,7 +1038,10 @@ class Journal:
                 self._cut_zeros(seg.file)
 
     def close(self) -> None:
-        """Flush (unless failed) and release the file and the writer lock. Idempotent."""
+        """Flush (unless failed) and release the files, the replica (its lease too, unless the
+        journal failed) and the writer lock. Idempotent; a journal that failed closes without
+        I/O. Raises `JournalFailed` when the
+        final flush fails (the files and the lock are released all the same)."""
         if self._closed:
             return
         try:
@@ -1063,10 +1144,16 @@ _NOT_ENTERED = _Refusing(None)
 class Transaction:
     """Transitions collected by `Journal.transaction()`, committed atomically on exit.
 
-    It holds the journal's lock from `taken` on (so allocated ids stay in
-    order); keep transactions short. An exception inside the block writes nothing.
-    Its methods work only inside the block: before or after it they raise
-    `TransactionClosed` and record nothing."""
+    It holds the journal's lock for the whole block (so allocated ids stay in order); keep
+    transactions short. Its methods record the events of `Journal`'s methods of the same
+    names into the one commit made when the block ends, and return None (`taken`: the ids
+    it allocates); after the block `tx.lsn` is the commit's LSN (None when it recorded
+    nothing). They raise what `Journal`'s raise, in two places: at the call, a bad argument
+    (`ValueError`, `TypeError`), an explicit group id of `taken` that is not above every id
+    so far and a `begin_checkpoint` the checkpoint rules refuse (`OwnershipError`); when the
+    block ends, the ownership rules' `OwnershipError` and `JournalFailed`. An exception
+    inside the block, or an `OwnershipError` when it ends, writes nothing of it. Its methods work only
+    inside the block: before or after it they raise `TransactionClosed` and record nothing."""
 
     def __init__(self, journal: Journal):
         self._j = journal
@@ -1132,8 +1219,9 @@ class Transaction:
 
     def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
               dataset_size: int | None = None) -> list[int]:
-        if isinstance(refs, GroupRef):
-            raise TypeError("taken() takes a sequence of GroupRef")
+        """`Journal.taken` in this commit: from the loader to RESERVED. Returns the group ids
+        it allocates (valid once the block commits). Raises as the class docstring says."""
+        refs = arguments.group_refs(refs, self._j.path)
         if dataset_size is not None and (isinstance(dataset_size, bool) or not isinstance(dataset_size, int)
                                          or dataset_size < 0):
             raise ValueError(f"taken(dataset_size={dataset_size!r}): the dataset's length is an "
@@ -1145,8 +1233,6 @@ class Transaction:
         first = self._j._state.next_group_id if self._next_gid is None else self._next_gid
         nxt, groups, explicit = first, [], False
         for ref in refs:
-            if not isinstance(ref, GroupRef):
-                raise TypeError(f"taken() expects GroupRef items, got {type(ref).__name__}")
             gid = nxt
             if ref.group_id is not None:
                 gid, explicit = ref.group_id, True
@@ -1161,31 +1247,59 @@ class Transaction:
         return [g.group_id for g in groups]
 
     def diverted(self, group_ids: Iterable[int]) -> None:
-        self._events.append(Diverted(list(group_ids)))
+        """`Journal.diverted` in this commit: RESERVED -> SPARE. Raises as the class docstring
+        says."""
+        self._events.append(Diverted(arguments.group_list("diverted", group_ids, self._j.path)))
 
     def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
                  replaces: int | None = None, rollouts: int | None = None) -> None:
-        self._events.append(Admitted(list(group_ids), target_step, policy_version, replaces, rollouts))
+        """`Journal.admitted` in this commit: RESERVED or SPARE -> ADMITTED (with `discarded`
+        of the failed group, how a spare replaces it atomically). Raises as the class
+        docstring says."""
+        self._events.append(Admitted(arguments.group_list("admitted", group_ids, self._j.path), target_step,
+                                     policy_version, replaces, rollouts))
 
     def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
                  locators: Sequence[str] | None = None) -> None:
-        self._events.append(Finished(list(group_ids), policy_version,
+        """`Journal.finished` in this commit: ADMITTED -> REPLAY (after a group's last
+        `rollout_sealed` in the same commit, its rollouts all sealed). Raises as the class
+        docstring says."""
+        self._events.append(Finished(arguments.group_list("finished", group_ids, self._j.path), policy_version,
                                      list(locators) if locators is not None else None))
 
     def trained(self, group_ids: Iterable[int], *, step: int) -> None:
-        self._events.append(Trained(list(group_ids), step))
+        """`Journal.trained` in this commit: REPLAY -> TRAINED. Raises as the class docstring
+        says."""
+        self._events.append(Trained(arguments.group_list("trained", group_ids, self._j.path), step))
 
     def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> None:
-        self._events.append(RolloutSealed(_rollout_refs(refs), policy_version))
+        """`Journal.rollout_sealed` in this commit: the group stays ADMITTED -> ADMITTED, the
+        rollouts are sealed (each `RolloutRef` with its locator). Raises as the class
+        docstring says (`StaleAttempt` when the block ends)."""
+        self._events.append(RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self._j.path),
+                                          policy_version))
 
     def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> None:
-        self._events.append(RolloutFailed(_rollout_refs(refs), reason))
+        """`Journal.rollout_failed` in this commit: the group stays ADMITTED -> ADMITTED, each
+        rollout's attempt goes up by one. Raises as the class docstring says."""
+        self._events.append(RolloutFailed(arguments.rollout_list("rollout_failed", refs, self._j.path), reason))
 
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> None:
-        self._events.append(Discarded(list(group_ids), reason))
+        """`Journal.discarded` in this commit: any live owner (RESERVED, ADMITTED, REPLAY,
+        SPARE) -> DROPPED. Raises as the class docstring says."""
+        self._events.append(Discarded(arguments.group_list("discarded", group_ids, self._j.path), reason))
 
     def begin_checkpoint(self, *, step: int) -> None:
+        """`Journal.begin_checkpoint` in this commit (no group moves; the commit's LSN is the
+        checkpoint's). Raises as the class docstring says: the checkpoint rules at the call,
+        after the events recorded before it in this commit."""
+        arguments.checkpoint_step("begin_checkpoint", step, self._j.path)
+        if type(self._events) is list:  # outside the block the append refuses it
+            self._j._refuse_begin(step, self._events)
         self._events.append(CheckpointBegun(step))
 
     def commit_checkpoint(self, *, step: int) -> None:
-        self._events.append(CheckpointCommitted(step))
+        """`Journal.commit_checkpoint` in this commit (no group moves). Raises as the class
+        docstring says."""
+        self._events.append(CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
+                                                                            self._j.path)))

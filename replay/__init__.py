@@ -13,8 +13,8 @@
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
-from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning, JournalCorrupt,
-                     JournalMismatch,
+from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning, FirstStartWarning,
+                     JournalCorrupt, JournalMismatch,
                      ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
@@ -40,7 +40,7 @@ __all__ = [
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
     "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
-    "DamagedCutWarning",
+    "DamagedCutWarning", "FirstStartWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
     "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
     "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable", "DataPlaneIOError",

@@ -48,6 +48,12 @@ class RowChanged(RestoreError):
     """Rehydration: the row's content fingerprint differs from the one recorded when it was taken."""
 
 
+class FirstStartWarning(journal.JournalWarning):
+    """`restore` found no history at the path or URL it names (it does not exist, is empty, or
+    holds no commit): a first start, from the empty state. A caller that has just made a fresh
+    run directory may ignore exactly this class; a mistyped path is what it is there for."""
+
+
 class DamagedCutWarning(journal.JournalWarning):
     """`restore` passed over a damaged or incomplete cut (a check of 1-7 failed) and restored
     the same state from an older cut or the journal; the message names the cut and the check.
@@ -61,4 +67,4 @@ class RowChangedWarning(UserWarning):
 __all__ = ["RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile",
            "ChecksumMismatch", "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners",
            "JournalMismatch", "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch",
-           "RowChanged", "RowChangedWarning", "DamagedCutWarning"]
+           "RowChanged", "RowChangedWarning", "DamagedCutWarning", "FirstStartWarning"]

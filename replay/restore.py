@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import journal
-from journal import JournalWarning, LoaderStateError, Owner, Reader, State, list_segments
+from journal import LoaderStateError, Owner, Reader, State, list_segments
 from journal.layout import CUTS_PREFIX, DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 from snapshot.row_ledger import RowLedger, ledger_at
 
-from .errors import DamagedCutWarning, JournalCorrupt, NothingToRestore, OwnershipError, RestoreError, Unreadable
+from .errors import (DamagedCutWarning, FirstStartWarning, JournalCorrupt, NothingToRestore, OwnershipError,
+                     RestoreError, Unreadable)
 from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
 from .recovered import RecoveredState, base_cut_writer
 from .recovery import DeadTail, read_dead_tail, recover
@@ -128,7 +129,7 @@ def _first_start(where: str, why: str, must_exist: bool) -> None:
     if must_exist:
         raise NothingToRestore(f"{where}: {why}, so there is no history to restore (must_exist=True): "
                                f"check the path; a first start restores without must_exist=True")
-    warnings.warn(JournalWarning(
+    warnings.warn(FirstStartWarning(
         f"{where}: {why}: a first start, from the empty state. If this run continues an earlier "
         f"one, check the path (restore(..., must_exist=True) makes this an error)"), stacklevel=3)
 
@@ -232,8 +233,9 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
 
     A first start (`RecoveredState.first_start`): a path that does not exist yet, an empty
     directory or a journal without a commit restores to the empty state, as a journal without
-    a committed checkpoint does (restore never creates it), and warns (`journal.JournalWarning`
-    naming the path); with `must_exist=True` it raises `NothingToRestore` instead.
+    a committed checkpoint does (restore never creates it), and warns (`FirstStartWarning`, a
+    `journal.JournalWarning`, naming the path); with `must_exist=True` it raises
+    `NothingToRestore` instead.
 
     `path` may also be a replica (a URL such as `s3://bucket/runs/42` with `replica_options`,
     or an obstore store): the bucket alone is read (`replay/from_replica.py`); a bucket that

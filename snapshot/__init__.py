@@ -1,4 +1,7 @@
-"""snapshot: cuts (the four checkpoint files plus a sha256 manifest), compaction, retention.
+"""snapshot: cuts (files with NeMo-RL's checkpoint names plus a sha256 manifest), compaction, retention.
+
+The group tables have NeMo-RL's file names, not its layout: each names its own format
+(`tables.TABLE_FORMATS`), so NeMo-RL's loader rejects them instead of misreading them.
 
 A cut at LSN L is a directory written atomically that holds the state folded
 up to L. See `cut.py` for the write protocol, `checks.py` for the chain of checks a cut is read

@@ -151,7 +151,7 @@ def _decode_tables(r: Reading) -> None:
             r.groups[name] = []
             continue
         table = load_pt(r.where(name), r.contents[name])
-        r.groups[name] = decode_table(table, r.where(name), allowed)
+        r.groups[name] = decode_table(table, name, r.where(name), allowed, r.manifest.schema_version)
         if name == RECOVERY_FILE:
             if table.get(TERMINAL_KEY) is None:
                 raise CorruptRecord(f"{r.where(name)}: no {TERMINAL_KEY!r} entry")

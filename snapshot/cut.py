@@ -182,16 +182,16 @@ def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: 
     put(DATALOADER_FILE, _save_bytes(loader))
     # one attribute pass per table's groups, for the table and the state file's live blocks
     columns = [state_file.group_columns(groups) for groups in (recovery, replay, spare)]
-    table = encode_table(columns[0])
+    table = encode_table(RECOVERY_FILE, columns[0])
     table[TERMINAL_KEY] = encode_terminal(state.terminal.codes, state.terminal.sparse)
     for entry in OPTIONAL_ENTRIES:
         value = entry.encode(state)
         if value is not None:
             table[entry.key] = value
     put(RECOVERY_FILE, _save_bytes(table))
-    put(REPLAY_FILE, _save_bytes(encode_table(columns[1], owner=Owner.REPLAY)))
+    put(REPLAY_FILE, _save_bytes(encode_table(REPLAY_FILE, columns[1], owner=Owner.REPLAY)))
     if spare:
-        put(RESERVE_FILE, _save_bytes(encode_table(columns[2], owner=Owner.SPARE)))
+        put(RESERVE_FILE, _save_bytes(encode_table(RESERVE_FILE, columns[2], owner=Owner.SPARE)))
     if ledger is not None:
         put(LEDGER_FILE, _save_bytes(ledger.encode()))
     # what Journal.open folds the tail onto

@@ -13,8 +13,10 @@ import msgspec
 from .errors import ManifestMissing, SchemaMismatch, UnsafePath
 
 FORMAT_NAME = "ownership-journal-cut"
-SCHEMA_VERSION = 2               # what this code writes: 2 added the rollout table
-READABLE_SCHEMAS = frozenset({1, 2})  # what it reads
+# what this code writes: 2 added the rollout table; 3 tags each group table with its own format
+# name and version (`tables.TABLE_FORMATS`) instead of the `schema_version` key NeMo-RL reads
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = frozenset({1, 2, 3})  # what it reads
 from journal.layout import MANIFEST_NAME  # noqa: E402,F401 (every name on disk is layout's)
 
 

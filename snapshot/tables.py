@@ -1,6 +1,13 @@
 """Columnar group tables: the contents of rollout_recovery.pt, replay_buffer_metadata.pt
 and replacement_reserve.pt.
 
+The files have NeMo-RL's names, not its layout: each table names its own format and version
+(`TABLE_FORMATS`, under `format` and `format_version`) and has no `schema_version`, the key
+NeMo-RL's loader reads its layout's version from, so that loader rejects our files rather than
+misreading them, and ours rejects a table of another format (`SchemaMismatch`). Tables of cut
+schemas 1 and 2 (before the tag) carried their version under `schema_version`; a cut whose
+manifest says so is read that way.
+
 Integer columns are int64 tensors (`NONE` marks a missing optional value);
 string and bytes columns are one uint8 tensor of concatenated bytes plus int64
 offsets and a bool `present` mask. `phase` is an int8 column (1 RESERVED,
@@ -27,9 +34,15 @@ from typing import Mapping, Sequence
 import torch
 
 from journal import Group, Owner, Rollouts, SampledRow
+from journal.layout import RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE
 
 from .errors import CorruptRecord, SchemaMismatch
 from .manifest import READABLE_SCHEMAS, SCHEMA_VERSION
+
+TABLE_FORMATS = {RECOVERY_FILE: "ownership-journal/rollout-recovery",   # file -> its format name
+                 REPLAY_FILE: "ownership-journal/replay-buffer-metadata",
+                 RESERVE_FILE: "ownership-journal/replacement-reserve"}
+TAGGED_SCHEMAS = frozenset(s for s in READABLE_SCHEMAS if s >= 3)  # tables with a format name
 
 NONE = -(2 ** 63)  # int64 sentinel for "no value"
 _INT_COLUMNS = ("group_id", "idx", "epoch", "target_step", "policy_version", "replaces")
@@ -109,13 +122,13 @@ def _read_bytes_column(col, n: int, where: str) -> list[bytes | None]:
     return out
 
 
-def encode_table(by_name: Mapping[str, list], owner: Owner | None = None) -> dict:
-    """The table of the groups whose columns are `by_name` (`state_file.group_columns` of live
-    records of the owners this file holds; a cut hands the same lists to its state file), in
-    their order. `owner`: every group has this owner (the caller partitioned them), so its
-    phase is constant."""
+def encode_table(file: str, by_name: Mapping[str, list], owner: Owner | None = None) -> dict:
+    """The table of cut file `file` (a key of `TABLE_FORMATS`) of the groups whose columns are
+    `by_name` (`state_file.group_columns` of live records of the owners this file holds; a cut
+    hands the same lists to its state file), in their order. `owner`: every group has this
+    owner (the caller partitioned them), so its phase is constant."""
     n = len(by_name["group_id"])
-    table = {"schema_version": SCHEMA_VERSION, "count": n}
+    table = {"format": TABLE_FORMATS[file], "format_version": SCHEMA_VERSION, "count": n}
     for name in _INT_COLUMNS:
         table[name] = _int_tensor(by_name[name])
     try:
@@ -244,14 +257,34 @@ def _utf8(v: bytes) -> bool:
         return False
 
 
-def decode_table(table, where: str, allowed: frozenset) -> list[Group]:
-    """Groups from a loaded table; `allowed` owners for its phase column. Raises the check's error."""
+def table_version(table: dict, file: str, where: str, cut_schema: int) -> int:
+    """The version of the table of cut file `file` loaded from `where`, in a cut of schema
+    `cut_schema`; `SchemaMismatch` for a table of another format, or one this code does not read."""
+    if cut_schema not in TAGGED_SCHEMAS:  # written before the tag: NeMo-RL's key, our layout
+        version = table.get("schema_version")
+        if version not in READABLE_SCHEMAS - TAGGED_SCHEMAS:
+            raise SchemaMismatch(f"{where}: schema version {version!r}, a cut of schema {cut_schema} "
+                                 f"holds tables of {sorted(READABLE_SCHEMAS - TAGGED_SCHEMAS)}")
+        return version
+    want, fmt = TABLE_FORMATS[file], table.get("format")
+    if fmt is None:
+        raise SchemaMismatch(f"{where}: no format name, where a {want} table names it under 'format': "
+                             "written by other code (NeMo-RL's files have these names but another layout)")
+    if fmt != want:
+        raise SchemaMismatch(f"{where}: a table of format {fmt!r}, not {want!r}: written by other code")
+    version = table.get("format_version")
+    if version not in TAGGED_SCHEMAS:
+        raise SchemaMismatch(f"{where}: {want} format_version {version!r}, this code reads "
+                             f"{sorted(TAGGED_SCHEMAS)}")
+    return version
+
+
+def decode_table(table, file: str, where: str, allowed: frozenset, cut_schema: int) -> list[Group]:
+    """Groups from the loaded table of cut file `file` (loaded from `where`), in a cut of schema
+    `cut_schema`; `allowed` owners for its phase column. Raises the check's error."""
     if not isinstance(table, dict):
         raise CorruptRecord(f"{where}: expected a dict table, found {type(table).__name__}")
-    schema = table.get("schema_version")
-    if schema not in READABLE_SCHEMAS:
-        raise SchemaMismatch(f"{where}: schema version {schema!r}, this code reads "
-                             f"{sorted(READABLE_SCHEMAS)}")
+    schema = table_version(table, file, where, cut_schema)
     n = table.get("count")
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise CorruptRecord(f"{where}: bad count {n!r}")

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from journal import AsyncJournal, RolloutRef
 
-from .core import Core, Fill
+from .core import Begun, Core, Fill
 from .sync import Session
 
 
@@ -89,24 +89,31 @@ class AsyncSession(Core):
     async def trained(self, group_ids: list[int], *, step: int) -> None:
         self.note_left(await self._commit(self.leaving_fill(
             group_ids, lambda tx: tx.trained(group_ids, step=step))))
+        self.note_trained()
 
     async def checkpoint(self, step: int, *, save: Callable[[], Any]) -> int:
-        rows = self.take_reclaimable()
+        begun = self.retry_of(step)
+        if begun is None:
+            rows = self.take_reclaimable()
+            try:
+                begun = Begun(step, await self._aj.begin_checkpoint(step=step), rows)
+            except BaseException:
+                self.give_back(rows)
+                raise
         try:
-            lsn = await self._aj.begin_checkpoint(step=step)
             saved = save()
             if inspect.isawaitable(saved):
                 await saved
-            await self._aj.commit_checkpoint(step=step)
-            if self.journal.sync != "always":
-                await self._aj.flush()
         except BaseException:
-            self.give_back(rows)
+            self.save_failed(begun)
             raise
-        if rows:
-            self._reclaimed += await self._io(self.plane().delete, rows)
+        await self._aj.commit_checkpoint(step=step)
+        if self.journal.sync != "always":
+            await self._aj.flush()
+        if begun.rows:
+            self._reclaimed += await self._io(self.plane().delete, begun.rows)
         self.after_checkpoint(step)
-        return lsn
+        return begun.lsn
 
     async def close(self) -> None:
         try:

@@ -23,6 +23,7 @@ import concurrent.futures
 import os
 import threading
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from journal import (GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt,
@@ -88,6 +89,16 @@ def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, l
     return Opened(j, state, fs)
 
 
+@dataclass
+class Begun:
+    """A checkpoint begun at `lsn`, and the rows to delete once it is committed."""
+
+    step: int
+    lsn: int
+    rows: list[str]
+    trained_since: bool = False
+
+
 class Core:
     """The session's state beside the journal: the loader pass, the rows to reclaim, what the
     restore handed back. Subclasses run the commits (`Session`, `AsyncSession`)."""
@@ -113,6 +124,7 @@ class Core:
         self._compactions = 0
         self._compaction_error: str | None = None
         self._closed_stats: dict | None = None  # what `stats()` returned when the session closed
+        self._unsaved: Begun | None = None  # the begun checkpoint whose save() failed
 
     @classmethod
     def _start(cls, journal_dir: str, *, dataset, loader, data_plane, key: Key | None,
@@ -228,9 +240,30 @@ class Core:
         return rows
 
     def give_back(self, rows: list[str]) -> None:
-        """A checkpoint that did not commit: its rows wait for the next one."""
+        """A checkpoint that did not begin: its rows wait for the next one."""
         with self._reclaim_lock:
             self._reclaim = rows + self._reclaim
+
+    def retry_of(self, step: int) -> "Begun | None":
+        """The begun checkpoint whose `save()` failed, when `checkpoint(step)` saves it again:
+        the same step, with nothing trained since (the weights still match its state). None
+        when no save failed. Any other checkpoint cannot commit in this process (the journal
+        refuses a begin while one is uncommitted): SessionError."""
+        b = self._unsaved
+        if b is None or (b.step == step and not b.trained_since):
+            return b
+        why = ("groups were trained since, so the weights no longer match its state"
+               if b.trained_since else f"checkpoint({step}) is another step")
+        raise SessionError(f"journal {self.journal.path}: the step-{b.step} checkpoint begun at LSN "
+                           f"{b.lsn} failed to save and {why}: no checkpoint can commit in this "
+                           f"process. Restart the trainer (it restores the last committed checkpoint)")
+
+    def save_failed(self, begun: "Begun") -> None:
+        self._unsaved = begun
+
+    def note_trained(self) -> None:
+        if self._unsaved is not None:
+            self._unsaved.trained_since = True
 
     def sweep(self) -> int:
         """Delete the rows that the journal's live state does not name (at open, before any
@@ -243,10 +276,10 @@ class Core:
         return dp.delete(gone) if gone else 0
 
     def after_checkpoint(self, step: int) -> None:
-        """A committed checkpoint: the step, and once `compact_every` checkpoints passed since
+        """A committed checkpoint: the step, the rows it frees are gone, and once `compact_every` checkpoints passed since
         the last compaction began, a compaction in the background (retiring the segments the
         cut covers); one at a time, the next as soon as the last finished."""
-        self.step = step
+        self.step, self._unsaved = step, None
         self._checkpoints += 1
         if self._compactor is None or self._checkpoints - self._compacted_at < self._compact_every:
             return

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from journal import RolloutRef
 
-from .core import Core, Fill
+from .core import Begun, Core, Fill
 
 
 class Session(Core):
@@ -138,27 +138,38 @@ class Session(Core):
         checkpoint that saves the weights it updated begins)."""
         self.note_left(self._commit(self.leaving_fill(
             group_ids, lambda tx: tx.trained(group_ids, step=step))))
+        self.note_trained()
 
     def checkpoint(self, step: int, *, save: Callable[[], Any]) -> int:
         """Checkpoint step `step`: journal that it begins (the state at that LSN is what the
         weights saw), `save()` your weights durably, journal it committed; then delete the
         rows no restore can need and, every `compact_every` checkpoints, compact in the
-        background. If `save()` raises, the checkpoint stays uncommitted (a restart restores
-        the previous one) and the exception propagates. Returns the begin LSN."""
-        rows = self.take_reclaimable()
+        background. Returns the begin LSN.
+
+        If `save()` raises, the checkpoint stays uncommitted and the exception propagates: call
+        `checkpoint(step, save=...)` again before training more to save and commit it, or
+        restart (the restart restores the previous checkpoint); any other checkpoint in this
+        process raises `SessionError`."""
+        begun = self.retry_of(step)
+        if begun is None:
+            rows = self.take_reclaimable()
+            try:
+                begun = Begun(step, self.journal.begin_checkpoint(step=step), rows)
+            except BaseException:
+                self.give_back(rows)
+                raise
         try:
-            lsn = self.journal.begin_checkpoint(step=step)
             save()
-            self.journal.commit_checkpoint(step=step)
-            if self.journal.sync != "always":
-                self.journal.flush()  # the commit is durable before anything it allows goes
         except BaseException:
-            self.give_back(rows)
+            self.save_failed(begun)
             raise
-        if rows:
-            self._reclaimed += self.plane().delete(rows)
+        self.journal.commit_checkpoint(step=step)
+        if self.journal.sync != "always":
+            self.journal.flush()  # the commit is durable before anything it allows goes
+        if begun.rows:
+            self._reclaimed += self.plane().delete(begun.rows)
         self.after_checkpoint(step)
-        return lsn
+        return begun.lsn
 
     def close(self) -> None:
         """Wait for a background compaction, then close the journal. Live groups stay in the

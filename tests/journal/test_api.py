@@ -30,7 +30,7 @@ def bad_calls(gids):
     return {
         "float gid equal to a live one": lambda j: j.admitted([float(r)], target_step=1),
         "bool gid": lambda j: j.discarded([True], reason="x"),
-        "str step": lambda j: j.trained([], step="3"),
+        "str step": lambda j: j.trained([a], step="3"),
         "None target_step": lambda j: j.admitted([r], target_step=None),
         "float target_step": lambda j: j.admitted([r], target_step=1.5),
         "None reason": lambda j: j.discarded([r], reason=None),

@@ -165,7 +165,7 @@ def test_persistent_enospc(journal_with_fs):
     path, fs, j, m = journal_with_fs
     fs.inject("write", nth=1, error=errno.ENOSPC, persistent=True)
     with pytest.raises(JournalFailed):
-        j.diverted([])
+        j.taken([GroupRef(idx=5)])
     (failed,) = [i for i, o in enumerate(fs.ops) if o.failed]
     assert_fail_stop(j, fs, m, failed)
     disk = reopen_matches_disk(path, m, None)

@@ -22,9 +22,13 @@ def _journal(path: str, *, archived: bool = False) -> Model:
     """A journal of several segments; `archived`: a cut and the first segments archived."""
     with Journal.open(path, segment_bytes=4096) as j:
         m = drive(j, Model(), random.Random(5), 120)
-        j.begin_checkpoint(step=1)
-        j.commit_checkpoint(step=1)
-        m = m.commit([("begin", 1)]).commit([("commit", 1)])
+        for s in sorted(m.pending):  # a checkpoint the workload left begun is committed first
+            j.commit_checkpoint(step=s)
+            m = m.commit([("commit", s)])
+        step = max(m.committed, default=0) + 1  # above every committed step
+        j.begin_checkpoint(step=step)
+        j.commit_checkpoint(step=step)
+        m = m.commit([("begin", step)]).commit([("commit", step)])
     if archived:
         compact(path, keep_cuts=1)
     return m

@@ -26,8 +26,8 @@ BAD_ARGUMENTS = [
     (lambda j, g: j.admitted([g], target_step=None), TypeError, "admitted() argument target_step must be an integer, got None"),
     (lambda j, g: j.admitted([g], target_step=1, policy_version="v1"), TypeError, "admitted() argument policy_version must be an integer, got 'v1'"),
     (lambda j, g: j.admitted([float(g)], target_step=1), TypeError, "admitted() argument group_ids must be a list of integer group ids"),
-    (lambda j, g: j.trained([], step="3"), TypeError, "trained() argument step must be an integer, got '3'"),
-    (lambda j, g: j.trained([], step=object()), TypeError, "trained() argument step must be an integer"),
+    (lambda j, g: j.trained([g], step="3"), TypeError, "trained() argument step must be an integer, got '3'"),
+    (lambda j, g: j.trained([g], step=object()), TypeError, "trained() argument step must be an integer"),
     (lambda j, g: j.discarded([g], reason=None), TypeError, "discarded() argument reason must be a str, got None"),
     (lambda j, g: j.begin_checkpoint(step=1.5), TypeError, "begin_checkpoint() argument step must be an integer, got 1.5"),
     (lambda j, g: j.finished([g], locators=[1]), TypeError, "finished() argument locators must be a list of str"),
@@ -152,7 +152,7 @@ def test_no_checkpoint_at_all_counts_from_lsn_0(fast_tmp):
 
 @pytest.mark.parametrize("call, message", [
     (lambda j, g: j.admitted([g], target_step=1, rollouts=0), "admitted() argument rollouts must be an integer from 1 to 65535, got 0"),
-    (lambda j, g: j.rollout_sealed([RolloutRef(g, -1, 0)]), "RolloutRef.index must be an integer from 0 to 65534, got -1"),
+    (lambda j, g: j.rollout_sealed([RolloutRef(g, -1, 0, "dp/0")]), "RolloutRef.index must be an integer from 0 to 65534, got -1"),
     (lambda j, g: j.rollout_failed([RolloutRef(g, 0, -2)], reason="x"), "RolloutRef.attempt must be an integer >= 0, got -2"),
     (lambda j, g: j.rollout_sealed([RolloutRef(g, 0, 0, locator=7)]), "RolloutRef.locator must be a str, got 7"),
 ])

@@ -38,7 +38,7 @@ def draw_op(data, m: Model) -> tuple[str, dict, tuple]:
     known = sorted(m.owners)
     if kind == "taken":
         refs, gids, nxt = [], [], m.next_gid
-        for i in range(data.draw(st.integers(0, 3))):
+        for i in range(data.draw(st.integers(1, 3))):  # taken([]) is a bad argument (test_refused_calls)
             how = data.draw(st.sampled_from(("auto", "auto", "jump", "stale")))
             if how == "jump":
                 gid = nxt + data.draw(st.integers(0, 2))
@@ -62,7 +62,7 @@ def draw_op(data, m: Model) -> tuple[str, dict, tuple]:
     if legal and data.draw(st.integers(0, 2)):  # mostly groups the move is legal for
         gids = data.draw(st.lists(st.sampled_from(legal), min_size=1, max_size=3, unique=True))
     else:
-        gids = data.draw(st.lists(st.sampled_from(candidates), max_size=3))
+        gids = data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3))
     args: dict = {"gids": gids}
     if kind == "admitted":
         args["target_step"] = data.draw(st.integers(0, 9))
@@ -94,17 +94,27 @@ def run(target, kind: str, args: dict):
     return getattr(target, kind)(gids, **kw)
 
 
-def stale_taken(ops, next_gid: int) -> int | None:
-    """Index of the first `taken` whose explicit id does not exceed the ids before it in the
-    transaction (Transaction.taken raises there, inside the block)."""
-    nxt = next_gid
+def refused_inside(ops, m: Model) -> int | None:
+    """Index of the first call that raises inside the transaction's block (OwnershipError):
+    a `taken` whose explicit id does not exceed the ids before it in the transaction, or a
+    `begin` the writer's checkpoint rules refuse after the calls before it (their events are
+    queued whether the fold will accept them or not; it runs at the block's end)."""
+    nxt = m.next_gid
+    in_flight = {s for s, begun in m.pending.items() if begun > m.open_lsn}
+    top = max(m.committed, default=None)
     for i, (kind, args, ev) in enumerate(ops):
-        if kind != "taken":
-            continue
-        for ref, gid in zip(args["refs"], ev[1]):
-            if ref.group_id is not None and gid < nxt:
+        if kind == "taken":
+            for ref, gid in zip(args["refs"], ev[1]):
+                if ref.group_id is not None and gid < nxt:
+                    return i
+                nxt = gid + 1
+        elif kind == "begin":
+            if in_flight or top is not None and args["step"] <= top:
                 return i
-            nxt = gid + 1
+            in_flight.add(args["step"])
+        elif kind == "commit":
+            in_flight.discard(args["step"])
+            top = args["step"] if top is None else max(top, args["step"])
     return None
 
 
@@ -114,6 +124,7 @@ class JournalMachine(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="oj-stateful-")
         self.j = Journal.open(self.dir, segment_bytes=4096)
         self.model = Model()
+        self.model.appending = True  # it predicts what the writer refuses
         self.reopens = 0
 
     def teardown(self):
@@ -157,7 +168,7 @@ class JournalMachine(RuleBasedStateMachine):
             except Illegal:
                 pass
         raise_at = data.draw(st.none() | st.integers(0, len(ops)))
-        stale = stale_taken(ops, self.model.next_gid)
+        stale = refused_inside(ops, self.model)
         new = self.expect([op[2] for op in ops])
         before = tree_bytes(self.dir)
         returned = []
@@ -195,6 +206,7 @@ class JournalMachine(RuleBasedStateMachine):
     def reopen(self):
         self.j.close()
         self.j = Journal.open(self.dir, segment_bytes=4096)
+        self.model.open_lsn = self.model.lsn  # checkpoints begun before are no longer in flight
         self.reopens += 1
         reader = Reader(self.dir)
         assert fold_records(reader.records()).owners == self.model.owners

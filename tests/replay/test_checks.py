@@ -157,8 +157,8 @@ def test_schema_mismatch_manifest(world):
 
 
 def test_schema_mismatch_table(world):
-    _rewrite_table(world["cut"], "rollout_recovery.pt", lambda t: t.update(schema_version=7))
-    _raises(replay.SchemaMismatch, lambda: restore(world["cut"]), "rollout_recovery.pt", "7")
+    _rewrite_table(world["cut"], "rollout_recovery.pt", lambda t: t.update(format_version=7))
+    _raises(replay.SchemaMismatch, lambda: restore(world["cut"]), "rollout_recovery.pt", "format_version 7")
 
 
 # 6 -------------------------------------------------------------------------------------------

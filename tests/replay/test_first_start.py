@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from journal import GroupRef, Journal, JournalWarning
-from replay import NothingToRestore, RestoreError, restore
+from replay import FirstStartWarning, NothingToRestore, RestoreError, restore
 
 
 def test_missing_path_restores_to_the_empty_state_and_creates_nothing(tmp_path):
@@ -55,6 +55,7 @@ def test_a_first_start_warns_naming_the_path(tmp_path, make):
         Journal.open(str(path)).close()
     with pytest.warns(JournalWarning, match=re.escape(str(path))) as record:
         state = restore(str(path))
+    assert [w.category for w in record] == [FirstStartWarning]  # a JournalWarning of its own
     assert state.first_start is True and state.lsn == 0 and state.groups == []
     assert [w.filename for w in record] == [__file__]  # points at the caller's restore()
 

@@ -78,6 +78,7 @@ class Run:
         self.max_gid = -1          # the highest id ever handed out, on any branch
         self.step = 0
         self.j = Journal.open(path, sync="none", segment_bytes=4096, fs=NOSYNC)
+        self.opened_at = 0         # the LSN when the writer opened: it began the later checkpoints
 
     def commit(self) -> None:
         self.m.lsn += 1
@@ -87,7 +88,7 @@ class Run:
         d, m, j = self.data, self.m, self.j
         kind = d.draw(st.sampled_from(("take", "take", "divert", "admit", "admit", "finish", "finish",
                                        "train", "train", "discard", "begin", "begin", "commit",
-                                       "commit", "commit", "cut")))
+                                       "commit", "commit", "cut", "reopen")))
         if kind == "take":
             n = d.draw(st.integers(1, 3))
             pos = d.draw(st.integers(0, 10 ** 6))
@@ -144,7 +145,15 @@ class Run:
             j.discarded([gid], reason="rollout_failed")
             m.move(gid, Owner.DROPPED)
             self.commit()
-        elif kind == "begin":
+        elif kind == "reopen":
+            # the history continued as it is by a new writer: the checkpoints begun before are
+            # no longer its own, so it may begin others while they are pending (which is how
+            # several checkpoints come to be pending at once)
+            self.j.close()
+            self.j = Journal.open(self.path, sync="none", segment_bytes=4096, fs=NOSYNC)
+            self.opened_at = m.lsn
+        elif kind == "begin" and not any(lsn > self.opened_at for lsn in m.pending.values()):
+            # one checkpoint of its own in flight per writer (a begin while it is pending is refused)
             self.step += 1
             lsn = j.begin_checkpoint(step=self.step)
             self.commit()
@@ -197,6 +206,7 @@ class Run:
                 back.committed[s] = back.pending.pop(s)
                 back.committed_at[s] = back.lsn
         assert self.j.lsn == back.lsn
+        self.opened_at = back.lsn
         self.step = max(back.pending.keys() | back.committed.keys(), default=0)
 
     def check(self) -> None:

@@ -103,3 +103,21 @@ def test_resume_records_salvage_and_demotion(run):
     after = restore(path, at="end", data_plane=dp)
     assert after.demoted == [] and new_f.group_id in {x.group_id for x in after.admitted}
     assert {x.group_id: x.idx for x in after.admitted}[new_f.group_id] == DS[7]["idx"]
+
+
+def test_a_replay_group_finished_without_a_locator_is_regenerated_given_a_data_plane(tmp_path):
+    """The journal accepts `finished` without locators (it does not know about data planes);
+    a restore given one cannot find such a group's rows, so it regenerates the group."""
+    path, dp = str(tmp_path / "journal"), FakeDataPlane()
+    with Journal.open(path, sync="none") as j:
+        kept, bare = j.taken([ref_of(DS[0]), ref_of(DS[1])], loader_state={"pos": 2})
+        j.admitted([kept, bare], target_step=1)
+        j.finished([kept], locators=[dp.put(locator_of(kept))])
+        j.finished([bare])  # rows written somewhere, but the journal was not told where
+        j.begin_checkpoint(step=1)
+        j.commit_checkpoint(step=1)
+    state = restore(path, data_plane=dp)
+    assert _ids(state.replay) == [kept]
+    (new,) = state.demoted
+    assert new.replaces == bare and new.owner == Owner.ADMITTED and new.idx == DS[1]["idx"]
+    assert _ids(restore(path).replay) == [kept, bare]  # without a data plane nothing is checked

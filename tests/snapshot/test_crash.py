@@ -47,11 +47,12 @@ REQUIRED = {"archive": {"mkdir", "create", "write", "fsync", "rename", "fsync_di
 
 
 def _build(path: str) -> None:
+    from journal import GroupRef
     with Journal.open(path, sync="none", segment_bytes=4096) as j:
         _steps(j, range(1, 4), 0)
         compact(path, journal=j, retention=None)  # the older cut, at step 3
         _steps(j, range(4, 7), 1000)
-        j.taken([], loader_state={"pos": -1})      # a tail after the last checkpoint
+        j.taken([GroupRef(idx=5000)], loader_state={"pos": -1})  # a tail after the last checkpoint
 
 
 def _steps(j: Journal, steps, first_idx: int) -> None:

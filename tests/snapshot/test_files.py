@@ -75,7 +75,7 @@ def test_files_load_weights_only_and_match_the_manifest(fast_tmp):
                                                      RESERVE_FILE, LEDGER_FILE, STATE_FILE}
     for name, data in files.items():
         assert manifest["files"][name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    assert manifest["format"] == "ownership-journal-cut" and manifest["schema_version"] == 2
+    assert manifest["format"] == "ownership-journal-cut" and manifest["schema_version"] == 3
     assert manifest["lsn"] == result.lsn and manifest["next_group_id"] == 61
     assert manifest["checkpoint_step"] is None and manifest["committed_checkpoints"] == {
         "1": 7, "2": 15, "3": 23}
@@ -272,10 +272,13 @@ def test_retention_keeps_the_restore_point_reachable(fast_tmp):
     than the latest committed checkpoint, with no cut at or before it, do not let retention
     retire the history that restoring that checkpoint needs."""
     path = str(fast_tmp / "j")
-    with Journal.open(path, sync="none", segment_bytes=4096) as j:
+    j = Journal.open(path, sync="none", segment_bytes=4096)
+    try:
         for step in range(1, 4):
             lifecycle_checkpointed_step(j, step)
-            j.begin_checkpoint(step=100 + step)  # begun, never committed
+            j.begin_checkpoint(step=100 + step)  # begun, never committed: its writer stops
+            j.close()
+            j = Journal.open(path, sync="none", segment_bytes=4096)  # and the next goes on
         r = compact(path, "end", journal=j, keep_cuts=1, retention="delete")
         assert r.retired_segments == [] and len(list_segments(path)) > 2
         lifecycle_checkpointed_step(j, 4)
@@ -291,6 +294,8 @@ def test_retention_keeps_the_restore_point_reachable(fast_tmp):
         # once a cut at the checkpoint exists, the history before it goes
         r = compact(path, "latest-checkpoint", journal=j, keep_cuts=1, retention="delete")
         assert r.lsn == L4 and r.retired_segments
+    finally:
+        j.close()
     point = state_at(path)
     assert point.lsn == L4 and point.base is not None and point.base.lsn == L4
     assert_same_state(point.state, expected, "restore after delete retention")

@@ -32,8 +32,10 @@ def _history(path: str, seed: int) -> None:
         # close every pending checkpoint so the latest committed one is near the end
         for step in list(model.pending):
             j.commit_checkpoint(step=step)
+            model = model.commit([("commit", step)])
         j.begin_checkpoint(step=10_000)
         j.commit_checkpoint(step=10_000)
+        model = model.commit([("begin", 10_000)]).commit([("commit", 10_000)])
         drive(j, pick, 10, model)  # a tail after it
 
 

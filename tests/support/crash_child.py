@@ -127,8 +127,7 @@ def run(path: str, seed: int, segment_bytes: int) -> None:
         elif kind in ("sealed", "failed"):
             refs = rng.sample(unsealed, rng.randint(1, min(3, len(unsealed))))
             if kind == "sealed":
-                refs = [RolloutRef(r.group_id, r.index, r.attempt,
-                                   f"dp/{r.group_id}/{r.index}/{r.attempt}" if rng.random() < 0.8 else None)
+                refs = [RolloutRef(r.group_id, r.index, r.attempt, f"dp/{r.group_id}/{r.index}/{r.attempt}")
                         for r in refs]
                 pv = rng.choice((None, 1, 2))
                 lsn, evs = j.rollout_sealed(refs, policy_version=pv), [["sealed", refs_json(refs, True), pv]]

@@ -222,7 +222,8 @@ def w_transaction(run: Run) -> None:
 
 
 def w_checkpoint(run: Run) -> None:
-    """Checkpoint begin/commit pairs, one begun and never committed, one committed late."""
+    """Checkpoint begin/commit pairs, one begun and never committed (its writer stops; the
+    next one continues the history as it is), one committed late."""
     j = run.open()
     for s in range(1, 5):
         g = run.taken(j, [s * 10, s * 10 + 1], loader(s, big=False))
@@ -232,6 +233,9 @@ def w_checkpoint(run: Run) -> None:
         if s != 3:
             run.call(j, "commit_checkpoint", step=s)
         run.call(j, "trained", g[:1], step=s)
+        if s == 3:  # a writer begins no checkpoint while one of its own is pending
+            j.close()
+            j = run.open()
     run.call(j, "begin_checkpoint", step=9)
     j.close()
 
@@ -353,7 +357,7 @@ def rollout_groups(run: Run, j, rounds: range, *, checkpoint_at: int | None = No
     for i in rounds:
         a, b = run.taken(j, [2 * i, 2 * i + 1], loader(i))
         run.call(j, "admitted", [a, b], target_step=i, policy_version=i, rollouts=3)
-        run.call(j, "rollout_sealed", [RolloutRef(a, 0, 0, f"dp/{a}/0"), RolloutRef(b, 1, 0)],
+        run.call(j, "rollout_sealed", [RolloutRef(a, 0, 0, f"dp/{a}/0"), RolloutRef(b, 1, 0, f"dp/{b}/1")],
                  policy_version=i)
         run.call(j, "rollout_failed", [RolloutRef(a, 1, 0), RolloutRef(b, 2, 0)], reason="timeout")
         run.transaction(j, [("rollout_sealed", ([RolloutRef(a, 2, 0, f"dp/{a}/2"),

@@ -49,6 +49,10 @@ class Model:
         self.lsn = 0
         self.pending: dict[int, int] = {}    # step -> checkpoint_begun LSN
         self.committed: dict[int, int] = {}  # step -> checkpoint_begun LSN
+        self.open_lsn = 0                    # the LSN when the writer opened: it began the later begins
+        # the rules of a reader's fold; True: a writer's append-time rules too (to predict what
+        # it refuses: tests/journal/test_stateful.py)
+        self.appending = False
         self.loader = None                   # the last loader_state a taken carried (as given)
         self.has_loader = False
         self.rollouts: dict[int, list] = {}  # live gid -> [attempts, {index: (locator, version)}]
@@ -58,6 +62,7 @@ class Model:
         m.owners = dict(self.owners)
         m.next_gid, m.lsn = self.next_gid, self.lsn
         m.pending, m.committed = dict(self.pending), dict(self.committed)
+        m.open_lsn, m.appending = self.open_lsn, self.appending
         m.loader, m.has_loader = self.loader, self.has_loader
         m.rollouts = {g: [list(a), dict(s)] for g, (a, s) in self.rollouts.items()}
         return m
@@ -158,6 +163,12 @@ class Model:
         elif kind == "begin":
             if ev[1] in self.committed:
                 raise Illegal("step already committed")
+            # the writer's rules (append time only): one checkpoint of its own in flight, and
+            # steps above every committed one
+            if self.appending and any(begun > self.open_lsn for begun in self.pending.values()):
+                raise Illegal("a checkpoint this writer began is not committed yet")
+            if self.appending and self.committed and ev[1] < max(self.committed):
+                raise Illegal("step below a committed one")
             self.pending[ev[1]] = lsn
         elif kind == "commit":
             if ev[1] not in self.pending:
@@ -331,7 +342,8 @@ def step(j, m: Model, rng, *, loader_every: int = 3, loader_bytes: int = 600, ma
         assert tx.lsn == new.lsn
         return new
     if kind == "begin":
-        s = rng.choice([x for x in range(m.lsn + 2) if x not in m.committed])
+        # a writer begins a step above every committed one (an append-time rule; see fold.begin_refused)
+        s = rng.choice(range(max(m.committed, default=-1) + 1, m.lsn + 2))
         new = m.commit([("begin", s)])
         assert j.begin_checkpoint(step=s) == new.lsn
         return new

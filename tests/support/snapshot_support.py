@@ -137,6 +137,8 @@ def _one(pick, m: Model, tx, allow_checkpoint: bool = True) -> tuple | None:
         tx.discarded(gs, reason=pick.choice(["rollout_failed", "filtered"]))
         return ("discarded", gs)
     if kind == "begin":
+        if m.pending:  # a writer has one checkpoint in flight at a time
+            return None
         step = 1 + max([*m.pending, *m.committed], default=0)
         tx.begin_checkpoint(step=step)
         return ("begin", step)

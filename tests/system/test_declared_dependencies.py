@@ -140,10 +140,15 @@ def _module_level_imports(tree: ast.AST) -> tuple[set[str], set[str]]:
     return absolute, relative
 
 
+# imported only by their users, never by `import replay` (tests/integrations/test_trl_imports.py)
+OPT_IN = ROOT / "replay" / "integrations"
+
+
 def scan_demo_imports() -> set[str]:
     """Third-party top-level modules that `journal-demo`'s default run imports: the module-level
     imports of examples/chaos.py and examples/trainer.py (the child it runs), of the example
-    modules they import, and of every module of the library packages they import."""
+    modules they import, and of every module of the library packages they import (but
+    `replay.integrations`, which the demo never imports)."""
     packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
     queue = [ROOT / "examples" / "chaos.py", ROOT / "examples" / "trainer.py"]
     seen: set[Path] = set()
@@ -157,7 +162,7 @@ def scan_demo_imports() -> set[str]:
         queue += [path.parent / f"{name}.py" for name in relative if (path.parent / f"{name}.py").is_file()]
         for name in absolute:
             if name in packages:
-                queue += sorted((ROOT / name).rglob("*.py"))
+                queue += [p for p in sorted((ROOT / name).rglob("*.py")) if OPT_IN not in p.parents]
             elif name not in sys.stdlib_module_names:
                 needed.add(name)
     return needed

@@ -1,0 +1,110 @@
+"""TRL's checkpoint folders as the journal's checkpoints: sealed durably with a manifest before the
+journal commits, verified before transformers loads one, and the folders no committed checkpoint
+names set aside where neither transformers nor TRL looks.
+
+transformers writes `output_dir/checkpoint-S` with plain writes, no fsync and no rename, and
+`get_last_checkpoint` takes the highest-numbered folder whether or not it is complete. Here the
+folder a run resumes from is always the journal's committed step, and a folder counts only once
+`seal_folder` returned: the integration's state and a manifest (size and sha256 of every file)
+written durably, every file, the folder and its parent fsynced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+from journal import DEFAULT_FS
+from snapshot.cut import file_sha256
+from snapshot.manifest import safe_relpath
+
+from .. import ChecksumMismatch, ManifestMissing, MissingFile, durable_file
+
+MANIFEST = "journal-manifest.json"
+STATE = "journal-trl-state.json"          # the integration's own state (TRL's model_version)
+UNCOMMITTED = "uncommitted"                # under output_dir: folders no committed checkpoint names
+_FOLDER = re.compile(r"^checkpoint-(\d+)$")   # transformers' PREFIX_CHECKPOINT_DIR-{step}
+
+
+def checkpoint_folder(output_dir: str, step: int) -> str:
+    return os.path.join(output_dir, f"checkpoint-{step}")
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def seal_folder(folder: str, state: dict) -> None:
+    """After TRL and transformers wrote their files into `folder`: `state` (JSON), then every
+    file and directory fsynced, then the manifest of them all, then the parent directory."""
+    with durable_file(os.path.join(folder, STATE)) as f:
+        f.write(json.dumps(state, sort_keys=True).encode())
+    files = {}
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder).replace(os.sep, "/")
+            if rel == MANIFEST:
+                continue
+            _fsync_file(path)
+            size, digest = file_sha256(path)
+            files[rel] = {"size": size, "sha256": digest}
+        DEFAULT_FS.fsync_dir(root)
+    with durable_file(os.path.join(folder, MANIFEST)) as f:
+        f.write(json.dumps({"files": files}, indent=1, sort_keys=True).encode())
+    DEFAULT_FS.fsync_dir(os.path.dirname(os.path.abspath(folder)))
+
+
+def verify_folder(folder: str) -> dict:
+    """Every file the manifest of `folder` lists has its size and sha256 (checked before
+    transformers unpickles anything in it); returns the integration's state."""
+    try:
+        with open(os.path.join(folder, MANIFEST), "rb") as f:
+            files = json.loads(f.read())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ManifestMissing(f"{folder}/{MANIFEST}: cannot be read ({type(exc).__name__}: {exc}); the "
+                              "journal committed this checkpoint, so its folder was changed since: put "
+                              "it back, or start a new run with a new journal") from None
+    for name, entry in files.items():
+        path = safe_relpath(name, folder)
+        if not os.path.isfile(path):
+            raise MissingFile(f"{folder}: {name}, listed by {MANIFEST}, is missing; put the committed "
+                              "checkpoint's files back before resuming")
+        size, digest = file_sha256(path)
+        if (size, digest) != (entry["size"], entry["sha256"]):
+            raise ChecksumMismatch(f"{folder}: {name} has size {size} sha256 {digest[:16]}..., {MANIFEST} "
+                                   f"says size {entry['size']} sha256 {entry['sha256'][:16]}...; nothing was "
+                                   "loaded from it")
+    if STATE not in files:
+        raise MissingFile(f"{folder}: {MANIFEST} does not list {STATE}")
+    with open(os.path.join(folder, STATE), "rb") as f:
+        return json.loads(f.read())
+
+
+def set_aside_uncommitted(output_dir: str, committed_step: int | None) -> list[str]:
+    """Move every `checkpoint-N` folder of `output_dir` with N above the committed step (all of
+    them when none is committed) into `output_dir/uncommitted/` (replacing an older copy of the
+    same name), where `get_last_checkpoint` and checkpoint rotation never look; returns them."""
+    if not os.path.isdir(output_dir):
+        return []
+    moved = []
+    for name in sorted(os.listdir(output_dir)):
+        match = _FOLDER.match(name)
+        path = os.path.join(output_dir, name)
+        if not match or not os.path.isdir(path):
+            continue
+        if committed_step is not None and int(match.group(1)) <= committed_step:
+            continue
+        aside = os.path.join(output_dir, UNCOMMITTED, name)
+        os.makedirs(os.path.dirname(aside), exist_ok=True)
+        if os.path.exists(aside):
+            shutil.rmtree(aside)
+        os.rename(path, aside)
+        moved.append(aside)
+    return moved

@@ -1,0 +1,105 @@
+"""The cut's group tables have NeMo-RL's file names but a layout of ours, so each names its own
+format (`format`, `format_version`) and carries no `schema_version`, the key NeMo-RL's loader
+checks (`schema_version == 1`, /work/shared/reference/rollout-recovery-ledger.txt, check 4):
+that loader rejects our files instead of misreading them, and ours rejects a table of
+another format. Tables written before the tag (cut schemas 1 and 2) still read."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+
+import pytest
+import torch
+
+import replay
+from journal import GroupRef, Journal
+from replay import restore
+from snapshot import compact
+from snapshot.manifest import SCHEMA_VERSION
+
+TABLES = {"rollout_recovery.pt": "ownership-journal/rollout-recovery",
+          "replay_buffer_metadata.pt": "ownership-journal/replay-buffer-metadata",
+          "replacement_reserve.pt": "ownership-journal/replacement-reserve"}
+
+
+def nemo_rl_accepts(table) -> bool:
+    """NeMo-RL's loader, as far as it decides whether a file is its own (check 4 of its chain:
+    the schema number it reads is `schema_version`, and it reads version 1)."""
+    return isinstance(table, dict) and table.get("schema_version") == 1
+
+
+@pytest.fixture
+def cut(tmp_path) -> str:
+    """A cut holding all three tables: reserved, admitted with rollouts, replay and spare groups."""
+    path = str(tmp_path / "journal")
+    with Journal.open(path, sync="none") as j:
+        r, a, p, s = j.taken([GroupRef(idx=i, task_name="math") for i in range(4)], loader_state={"pos": 4})
+        j.diverted([s])
+        j.admitted([a], target_step=1, rollouts=2)
+        j.admitted([p], target_step=1)
+        j.finished([p], locators=["dp/p"])
+        j.begin_checkpoint(step=1)
+        j.commit_checkpoint(step=1)
+    return compact(path, retention=None).cut_path
+
+
+def _load(cut: str, name: str):
+    return torch.load(os.path.join(cut, name), weights_only=True)
+
+
+def _rewrite(cut: str, name: str, mutate, manifest_schema: int | None = None) -> None:
+    """Let `mutate` change table `name`, save it and re-hash it in the manifest (so only the
+    format check can catch it)."""
+    table = _load(cut, name)
+    mutate(table)
+    buf = io.BytesIO()
+    torch.save(table, buf)
+    data = buf.getvalue()
+    with open(os.path.join(cut, name), "wb") as f:
+        f.write(data)
+    with open(os.path.join(cut, "MANIFEST.json")) as f:
+        m = json.load(f)
+    m["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    if manifest_schema is not None:
+        m["schema_version"] = manifest_schema
+    with open(os.path.join(cut, "MANIFEST.json"), "w") as f:
+        json.dump(m, f)
+
+
+def test_each_table_names_its_own_format_and_nemo_rl_rejects_it(cut):
+    for name, fmt in TABLES.items():
+        table = _load(cut, name)
+        assert table["format"] == fmt and table["format_version"] == SCHEMA_VERSION
+        assert "schema_version" not in table
+        assert not nemo_rl_accepts(table), f"NeMo-RL's loader would take {name} for its own"
+    assert SCHEMA_VERSION == 3
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda t: t.update(format="ownership-journal/replay-buffer-metadata"), "replay-buffer-metadata"),
+    (lambda t: t.update(format="nemo-rl/rollout-recovery"), "nemo-rl/rollout-recovery"),
+    (lambda t: t.update(format_version=9), "format_version 9"),
+    (lambda t: (t.pop("format"), t.pop("format_version")), "no format"),
+])
+def test_a_table_of_another_format_is_refused_naming_it(cut, mutate, words):
+    _rewrite(cut, "rollout_recovery.pt", mutate)
+    with pytest.raises(replay.SchemaMismatch) as info:
+        restore(cut)
+    assert "rollout_recovery.pt" in str(info.value) and words in str(info.value), str(info.value)
+
+
+def test_tables_written_before_the_tag_still_read(cut):
+    """A cut of schema 2 (the last before the tag): each table's version under `schema_version`."""
+    want = restore(cut)
+    for name in TABLES:
+        def untag(t):
+            del t["format"], t["format_version"]
+            t["schema_version"] = 2
+        _rewrite(cut, name, untag, manifest_schema=2)
+    got = restore(cut)
+    assert [(g.group_id, g.owner, g.locator, g.rollouts) for g in got.groups] == \
+        [(g.group_id, g.owner, g.locator, g.rollouts) for g in want.groups]
+    assert got.groups[1].rollouts is not None  # schema 2 carried the rollout table
