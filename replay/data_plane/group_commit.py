@@ -28,10 +28,12 @@ class GroupCommit:
         self._queue: list[Item] = []
         self._leading = False
 
-    def submit(self, items: Sequence[Item]) -> None:
-        """Queue `items` and return once the batch holding them was written, or raise its
-        error. The lock is held on entry and on return."""
+    def submit(self, items: Sequence[Item], queued: Sequence[Item] = ()) -> None:
+        """Queue `items` and return once the batches holding them and the `queued` ones (items
+        another caller queued) were written, or raise their error. The lock is held on entry
+        and on return."""
         self._queue.extend(items)
+        items = [*items, *queued]
         while not all(item.done for item in items):
             if self._leading:
                 self._cond.wait()

@@ -120,7 +120,7 @@ class LocalDataPlane(RowStore):
             for w in writes:
                 self._queued[w.locator] = w
             try:
-                self._commits.submit(waits + writes)
+                self._commits.submit(writes, queued=waits)
             finally:
                 for w in writes:
                     if self._queued.get(w.locator) is w:

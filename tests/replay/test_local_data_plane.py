@@ -143,6 +143,30 @@ def _gid(locator: str) -> int:
     return int(locator[1:].split("-")[0].split(".")[0])
 
 
+def test_the_same_rows_put_twice_at_once_are_written_once(tmp_path):
+    fs = FaultFS()
+    dp = LocalDataPlane(str(tmp_path / "rows"), fs=fs)
+    waiting = threading.Event()
+    submit = dp._commits.submit
+
+    def spy(items, queued=()):                # the second put waits for the first's record
+        if queued:
+            waiting.set()
+        return submit(items, queued)
+
+    dp._commits.submit = spy
+    fs.on("fsync", lambda kind, path: waiting.wait(10))
+    threads = [threading.Thread(target=dp.put, args=(5, rows_for(5))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert waiting.is_set()
+    (pack,) = _packs(dp.root)
+    assert [name for _, name, *_ in packs.records(os.path.join(dp.root, pack))] == ["g5.rows"]
+    assert len(fs.ops_of("fsync")) == 1
+
+
 def test_sigkill_while_putting_and_deleting_leaves_only_complete_rows(tmp_path):
     root = str(tmp_path / "rows")
     rng = random.Random(20)
