@@ -42,7 +42,7 @@ from snapshot.errors import DataPlaneIOError, RowConflict, RowsCorrupt, RowsNotF
 from . import names
 from .base import RowStore
 from .group_commit import GroupCommit, Item
-from .pack_format import dead_record, digest_of, row_record
+from .pack_format import dead_record, digest_of, row_head
 from .pack_index import PackIndex, Row
 from .pack_writer import TMP_PREFIX, PackWriter, settled
 from .rows import checked_body, decode_rows
@@ -53,13 +53,22 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class _Write(Item):
-    """A record to append: a row (`locator`, `digest`, `size`) or a dead mark (`target`)."""
+    """A record to append, as the parts it is written from: a row (`locator`, its stored rows'
+    `digest` and `size`) or a dead mark (`target`)."""
 
-    def __init__(self, record: bytes, sync: bool, locator: str | None = None, digest: bytes = b"",
-                 size: int = 0, target: tuple[str, int] | None = None):
-        self.record, self.sync = record, sync
+    def __init__(self, parts: tuple[bytes, ...], sync: bool, locator: str | None = None,
+                 digest: bytes = b"", size: int = 0, target: tuple[str, int] | None = None):
+        self.parts, self.length, self.sync = parts, sum(map(len, parts)), sync
         self.locator, self.digest, self.size, self.target = locator, digest, size, target
         self.pack, self.offset = "", 0
+
+    @classmethod
+    def row(cls, locator: str, data: bytes, digest: bytes) -> "_Write":
+        return cls((row_head(locator, len(data)), data), True, locator, digest, len(data))
+
+    @classmethod
+    def mark(cls, pack: str, offset: int, sync: bool) -> "_Write":
+        return cls((dead_record(pack, offset),), sync, target=(pack, offset))
 
 
 class LocalDataPlane(RowStore):
@@ -116,7 +125,7 @@ class LocalDataPlane(RowStore):
                 if queued is not None:
                     waits.append(queued)
                 elif not any(c.here for c in copies):   # only what this writer fsynced is known durable
-                    writes.append(_Write(row_record(locator, data), True, locator, digest, len(data)))
+                    writes.append(_Write.row(locator, data, digest))
             for w in writes:
                 self._queued[w.locator] = w
             try:
@@ -135,21 +144,22 @@ class LocalDataPlane(RowStore):
     def _write(self, batch: list[_Write]) -> None:
         """The leader, without the lock: the batch's records appended in one write, fsynced
         once when any of them must be durable."""
-        name, offset = self._writer.append(b"".join(w.record for w in batch), any(w.sync for w in batch))
+        data = b"".join(part for w in batch for part in w.parts)   # the one copy of the rows
+        name, offset = self._writer.append(data, any(w.sync for w in batch))
         for w in batch:
             w.pack, w.offset = name, offset
-            offset += len(w.record)
+            offset += w.length
 
     def _written(self, batch: list[_Write]) -> None:
         """Under the lock, before the batch's writers return: its records join the index."""
         for w in batch:
-            end = w.offset + len(w.record)
+            end = w.offset + w.length
             if w.target is None:
-                self._index.add_row(Row(w.locator, w.pack, w.offset, len(w.record), end - w.size, w.size,
+                self._index.add_row(Row(w.locator, w.pack, w.offset, w.length, end - w.size, w.size,
                                         w.digest, here=True))
             else:
-                self._index.add_mark(w.pack, w.offset, len(w.record), *w.target)
-            w.record = b""
+                self._index.add_mark(w.pack, w.offset, w.length, *w.target)
+            w.parts = ()
         p = self._index.pack(batch[-1].pack)
         p.size = p.read_to = end
 
@@ -248,7 +258,7 @@ class LocalDataPlane(RowStore):
             self._load()
             if any(not self._index.copies(loc) for loc in wanted):
                 self._refresh()
-            marks = [_Write(dead_record(c.pack, c.offset), False, target=(c.pack, c.offset))
+            marks = [_Write.mark(c.pack, c.offset, sync=False)
                      for loc in wanted for c in self._index.copies(loc)]
             gone = sum(1 for loc in wanted if self._index.copies(loc))
             if marks:
@@ -291,8 +301,8 @@ class LocalDataPlane(RowStore):
             copies = [(r, os.pread(fd, r.size, r.body)) for r in rows]
         finally:
             os.close(fd)
-        writes = [_Write(row_record(r.locator, data), True, r.locator, r.digest, r.size) for r, data in copies]
-        writes += [_Write(dead_record(t, o), True, target=(t, o)) for t, o in marks]
+        writes = [_Write.row(r.locator, data, r.digest) for r, data in copies]
+        writes += [_Write.mark(t, o, sync=True) for t, o in marks]
         if writes:
             self._commits.submit(writes)
         try:

@@ -51,15 +51,17 @@ def is_pack_name(name: object) -> bool:
     return isinstance(name, str) and _NAME.fullmatch(name) is not None
 
 
-def _record(tag: bytes, name: str, value: int, body: bytes = b"") -> bytes:
+def _record(tag: bytes, name: str, value: int) -> bytes:
+    """A record's header and name (what precedes a row's body; the whole of the others)."""
     raw = name.encode("ascii")
     head = _HEAD.pack(tag, len(raw), 0, value)
-    return head + _CRC.pack(zlib.crc32(raw, zlib.crc32(head))) + raw + body
+    return head + _CRC.pack(zlib.crc32(raw, zlib.crc32(head))) + raw
 
 
-def row_record(locator: str, data: bytes) -> bytes:
-    """The record of the stored rows `data` (`rows.encode_rows`) under `locator`."""
-    return _record(ROW, locator, len(data), data)
+def row_head(locator: str, size: int) -> bytes:
+    """The bytes of a row record before its body: `size` bytes of stored rows (`rows.py`)
+    under `locator`."""
+    return _record(ROW, locator, size)
 
 
 def dead_record(pack: str, offset: int) -> bytes:

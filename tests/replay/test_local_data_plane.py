@@ -31,7 +31,7 @@ import pytest
 from journal import Group, Owner
 from replay import DataPlaneIOError, LocalDataPlane, RowConflict, RowsCorrupt, RowsNotFound
 from replay.data_plane import local, pack_format, pack_writer
-from replay.data_plane.pack_format import row_record
+from replay.data_plane.pack_format import row_head
 from replay.data_plane.rows import encode_rows
 from tests.support import packs
 from tests.support.equality import deep_equal
@@ -83,7 +83,8 @@ def _packs(root: str) -> list[str]:
 @pytest.fixture
 def small_packs(monkeypatch):
     """Packs retired once they hold three rows of `rows_for`."""
-    record = len(row_record("g0.rows", encode_rows(rows_for(0))))
+    size = len(encode_rows(rows_for(0)))
+    record = len(row_head("g0.rows", size)) + size
     monkeypatch.setattr(pack_writer, "PACK_BYTES", 8 + 2 * record + record // 2)
 
 
