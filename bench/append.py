@@ -65,8 +65,8 @@ from journal import (Admitted, AsyncJournal, Commit, Finished, GroupRef, Journal
                      Taken, TakenGroup, Trained, list_segments)
 
 from . import commit_cost
-from .common import (CountingFS, Figure, Report, Rounds, Target, log, scratch_dir, timed_alternating,
-                     timed_loop, timed_threads)
+from .common import (Figure, Report, Rounds, Target, log, scratch_dir, timed_alternating, timed_loop,
+                     timed_threads)
 
 TASK = "math"
 BULK_EVENTS = 64      # one-group events per bulk transaction
@@ -84,6 +84,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # -- workloads ---------------------------------------------------------------------------------
+
+class CountingFS(OsFileSystem):
+    """The real file system, counting fsyncs (to report commits per fsync under group commit)."""
+
+    def __init__(self) -> None:
+        self.fsyncs = 0
+
+    def fsync(self, f) -> None:
+        self.fsyncs += 1
+        super().fsync(f)
+
 
 def lifecycle(j: Journal, first_idx: int):
     """A body for `timed_loop`: one group through taken/admitted/finished/trained, one event per commit."""

@@ -16,7 +16,7 @@ and `python -m bench` prints it as a markdown table or (`--json`) as one JSON
 document. Other helpers: `Rounds` (collect interleaved samples, take medians),
 `timed_loop` / `timed_threads` (run a body for a while, count operations),
 `timed_alternating` (a figure and its reference in alternating short slices),
-`scratch_dir`, `peak_rss_mib`, `environment`, `CountingFS` (fsyncs counted through the I/O seam).
+`scratch_dir`, `peak_rss_mib`, `environment`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
-
-from journal import OsFileSystem
 
 
 @dataclass(frozen=True)
@@ -299,23 +297,6 @@ def timed_threads(make_body: Callable[[int], Callable[[], int]], threads: int, s
     if errors:
         raise errors[0]
     return sum(counts) / elapsed
-
-
-class CountingFS(OsFileSystem):
-    """The real file system, counting fsyncs of files (`fsyncs`) and of directories
-    (`dir_fsyncs`), e.g. to report commits per fsync under group commit."""
-
-    def __init__(self) -> None:
-        self.fsyncs = 0
-        self.dir_fsyncs = 0
-
-    def fsync(self, f) -> None:
-        self.fsyncs += 1
-        super().fsync(f)
-
-    def fsync_dir(self, path: str) -> None:
-        self.dir_fsyncs += 1
-        super().fsync_dir(path)
 
 
 @contextmanager

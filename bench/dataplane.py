@@ -4,8 +4,8 @@ data plane, against the same lifecycle without payloads; bytes on disk per rollo
 Payload: one rollout of 4,096 tokens, as int32 token ids and float32 logprobs (two torch
 tensors, 32 KiB). The lifecycle of a batch of `--groups` groups, each journaled durably
 (sync="always") by a `replay.Session`: `take` (one commit for the batch), `admit(rollouts=4)`
-(one commit), four seals per group, all of the batch's at once from a pool of `--threads`
-threads (each seal: the rollout's rows put durably in the data plane, then `rollout_sealed`;
+(one commit), four seals per group, all of the batch's at once (one thread each, or a pool of
+`--threads`; each seal: the rollout's rows put durably in the data plane, then `rollout_sealed`;
 the group's last seal journals `finished` with it), then `trained` (one commit): 8 transitions
 per group. Three sessions, each in its own directory, run it in turns of `--slice` seconds,
 round after round (the order rotating, so drifting load hits each alike; medians of the
@@ -23,7 +23,9 @@ Between turns, outside the timing, each session checkpoints, which deletes the r
 groups trained before it (packs are then compacted or removed), so the disk stays bounded.
 
 Figures: groups/s with payloads over groups/s without (target >= 0.5x), the file-per-row
-layout's the same way (informational); data-plane fsyncs per group; bytes on disk per rollout
+layout's the same way (informational); data-plane fsyncs per group; the packed data plane's
+fdatasync p50 beside its session's journal fsync p50 (a seal waits for one, then the other,
+so their ratio bounds the first figure); bytes on disk per rollout
 (every block of the data plane's directory, after a lifecycle of `--bytes-groups` groups and
 before any delete, over the rollouts it holds) against the payload (target <= 1.1x); and the
 most bytes the packed directory held after a checkpoint, when no row is live (informational:
@@ -46,8 +48,9 @@ from journal import JournalWarning
 from replay import LocalDataPlane, Session
 from replay.data_plane import names
 from replay.data_plane.base import RowStore
+from replay.session.stats import MeasuredFileSystem
 
-from .common import CountingFS, Figure, Report, Rounds, Target, log, scratch_dir
+from .common import Figure, Report, Rounds, Target, log, scratch_dir
 
 TOKENS = 4096
 ROLLOUTS = 4
@@ -55,7 +58,8 @@ ROLLOUTS = 4
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--groups", type=int, default=8, help="groups per batch (default 8)")
-    parser.add_argument("--threads", type=int, default=8, help="threads sealing a batch's rollouts (default 8)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads sealing a batch's rollouts (default: one per seal, all at once)")
     parser.add_argument("--slice", type=float, default=None, help="seconds per turn (default 1 quick, 3 full)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3 quick, 7 full)")
     parser.add_argument("--bytes-groups", type=int, default=64,
@@ -67,6 +71,19 @@ def payload() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     return {"ids": torch.randint(0, 150_000, (TOKENS,), dtype=torch.int32, generator=g),
             "logprobs": -torch.rand(TOKENS, generator=g, dtype=torch.float32)}
+
+
+class PlaneFS(MeasuredFileSystem):
+    """A data plane's file system: fsyncs counted and timed (as a session's journal's are),
+    directory fsyncs counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir_fsyncs = 0
+
+    def fsync_dir(self, path: str) -> None:
+        self.dir_fsyncs += 1
+        super().fsync_dir(path)
 
 
 class NoPayload:
@@ -87,7 +104,7 @@ class FilePerRow(RowStore):
     locator's name, temporary name removed, directory fsync), as LocalDataPlane stored rows
     before packs."""
 
-    def __init__(self, root: str, fs: CountingFS):
+    def __init__(self, root: str, fs: PlaneFS):
         self.root, self.fs = root, fs
         os.makedirs(root, exist_ok=True)
 
@@ -159,15 +176,15 @@ def disk_bytes(root: str) -> int:
     return sum(os.stat(os.path.join(d, n)).st_blocks * 512 for d, _, files in os.walk(root) for n in files)
 
 
-def _planes(directory: str) -> dict[str, tuple[Any, CountingFS]]:
+def _planes(directory: str) -> dict[str, tuple[Any, PlaneFS]]:
     """Each data plane, by name, with the file system that counts its fsyncs."""
-    packed, per_row = CountingFS(), CountingFS()
+    packed, per_row = PlaneFS(), PlaneFS()
     return {"packed": (LocalDataPlane(os.path.join(directory, "packed", "rows"), fs=packed), packed),
-            "none": (NoPayload(), CountingFS()),
+            "none": (NoPayload(), PlaneFS()),
             "file per row": (FilePerRow(os.path.join(directory, "file per row", "rows"), per_row), per_row)}
 
 
-def _fsyncs(fs: CountingFS) -> int:
+def _fsyncs(fs: PlaneFS) -> int:
     return fs.fsyncs + fs.dir_fsyncs
 
 
@@ -175,13 +192,14 @@ def run(args) -> Report:
     quick = args.quick
     slice_s = args.slice or (1.0 if quick else 3.0)
     rounds = args.rounds or (3 if quick else 7)
+    args.threads = args.threads or args.groups * ROLLOUTS
     report = Report("dataplane", quick=quick, directory=args.dir)
     report.meta.update(groups_per_batch=args.groups, threads=args.threads, slice_seconds=slice_s,
                        rounds=rounds, payload_bytes=2 * 4 * TOKENS, rollouts_per_group=ROLLOUTS)
     with scratch_dir(args.dir, "bench-dataplane-") as d, \
             concurrent.futures.ThreadPoolExecutor(args.threads) as pool:
         per_row = _bytes_per_rollout(d, pool, args)
-        rates, fsyncs, left = _lifecycles(d, pool, args, slice_s, rounds)
+        rates, fsyncs, left, p50 = _lifecycles(d, pool, args, slice_s, rounds)
     payload_bytes = 2 * 4 * TOKENS
     report.add(rates.figure(
         "dataplane_payload_groups_vs_none", "lifecycle with 32 KiB payloads, packed data plane",
@@ -196,6 +214,10 @@ def run(args) -> Report:
         report.add(Figure(f"dataplane_fsyncs_per_group_{name.replace(' ', '_')}",
                           f"data-plane fsyncs per group, {name} (files and directories, the "
                           "checkpoints' reclaiming included)", fsyncs[name], "fsyncs"))
+    report.add(Figure("dataplane_fsync_p50", "data-plane fdatasync p50, packed (its batches of rows)",
+                      p50[0], "ms", reference=p50[1], reference_label="the journal's fsync p50, same session",
+                      note="a seal waits for both, one after the other: the lifecycle with payloads runs at "
+                           "about the journal's fsync time over the sum of the two"))
     report.add(Figure("dataplane_bytes_per_rollout", "bytes on disk per rollout, packed",
                       per_row["packed"], "B", reference=payload_bytes, reference_label="the payload",
                       target=Target(max_ratio=1.1)))
@@ -224,9 +246,10 @@ def _bytes_per_rollout(directory: str, pool, args) -> dict[str, float]:
 
 
 def _lifecycles(directory: str, pool, args, slice_s: float,
-                rounds: int) -> tuple[Rounds, dict[str, float], float]:
+                rounds: int) -> tuple[Rounds, dict[str, float], float, tuple[float, float]]:
     """Rates per data plane, round by round; data-plane fsyncs per group; the most bytes the
-    packed data plane held after a checkpoint."""
+    packed data plane held after a checkpoint; the fsync p50 of the packed data plane and of
+    its session's journal (ms)."""
     planes = _planes(os.path.join(directory, "run"))
     lives = {name: Lifecycle(os.path.join(directory, "run", name), plane, pool, args.groups)
              for name, (plane, _) in planes.items()}
@@ -246,8 +269,10 @@ def _lifecycles(directory: str, pool, args, slice_s: float,
                     left = max(left, disk_bytes(planes[name][0].root))
             log(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:,.0f} groups/s"
                                                           for k, v in rates.samples.items()))
+        p50 = (planes["packed"][1].latency_ms()["fsync_p50_ms"],
+               lives["packed"].session.stats()["fsync_p50_ms"])
     finally:
         for life in lives.values():
             life.close()
     fsyncs = {name: (_fsyncs(fs) - fsyncs_before[name]) / max(groups[name], 1) for name, (_, fs) in planes.items()}
-    return rates, fsyncs, float(left)
+    return rates, fsyncs, float(left), p50
