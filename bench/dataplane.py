@@ -24,8 +24,8 @@ groups trained before it (packs are then compacted or removed), so the disk stay
 
 Figures: groups/s with payloads over groups/s without (target >= 0.5x), the file-per-row
 layout's the same way (informational); data-plane fsyncs per group; the packed data plane's
-fdatasync p50 beside its session's journal fsync p50 (a seal waits for one, then the other,
-so their ratio bounds the first figure); bytes on disk per rollout
+fdatasync p50 beside its session's journal fsync p50 (a seal waits for one, then the other);
+bytes on disk per rollout
 (every block of the data plane's directory, after a lifecycle of `--bytes-groups` groups and
 before any delete, over the rollouts it holds) against the payload (target <= 1.1x); and the
 most bytes the packed directory held after a checkpoint, when no row is live (informational:
@@ -216,8 +216,8 @@ def run(args) -> Report:
                           "checkpoints' reclaiming included)", fsyncs[name], "fsyncs"))
     report.add(Figure("dataplane_fsync_p50", "data-plane fdatasync p50, packed (its batches of rows)",
                       p50[0], "ms", reference=p50[1], reference_label="the journal's fsync p50, same session",
-                      note="a seal waits for both, one after the other: the lifecycle with payloads runs at "
-                           "about the journal's fsync time over the sum of the two"))
+                      note="a seal waits for both, one after the other (its rows are durable before "
+                           "the journal names them)"))
     report.add(Figure("dataplane_bytes_per_rollout", "bytes on disk per rollout, packed",
                       per_row["packed"], "B", reference=payload_bytes, reference_label="the payload",
                       target=Target(max_ratio=1.1)))
