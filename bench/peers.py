@@ -33,7 +33,8 @@ medians over rounds):
    consumer's states) and the child's peak RSS (its VmHWM: the ru_maxrss that `getrusage` or
    `os.wait4` gives for a child is floored at the parent's RSS at the fork, which Linux carries
    across the exec). Target at 100x: ours <= 1/10 of straw's (`peers_rss_vs_straw`; ratio
-   straw / ours).
+   straw / ours). Beside them, a fresh process that only imports torch: what ours pays when it
+   restores from a cut (its `.pt` tables load with torch).
 
 Not like for like, and said in the output:
 - straw stores payloads itself and publishes a record for every result and consumer state
@@ -69,7 +70,7 @@ import tempfile
 
 from replay import Session
 
-from .append import SQL_SCHEMA, sqlite_connect, sqlite_lifecycle
+from .append import SQL_SCHEMA, median_round, sqlite_connect, sqlite_lifecycle
 from .common import Figure, Report, Rounds, Target, fmt_num, log, scratch_dir, timed_alternating
 from .peers_lifecycles import LIBRARIES, PREFIX_TOKENS, ROLLOUTS, STEP_GROUPS, TOKENS, WARMUP_GROUPS
 
@@ -240,8 +241,9 @@ def history_dir(args) -> str | None:
 
 
 def measure_reopens(parent: str | None, base: int, rounds: int) -> dict:
-    """Per history size: each library's history (built in a child), then `rounds` reopens of
-    each in fresh children, alternating; the histories are removed once measured."""
+    """Per history size ("1x", "10x", "100x"): each library's history (built in a child), then
+    `rounds` reopens of each in fresh children, alternating; the histories are removed once
+    measured."""
     out = {}
     with scratch_dir(parent, "bench-peers-history-") as d:
         for label, groups in (("1x", base), ("10x", 10 * base), ("100x", 100 * base)):
@@ -274,30 +276,34 @@ def _label(text: str) -> str:
 
 
 def _throughput_figures(report: Report, r: Rounds, straw: str) -> None:
-    report.add(r.figure(
-        "peers_groups_vs_straw", _label("durable groups/s, no payloads"), "groups/s", value="ours",
-        reference="straw", reference_label=f"{straw}, same lifecycle, alternating slices",
+    """Each figure shows the round whose ratio is the median of the per-round ratios: the value
+    and its reference measured side by side, whatever the load did between rounds."""
+    report.add(median_round(
+        r, "peers_groups_vs_straw", _label("durable groups/s, no payloads"), "groups/s",
+        value="ours", reference="straw", reference_label=f"{straw}, same lifecycle, alternating slices",
         target=Target(min_ratio=TARGETS["groups"]),
         note=f"ours: {LIFECYCLE['ours']}; straw: {LIFECYCLE['straw']}"))
-    report.add(r.figure(
-        "peers_payload_groups_vs_straw", _label("durable groups/s, 4 x 32 KiB payloads per group in the "
-                                                "library's data plane (LocalDataPlane)"),
+    report.add(median_round(
+        r, "peers_payload_groups_vs_straw",
+        _label("durable groups/s, 4 x 32 KiB payloads per group in the library's data plane (LocalDataPlane)"),
         "groups/s", value="ours_payload", reference="straw_payload",
         reference_label=f"{straw}, payloads in its packs", target=Target(min_ratio=TARGETS["payload_groups"]),
         note=f"a rollout: {TOKENS:,} tokens, int32 ids + float32 logprobs; ours puts each rollout's rows "
              "at its seal (a file, its fsync, a link, a directory fsync), straw publishes a group's 4 "
              "rollouts as one result"))
-    report.add(r.figure(
-        "peers_transitions_vs_straw", _label("durable transitions/s, no payloads"), "transitions/s",
+    report.add(median_round(
+        r, "peers_transitions_vs_straw", _label("durable transitions/s, no payloads"), "transitions/s",
         value="ours_transitions", reference="straw_transitions", reference_label=straw,
         note=f"groups/s x transitions per group: ours {TRANSITIONS['ours']} (events), straw "
              f"{TRANSITIONS['straw']} (queue transactions)"))
-    report.add(r.figure(
-        "peers_payload_transitions_vs_straw", _label("durable transitions/s, with payloads"), "transitions/s",
-        value="ours_payload_transitions", reference="straw_payload_transitions", reference_label=straw))
-    report.add(r.figure(
-        "peers_groups_vs_sqlite", _label("durable groups/s, no payloads, vs sqlite3"), "groups/s", value="ours",
-        reference="sqlite", reference_label="sqlite3 WAL synchronous=FULL, 4 one-row transactions per group",
+    report.add(median_round(
+        r, "peers_payload_transitions_vs_straw", _label("durable transitions/s, with payloads"),
+        "transitions/s", value="ours_payload_transitions", reference="straw_payload_transitions",
+        reference_label=straw))
+    report.add(median_round(
+        r, "peers_groups_vs_sqlite", _label("durable groups/s, no payloads, vs sqlite3"), "groups/s",
+        value="ours", reference="sqlite",
+        reference_label="sqlite3 WAL synchronous=FULL, 4 one-row transactions per group",
         note="sqlite runs bench append's lifecycle (taken, admitted, finished, trained), not the seals"))
 
 
@@ -346,7 +352,8 @@ def _bytes_figures(report: Report, r: Rounds, totals: dict, straw: str) -> None:
              + "; ours: journal + LocalDataPlane (one file per rollout), straw: packs"))
 
 
-def _reopen_figures(report: Report, reopens: dict, straw: str) -> None:
+def _reopen_figures(report: Report, reopens: dict, torch: dict, straw: str) -> None:
+    """`torch`: a fresh process that only imports torch (what ours pays to restore from a cut)."""
     for label, size in reopens.items():
         ours, theirs = size["ours"], size["straw"]
         groups = size["groups"]
@@ -356,7 +363,9 @@ def _reopen_figures(report: Report, reopens: dict, straw: str) -> None:
             times_less=True, samples=[x["seconds"] for x in ours["reopens"]],
             reference_samples=[x["seconds"] for x in theirs["reopens"]],
             note="ours: Session.open (restore of the newest checkpoint, the journal continued); "
-                 f"torch imported by it: {'yes' if ours['reopens'][0]['torch_imported'] else 'no'}"))
+                 f"torch imported by it: {'yes' if ours['reopens'][0]['torch_imported'] else 'no'} (a "
+                 f"fresh process importing torch alone: {torch['seconds']:.2f} s, "
+                 f"{torch['peak_rss_kib'] / 1024:.0f} MiB)"))
         name = "peers_rss_vs_straw" if label == "100x" else f"peers_reopen_rss_{label}"
         report.add(Figure(
             name, f"reopen after {label} history ({groups:,} groups): peak RSS of the process",
@@ -379,15 +388,20 @@ def _table(r: Rounds, totals: dict, syncs: dict, reopens: dict, straw: str) -> s
     def traced_syncs(key: str) -> str:
         return f"{syncs[key]['per_group']:.2f}" if traced else "-"
 
-    rows = [f"| per group, medians of the rounds | ours (`replay.Session`) | {straw} | sqlite3 WAL FULL |",
+    ratios = [o / t for o, t in zip(r.samples["ours"], r.samples["straw"])]
+    k = ratios.index(statistics.median_low(ratios))  # one round for every rate: they ran side by side
+
+    def rate(key: str) -> str:
+        return fmt_num(r.samples[key][k])
+
+    rows = [f"| per group (rates: round {k + 1}, whose ours/straw ratio is the median) | ours "
+            f"(`replay.Session`) | {straw} | sqlite3 WAL FULL |",
             "| --- | ---: | ---: | ---: |",
             f"| lifecycle | {LIFECYCLE['ours']} | {LIFECYCLE['straw']} | {LIFECYCLE['sqlite']} |",
-            f"| groups/s, no payloads | {fmt_num(r.median('ours'))} | {fmt_num(r.median('straw'))} | "
-            f"{fmt_num(r.median('sqlite'))} |",
-            f"| transitions/s, no payloads | {fmt_num(r.median('ours_transitions'))} | "
-            f"{fmt_num(r.median('straw_transitions'))} | {fmt_num(r.median('sqlite_transitions'))} |",
-            f"| groups/s, with payloads | {fmt_num(r.median('ours_payload'))} | "
-            f"{fmt_num(r.median('straw_payload'))} | - |",
+            f"| groups/s, no payloads | {rate('ours')} | {rate('straw')} | {rate('sqlite')} |",
+            f"| transitions/s, no payloads | {rate('ours_transitions')} | {rate('straw_transitions')} | "
+            f"{rate('sqlite_transitions')} |",
+            f"| groups/s, with payloads | {rate('ours_payload')} | {rate('straw_payload')} | - |",
             f"| syncs per group, no payloads (strace) | {traced_syncs('ours')} (seam: "
             f"{r.median('ours_seam'):.2f}) | {traced_syncs('straw')} | - |",
             f"| syncs per group, with payloads (strace) | {traced_syncs('ours_payload')} (seam: "
@@ -466,15 +480,16 @@ def run(args) -> Report:
     syncs = measure_syncs(parent, sync_groups)
     log(f"reopen after histories of {base:,}, {10 * base:,} and {100 * base:,} groups, under {hist}")
     reopens = measure_reopens(hist, base, 1 if quick else 3)
+    torch, _ = run_child(_child("torch", "-", "-"))
 
     _throughput_figures(report, r, label)
     _sync_figures(report, r, syncs, label)
     _bytes_figures(report, r, totals, label)
-    _reopen_figures(report, reopens, label)
+    _reopen_figures(report, reopens, torch, label)
     report.tables.append(_table(r, totals, syncs, reopens, label))
     _notes(report, syncs, hist)
     report.meta.update(straw_version=straw, progress=PROGRESS, seconds_per_lifecycle=seconds, rounds=rounds,
                        history_groups=base, history_dir=hist, sync_groups=sync_groups,
                        transitions_per_group=TRANSITIONS, lifecycle=LIFECYCLE, totals=totals, syncs=syncs,
-                       reopens=reopens)
+                       reopens=reopens, torch_import=torch)
     return report

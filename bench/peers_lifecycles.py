@@ -26,6 +26,8 @@ only their own library, so a child's memory is that library's:
   `STEP_GROUPS` groups (ours checkpoints there, as a trainer does with `Session.checkpoint`;
   straw's queue is its own state, and its online GC, off by default in slime, reclaims
   nothing here: one unsealed pack);
+- `torch - -`: nothing but `import torch`, timed (what ours' reopen pays when it restores from a
+  cut, whose `.pt` tables it loads with torch);
 - `reopen LIB DIR`: what a restart does (ours `Session.open`, straw `Coordinator(recover=True)`
   and the producer's and consumer's states), timed; the process's peak RSS (`peak_rss_kib`),
   and its peak after the imports beside it.
@@ -349,8 +351,12 @@ def main(argv: list[str] | None = None) -> None:
         out = _history(lib, directory, int(rest[0]))
     elif mode == "reopen":
         out = _reopen(lib, directory)
+    elif mode == "torch":
+        t0 = time.perf_counter()
+        import torch  # noqa: F401
+        out = {"seconds": time.perf_counter() - t0, "peak_rss_kib": peak_rss_kib()}
     else:
-        raise SystemExit(f"unknown mode {mode!r}: syncs, history or reopen")
+        raise SystemExit(f"unknown mode {mode!r}: syncs, history, reopen or torch")
     print(json.dumps(out), flush=True)
 
 
