@@ -5,18 +5,12 @@ straw's progress step; and the clear exit when straw-queue is missing."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from bench.peers import PROGRESS, TARGETS, WITHOUT_PROGRESS, count_syncs
 from bench.peers_lifecycles import Straw
+from tests.support.bench_run import bench, quick_report
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 NAMED = {"peers_groups_vs_straw": ("value/reference", TARGETS["groups"]),
          "peers_payload_groups_vs_straw": ("value/reference", TARGETS["payload_groups"]),
          "peers_bytes_vs_straw": ("reference/value", TARGETS["bytes"]),
@@ -25,10 +19,7 @@ NAMED = {"peers_groups_vs_straw": ("value/reference", TARGETS["groups"]),
 
 @pytest.fixture(scope="module")
 def report():
-    p = subprocess.run([sys.executable, "-m", "bench", "peers", "--quick", "--json"], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
+    return quick_report("peers", timeout=300)
 
 
 def test_the_four_targets_and_their_ratios(report):
@@ -120,8 +111,7 @@ def test_straws_progress_step_saves_the_prefix_as_the_tasks_input(tmp_path):
 
 def test_without_straw_the_bench_says_so_and_exits_2(tmp_path):
     hide = "import sys; sys.modules['straw'] = None; from bench.__main__ import main; sys.exit(main())"
-    p = subprocess.run([sys.executable, "-c", hide, "peers", "--quick"], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=120)
+    p = bench(["-c", hide, "peers", "--quick"], timeout=120)
     assert p.returncode == 2 and p.stdout == ""
     assert "straw-queue==0.1.6" in p.stderr and "'.[peers]'" in p.stderr
 
