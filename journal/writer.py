@@ -29,13 +29,14 @@ from . import format as fmt
 from . import layout, leftovers, locks, prealloc, set_aside, state_file
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalWarning, OwnershipError, ReplicaError, StateFileCorrupt, TransactionClosed)
+                     JournalWarning, OwnershipError, StateFileCorrupt, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained, commit_encoder)
 from .events import commit_decoder as _commit_decoder
 from .fold import Group, State, Undo, apply, begin_refused, taken_next_id
-from .reader import Reader, list_segments
+from .reader import Reader
+from .replica import ReplicaLink, open_replica
 from .resume import ResumePlan
 from .vfs import DEFAULT_FS, OsFileSystem
 
@@ -153,7 +154,7 @@ class Journal:
 
         `replica` (a URL such as `s3://bucket/runs/42`, or an obstore store; `replica_options`
         are `obstore.store.from_url`'s keyword arguments) ships the journal to object storage
-        (`journal/replica.py`): the open takes the writer's lease there (`JournalLocked` while
+        (`journal/replica/`): the open takes the writer's lease there (`JournalLocked` while
         another writer holds it; a resume takes it over), then a background thread uploads
         what is durable at least every `ship_interval` seconds.
         """
@@ -184,8 +185,7 @@ class Journal:
             self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
             self._syncer.start()
         if self._replica is not None:
-            self._note_durable()
-            self._replica.start()
+            self._note_durable()  # the first note starts the shipping
         return self
 
     def _init_fields(self, path: str, fs: OsFileSystem, sync: str, sync_interval: float,
@@ -210,7 +210,7 @@ class Journal:
         self._open_warning: str | None = None
         self._set_aside_warnings: list[str] = []  # one per damaged segment the open set aside
         self._disk_segment: _SegmentPlan | None = None
-        self._replica = None         # journal.replica.Replica, with replica=
+        self._replica: ReplicaLink | None = None  # with replica=
         self._timeline_floor = 0     # a new timeline is above every timeline a replica knows of
         # the LSN of the history when this writer opened it (after a resume's first commit):
         # the checkpoints begun after it are this writer's (`_refuse_begin`)
@@ -230,23 +230,14 @@ class Journal:
             self._next.close(remove=False)
         os.close(self._lock_fd)
 
-    # -- replica (journal/replica.py) ---------------------------------------------------
+    # -- replica (journal/replica/, through `ReplicaLink`) --------------------------------
 
     def _open_replica(self, replica: Any, options: dict | None, ship_interval: float,
                       resuming: bool) -> None:
-        """Take the replica's lease before anything is written; refuse to start a new history
-        in a bucket that holds one."""
-        from . import replica as _replica
-        self._replica = _replica.Replica(replica, options, journal_path=self.path, fs=self.fs,
-                                         ship_interval=ship_interval, on_lost=self._lose_lease)
-        on_disk = list_segments(self.path)
-        self._replica.acquire(takeover=resuming,
-                              local_timeline=max((s.timeline for s in on_disk), default=0))
-        _replica.refuse_foreign_history(self._replica, bool(on_disk), resuming)
-        status = os.path.join(self.path, layout.REPLICA_DIR)
-        with _io_step("create the replica status directory", status):
-            self.fs.makedirs(status)  # from now on retention retires shipped segments only
-        self._timeline_floor = self._replica.lease.reserved - 1
+        """Take the replica's lease before anything is written."""
+        self._replica = open_replica(replica, options, journal_path=self.path, fs=self.fs,
+                                     ship_interval=ship_interval, on_lost=self._lose_lease)
+        self._timeline_floor = self._replica.acquire(resuming=resuming)
 
     def _note_durable(self) -> None:
         """Tell the shipper what is durable now (journal lock held)."""
@@ -261,8 +252,8 @@ class Journal:
             self._cond.notify_all()
 
     @property
-    def replica(self):
-        """`journal.replica.Replica` of a journal opened with `replica=`, else None."""
+    def replica(self) -> ReplicaLink | None:
+        """The replica (`journal.replica.ReplicaLink`) of a journal opened with `replica=`, else None."""
         return self._replica
 
     def replica_lag(self):
@@ -279,7 +270,7 @@ class Journal:
         self.flush()
         try:
             self._replica.flush(timeout)
-        except ReplicaError:
+        except JournalError:
             self._check_usable()  # a lost lease failed the journal: JournalFailed
             raise
 
