@@ -23,7 +23,8 @@ function that checked each commit before it was written.
 
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
                      JournalLocked, JournalWarning, OwnershipError, StaleAttempt, TransactionClosed)
-from .errors import ReplicaConflict, ReplicaError, ReplicaTimeout, StateFileCorrupt
+from .errors import StateFileCorrupt
+from .replica.errors import ReplicaConflict, ReplicaError, ReplicaTimeout
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, RolloutFailed,
                      RolloutRef, RolloutSealed, Taken,

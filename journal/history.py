@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, NamedTuple
 
-from .errors import JournalCorrupt, OwnershipError
+from .errors import OwnershipError
 from .events import CheckpointBegun, CheckpointCommitted
 from .fold import State, mark_checkpoint
 
@@ -41,7 +41,10 @@ def active_timeline(timelines: Mapping) -> int | None:
 
 def lineage(timelines: Mapping, timeline: int | None = None) -> list:
     """The timelines whose prefixes make up `timeline`'s history (default: the active one),
-    root first; [] when there are none. JournalCorrupt when an ancestor has no segments."""
+    root first; [] when there are none. An ancestor with no segments on disk (its segments
+    were set aside, `journal.set_aside`) ends the lineage: the history on disk starts in the
+    oldest timeline that has segments, as when retention retired the head, and a restore or an
+    open needs a cut at or after its start."""
     t = active_timeline(timelines) if timeline is None else timeline
     chain: list = []
     seen = set()
@@ -49,9 +52,6 @@ def lineage(timelines: Mapping, timeline: int | None = None) -> list:
         seen.add(t)
         chain.append(timelines[t])
         t = timelines[t].parent
-    if t and t not in seen:
-        raise JournalCorrupt(f"timeline {chain[-1].timeline} branches from timeline {t}, "
-                             "which has no segments", lsn=chain[-1].branch_lsn)
     return chain[::-1]
 
 

@@ -8,6 +8,8 @@ A journal directory holds:
     <segment>.wal.new                        a new branch's first segment, not yet published
     LOCK                                     the writer lock (flock)
     torn/<segment>.<offset>.<usec>           a torn tail copied aside before it was cut off
+    damaged/<segment>                        a damaged segment a cut covers, set aside by an open
+                                             (with the older segments of the history before it)
     snapshots/cut-<timeline:08d>-<lsn:020d>  a cut (`cut_dir_name`)
     snapshots/.tmp-<cut>-<hex>               a cut being written
     snapshots/.tmp-del-<cut>-<hex>           a cut being deleted
@@ -47,6 +49,7 @@ UNPUBLISHED_SUFFIX = ".new"  # a new branch's first segment until its first comm
 PREPARED_NAME = "next.wal.prepared"  # the next segment, zero-filled ahead of need (journal/prealloc.py)
 LOCK_NAME = "LOCK"
 TORN_DIR = "torn"
+DAMAGED_DIR = "damaged"
 SNAPSHOTS_DIR = "snapshots"
 TMP_PREFIX = ".tmp-"
 DELETE_TMP_PREFIX = TMP_PREFIX + "del-"
@@ -197,7 +200,7 @@ class DirKind(enum.Enum):
 
 def is_journal_entry(name: str) -> bool:
     """Whether `name` is one of the entries only a journal directory has."""
-    return (name in (LOCK_NAME, TORN_DIR, SNAPSHOTS_DIR, REPLICA_DIR, PREPARED_NAME)
+    return (name in (LOCK_NAME, TORN_DIR, DAMAGED_DIR, SNAPSHOTS_DIR, REPLICA_DIR, PREPARED_NAME)
             or parse_segment_name(name) is not None
             or name.endswith(SEGMENT_SUFFIX + UNPUBLISHED_SUFFIX) or name.endswith(ARCHIVE_TMP_SUFFIX))
 

@@ -13,7 +13,11 @@ resume=plan)` writes it and knows nothing else about restores:
    exactly what the trainer was handed;
 4. group ids from `group_id_floor` up are free: every id below it was allocated by a history
    the restore read (a bucket's, which the directory may not hold), dead tails included. The
-   writer allocates above it and above every id on its own disk.
+   writer allocates above it and above every id on its own disk;
+5. `damaged_segments` names the segments whose damage the restore read past (its state does
+   not need their damaged frames): while one of them is still in the directory, the history
+   there cannot be continued in place (`JournalCorrupt`; `replay.rescue` continues it in a
+   fresh directory).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class ResumePlan:
     write_base_cut: Callable[[str, OsFileSystem], object] | None = None
     base_cut: str | None = None                # the cut the state was read from, for messages
     group_id_floor: int = 0                    # ids below it were allocated (see 4. above)
+    damaged_segments: list[str] = field(default_factory=list)  # see 5. above
 
     @classmethod
     def of(cls, resume: "ResumePlan | State") -> "ResumePlan":

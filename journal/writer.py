@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import threading
 import warnings
 import weakref
@@ -25,16 +26,17 @@ import msgspec
 
 from . import arguments
 from . import format as fmt
-from . import layout, leftovers, locks, prealloc, state_file
+from . import layout, leftovers, locks, prealloc, set_aside, state_file
 from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalWarning, OwnershipError, ReplicaError, StateFileCorrupt, TransactionClosed)
+                     JournalWarning, OwnershipError, StateFileCorrupt, TransactionClosed)
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained, commit_encoder)
 from .events import commit_decoder as _commit_decoder
 from .fold import Group, State, Undo, apply, begin_refused, taken_next_id
-from .reader import Reader, list_segments
+from .reader import Reader
+from .replica import ReplicaLink, open_replica
 from .resume import ResumePlan
 from .vfs import DEFAULT_FS, OsFileSystem
 
@@ -152,7 +154,7 @@ class Journal:
 
         `replica` (a URL such as `s3://bucket/runs/42`, or an obstore store; `replica_options`
         are `obstore.store.from_url`'s keyword arguments) ships the journal to object storage
-        (`journal/replica.py`): the open takes the writer's lease there (`JournalLocked` while
+        (`journal/replica/`): the open takes the writer's lease there (`JournalLocked` while
         another writer holds it; a resume takes it over), then a background thread uploads
         what is durable at least every `ship_interval` seconds.
         """
@@ -176,14 +178,14 @@ class Journal:
         except BaseException:
             self._release_after_failed_open()
             raise
-        if self._open_warning is not None:
-            warnings.warn(JournalWarning(self._open_warning), stacklevel=2)  # at the caller's open
+        texts = self._set_aside_warnings + ([self._open_warning] if self._open_warning is not None else [])
+        for text in texts:
+            warnings.warn(JournalWarning(text), stacklevel=2)  # at the caller's open
         if sync == "batch":
             self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
             self._syncer.start()
         if self._replica is not None:
-            self._note_durable()
-            self._replica.start()
+            self._note_durable()  # the first note starts the shipping
         return self
 
     def _init_fields(self, path: str, fs: OsFileSystem, sync: str, sync_interval: float,
@@ -206,8 +208,9 @@ class Journal:
         self._preallocate = sync != "none"  # without fsyncs there is no metadata write to save
         self._next = prealloc.NextSegment(fs, path, segment_bytes) if self._preallocate else None
         self._open_warning: str | None = None
+        self._set_aside_warnings: list[str] = []  # one per damaged segment the open set aside
         self._disk_segment: _SegmentPlan | None = None
-        self._replica = None         # journal.replica.Replica, with replica=
+        self._replica: ReplicaLink | None = None  # with replica=
         self._timeline_floor = 0     # a new timeline is above every timeline a replica knows of
         # the LSN of the history when this writer opened it (after a resume's first commit):
         # the checkpoints begun after it are this writer's (`_refuse_begin`)
@@ -227,23 +230,14 @@ class Journal:
             self._next.close(remove=False)
         os.close(self._lock_fd)
 
-    # -- replica (journal/replica.py) ---------------------------------------------------
+    # -- replica (journal/replica/, through `ReplicaLink`) --------------------------------
 
     def _open_replica(self, replica: Any, options: dict | None, ship_interval: float,
                       resuming: bool) -> None:
-        """Take the replica's lease before anything is written; refuse to start a new history
-        in a bucket that holds one."""
-        from . import replica as _replica
-        self._replica = _replica.Replica(replica, options, journal_path=self.path, fs=self.fs,
-                                         ship_interval=ship_interval, on_lost=self._lose_lease)
-        on_disk = list_segments(self.path)
-        self._replica.acquire(takeover=resuming,
-                              local_timeline=max((s.timeline for s in on_disk), default=0))
-        _replica.refuse_foreign_history(self._replica, bool(on_disk), resuming)
-        status = os.path.join(self.path, layout.REPLICA_DIR)
-        with _io_step("create the replica status directory", status):
-            self.fs.makedirs(status)  # from now on retention retires shipped segments only
-        self._timeline_floor = self._replica.lease.reserved - 1
+        """Take the replica's lease before anything is written."""
+        self._replica = open_replica(replica, options, journal_path=self.path, fs=self.fs,
+                                     ship_interval=ship_interval, on_lost=self._lose_lease)
+        self._timeline_floor = self._replica.acquire(resuming=resuming)
 
     def _note_durable(self) -> None:
         """Tell the shipper what is durable now (journal lock held)."""
@@ -258,8 +252,8 @@ class Journal:
             self._cond.notify_all()
 
     @property
-    def replica(self):
-        """`journal.replica.Replica` of a journal opened with `replica=`, else None."""
+    def replica(self) -> ReplicaLink | None:
+        """The replica (`journal.replica.ReplicaLink`) of a journal opened with `replica=`, else None."""
         return self._replica
 
     def replica_lag(self):
@@ -276,7 +270,7 @@ class Journal:
         self.flush()
         try:
             self._replica.flush(timeout)
-        except ReplicaError:
+        except JournalError:
             self._check_usable()  # a lost lease failed the journal: JournalFailed
             raise
 
@@ -299,25 +293,59 @@ class Journal:
             os.close(fd)
 
     def _recover(self, resume: ResumePlan | State | None) -> None:
+        """Recover the history on disk (`_recover_history`); damage in a segment a cut covers is
+        set aside and the recovery runs again (each round moves a segment out: it ends)."""
         plan = ResumePlan.of(resume) if resume is not None else None
-        try:
-            self._recover_history(plan)
-        except JournalCorrupt as exc:
-            raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path, plan)}",
-                                 segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
+        while True:
+            try:
+                self._recover_history(plan)
+                return
+            except JournalCorrupt as exc:
+                if exc.segment is None or not self._set_aside(exc, plan):
+                    raise JournalCorrupt(f"journal {self.path}: {exc}. {_continue_elsewhere(self.path)}",
+                                         segment=exc.segment, offset=exc.offset, lsn=exc.lsn) from exc
+
+    def _set_aside(self, damage: JournalCorrupt, plan: ResumePlan | None) -> bool:
+        """Move the segment `damage` names into `damaged/` when the newest state checkpoint on
+        the active history (and the resume point, if any) covers it, with the history before
+        it (`journal.set_aside`); whether it moved. The open then starts from that state file."""
+        reader = Reader(self.path, "salvage")
+        lineage = reader.lineage() if reader.timelines else []
+        if not lineage:
+            return False
+        state = self._checkpoint_state(reader, lineage, lineage[0].segments[0].first_lsn)
+        if state is None:
+            return False
+        covered = set_aside.covered_segments(
+            reader, damage.segment, state.lsn if plan is None else min(state.lsn, plan.fold_state.lsn))
+        if not covered:
+            return False
+        moved = set_aside.move_aside(self.fs, self.path, covered)
+        older = [os.path.basename(p) for p in moved[:-1]]
+        self._set_aside_warnings.append(
+            f"journal {self.path}: segment {damage.segment} is damaged ({damage}); the cut at LSN "
+            f"{state.lsn} covers it, so it was moved to {moved[-1]}"
+            + (f", with the {len(older)} older segment(s) of the history before it ("
+               f"{', '.join(older)}), so that the history on disk starts after it" if older else "")
+            + ". Nothing was deleted; the journal goes on from the cut's state")
+        return True
 
     def _recover_history(self, plan: ResumePlan | None) -> None:
+        self._refuse_damaged_resume(plan)
         reader = Reader(self.path, "strict")
         self._repair_torn(reader)
         lineage = reader.lineage() if reader.timelines else []
         first_lsn = lineage[0].segments[0].first_lsn if lineage else 1
         self.run_id = reader.run_id or (plan.run_id if plan else None) or secrets.token_bytes(16)
         self.timeline = lineage[-1].timeline if lineage else 1
+        first_commit = list(plan.first_commit) if plan is not None else []
         if plan is None:
             state, end_lsn, end_blobs = self._fold_on_disk(reader, lineage, first_lsn)
         else:
             end_lsn, end_blobs = self._check_resume_point(reader, lineage, first_lsn, plan.fold_state)
             state = plan.fold_state.copy()
+            if state.lsn < end_lsn and _rewrites_tail(reader, state, first_commit):
+                first_commit = []  # the tail holds it already: continue the timeline at its end
         # ids are never reused, not even those allocated on a dead tail (the fold of a single
         # timeline has seen every id it allocated)
         top_gid = reader.max_group_id() if plan is not None or len(reader.timelines) > 1 else -1
@@ -328,13 +356,22 @@ class Journal:
         self._segment = self._disk_segment = segment
         self._durable_lsn = state.lsn
         if plan is not None:
-            if plan.write_base_cut is not None and state.lsn > 0 and (not lineage or state.lsn == first_lsn - 1):
+            point = plan.fold_state.lsn  # where the plan's state is (`state` may have gone on)
+            if plan.write_base_cut is not None and point > 0 and (not lineage or point == first_lsn - 1):
                 plan.write_base_cut(self.path, self.fs)  # the history on disk starts after it
-            if plan.first_commit:
-                self._commit(list(plan.first_commit))
+            if first_commit:
+                self._commit(first_commit)
         self._open_lsn = self._state.lsn
         if segment.file is not None and segment.file.path != segment.path:
             self._publish(segment)
+
+    def _refuse_damaged_resume(self, plan: ResumePlan | None) -> None:
+        """JournalCorrupt when the plan was restored past damage in a segment still here."""
+        for name in plan.damaged_segments if plan is not None else ():
+            if os.path.exists(os.path.join(self.path, name)):
+                raise JournalCorrupt(f"{name}: the state to resume from was restored past damage in "
+                                     "this segment (its state does not need the damaged frames, but "
+                                     "the history here cannot be read through them)", segment=name)
 
     def _fold_on_disk(self, reader: Reader, lineage: list, first_lsn: int) -> tuple[State, int, dict]:
         """The state at the end of the history on disk (an open without `resume=`): the newest
@@ -1086,6 +1123,30 @@ def _holds_ownership(rec) -> bool:
     return any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events)
 
 
+def _rewrites_tail(reader: Reader, state: State, first_commit: list) -> bool:
+    """Whether the commits after `state` (what a branch at it would leave dead) hold nothing but
+    the `checkpoint_committed` markers that `first_commit` (the resume's) would write again, and
+    it nothing else: then they are folded onto `state`, whose history goes on at its end as if
+    the resume had branched and written them (same state, same markers, no dead tail, no new
+    segment). A restart of a run whose last commit marked its last checkpoint committed."""
+    if any(type(ev) is not CheckpointCommitted for ev in first_commit):
+        return False
+    want = sorted(ev.step for ev in first_commit)
+    tail, marks = [], []
+    for rec in reader.records(start_lsn=state.lsn + 1):
+        if any(type(ev) is not CheckpointCommitted for ev in rec.commit.events):
+            return False
+        marks += [ev.step for ev in rec.commit.events]
+        if len(marks) > len(want):
+            return False
+        tail.append(rec)
+    if sorted(marks) != want:
+        return False
+    for rec in tail:
+        apply(state, rec.commit, chain=rec.chain, timeline=rec.timeline, blobs=rec.blobs)
+    return True
+
+
 def _check_continues(reader: Reader, rec, state: State) -> None:
     """JournalCorrupt unless `rec` is the commit after `state` on its history: LSN state.lsn + 1,
     and a segment seed equal to the state's chain when it opens its segment."""
@@ -1100,20 +1161,14 @@ def _check_continues(reader: Reader, rec, state: State) -> None:
                              segment=seg.name, offset=0, lsn=rec.commit.lsn)
 
 
-def _continue_elsewhere(path: str, plan: ResumePlan | None) -> str:
-    """How to go on when the history on disk is damaged: the newest cut (the one `plan` was
-    restored from, else the newest under `<path>/snapshots`) resumed into a fresh directory."""
-    cut = plan.base_cut if plan is not None else None
-    if cut is None:
-        snapshots = os.path.join(path, layout.SNAPSHOTS_DIR)
-        names = os.listdir(snapshots) if os.path.isdir(snapshots) else []
-        cuts = sorted((parsed[1], name) for name in names
-                      if (parsed := layout.parse_cut_dir_name(name)) is not None)
-        cut = os.path.join(snapshots, cuts[-1][1]) if cuts else None
-    source = f"restore({cut!r})" if cut is not None else f"restore({path!r}, at=<an LSN before the damage>)"
-    return ("This history cannot be continued in place. To go on, resume into a fresh directory: "
-            f"state = replay.{source}; then Journal.open(<a new, empty directory>, resume=state) "
-            "(the new journal starts with a cut of that state); keep this one for forensics")
+def _continue_elsewhere(path: str) -> str:
+    """How to go on when the history on disk is damaged: `replay.rescue` continues the run in a
+    fresh directory from the newest point whose state does not need the damaged frames."""
+    return ("This history cannot be continued in place. To continue the run in a fresh directory "
+            f"from the newest checkpoint the damage does not touch: `journal-inspect rescue "
+            f"{shlex.quote(path)} NEWDIR` (or replay.rescue({path!r}, NEWDIR)), then "
+            "state = replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). Keep this "
+            "directory for forensics")
 
 
 class _Refusing:

@@ -7,14 +7,15 @@
 
     report = verify(path)            # the whole chain of checks -> VerifyReport
     report = audit(path)             # exactly-once per loader epoch -> AuditReport
+    rescue(path, new_dir)            # a damaged journal: continue the run in a fresh directory
 
     dp = LocalDataPlane("run/rows")  # or ObjectStoreDataPlane(url, options): snapshot.DataPlane
 
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
-from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning, FirstStartWarning,
-                     JournalCorrupt, JournalMismatch,
+from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning,
+                     DamagedJournalWarning, FirstStartWarning, JournalCorrupt, JournalMismatch,
                      ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
                      RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
                      TwoOwners, Unreadable, UnsafePath)
@@ -28,6 +29,7 @@ from .rehydrate import ROW_CHANGED_POLICIES
 from .recovered import RecoveredGroup, RecoveredRollout, RecoveredState
 from .reports import AuditReport, Check, Finding, NotAJournal, VerifyReport
 from .restore import restore
+from .rescue import RescueReport, rescue
 from .verify import verify
 from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutWork, Session,
                       SessionError, Work, durable_file)
@@ -36,7 +38,7 @@ __all__ = [
     "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
     "ROW_CHANGED_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
-    "NotAJournal",
+    "NotAJournal", "rescue", "RescueReport",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
     "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",

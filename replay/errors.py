@@ -60,6 +60,12 @@ class DamagedCutWarning(journal.JournalWarning):
     Stale cuts (another branch or run: the anchor, check 8) are passed over without one."""
 
 
+class DamagedJournalWarning(journal.JournalWarning):
+    """`restore` read past damaged frames of the journal that the restored state does not need
+    (`snapshot.damaged`): the message names the first and `journal-inspect rescue`, which
+    continues the run in a fresh directory; `RecoveredState.damage` lists all of it."""
+
+
 class RowChangedWarning(UserWarning):
     """What `on_row_changed="warn"` warns with (the message is `RowChanged`'s)."""
 
@@ -67,4 +73,5 @@ class RowChangedWarning(UserWarning):
 __all__ = ["RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile",
            "ChecksumMismatch", "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners",
            "JournalMismatch", "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch",
-           "RowChanged", "RowChangedWarning", "DamagedCutWarning", "FirstStartWarning"]
+           "RowChanged", "RowChangedWarning", "DamagedCutWarning", "DamagedJournalWarning",
+           "FirstStartWarning"]

@@ -30,8 +30,7 @@ import time
 from typing import Iterator
 
 from journal import layout
-from journal.errors import ReplicaError
-from journal.replica import BACKOFF_FIRST, BACKOFF_MAX, Bucket, describe, open_store
+from journal.replica import BACKOFF_FIRST, BACKOFF_MAX, Bucket, ReplicaError, describe, open_store
 
 describe_replica = describe  # how messages and reports name a replica (its URL)
 from snapshot import RestoreError

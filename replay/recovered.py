@@ -89,6 +89,9 @@ class RecoveredState(ResumePlan):
     lost_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (old group, index): row gone
     changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
     changed_sample: list = field(default_factory=list)  # sampled rows whose fingerprint differs, accepted
+    # damage in the journal this restore read past (segment, offset, LSN, what), not needed by
+    # the state at `lsn`, and what it could not check because of it; empty for a sound journal
+    damage: list[str] = field(default_factory=list)
     # checkpoints begun at or before `lsn` whose checkpoint_committed came after it (on what
     # becomes the dead tail): their weights are durable, so a resume marks them committed again
     recommit: list[int] = field(default_factory=list)

@@ -23,10 +23,12 @@ import journal
 from journal import LoaderStateError, Owner, Reader, State, list_segments
 from journal.layout import CUTS_PREFIX, DirKind, describe_entries, dir_kind
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
+from snapshot.damaged import (check_anchor_past_damage, damage_of, describe, group_id_ceiling,
+                              point_past_damage)
 from snapshot.row_ledger import RowLedger, ledger_at
 
-from .errors import (DamagedCutWarning, FirstStartWarning, JournalCorrupt, NothingToRestore, OwnershipError,
-                     RestoreError, Unreadable)
+from .errors import (DamagedCutWarning, DamagedJournalWarning, FirstStartWarning, JournalCorrupt,
+                     NothingToRestore, OwnershipError, RestoreError, Unreadable)
 from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
 from .recovered import RecoveredState, base_cut_writer
 from .recovery import DeadTail, read_dead_tail, recover
@@ -59,13 +61,13 @@ def _decode_loader(state: State, where: str) -> Any:
 
 def _id_allocator(state: State, reader: Reader | None) -> Callable[[], int]:
     """Fresh group ids for demoted groups: beyond every id the history ever allocated, dead
-    tails included (read only when a group is demoted, which is rare)."""
+    tails and damaged frames included (read only when a group is demoted, which is rare)."""
     counter = None
 
     def next_id() -> int:
         nonlocal counter
         if counter is None:
-            top = _wrap_journal_errors(reader.max_group_id) if reader is not None else -1
+            top = _wrap_journal_errors(group_id_ceiling, reader) if reader is not None else -1
             counter = itertools.count(max(state.next_group_id, top + 1))
         return next(counter)
     return next_id
@@ -98,10 +100,15 @@ def _ledger_of(cut) -> RowLedger | None:
 def _ledger_later(reader: Reader, base, state: State) -> Callable[[], RowLedger | None]:
     """The row ledger at `state`, computed once on first use from the journal the restore read
     (a second read of its tail, which only a resume that seeds a cut needs); None when the
-    journal no longer holds the history restored (changed or removed since)."""
+    journal no longer holds the history restored (changed or removed since). Read past damage
+    (a salvage `reader`), only from the base cut's ledger on: the commits before it may be
+    damaged."""
     @functools.cache
     def ledger() -> RowLedger | None:
         try:
+            if reader.mode == "salvage" and base is not None:
+                start = _ledger_of(base)
+                return ledger_at(reader, (), state, start=start) if start is not None else None
             return ledger_at(reader, [base] if base is not None else [], state)
         except (journal.JournalError, OSError):
             return None
@@ -162,16 +169,37 @@ class _Restored:
     tail: DeadTail | None = None      # what the dead tail did, when salvage reads it
     # computes the audit's row ledger at the point once, on first use (None when not known)
     ledger: Callable[[], RowLedger | None] = lambda: None
+    notes: list[str] = field(default_factory=list)  # what reading past damage passed over
 
 
-def _from_cut(path: str, at, step: int | None) -> _Restored:
+def journal_of_cut(path: str) -> str | None:
+    """The journal directory the cut at `path` lies in (`<journal>/snapshots/<cut>`, a journal
+    with segments), or None."""
+    owner = os.path.dirname(os.path.dirname(path))
+    if os.path.basename(os.path.dirname(path)) == SNAPSHOTS_DIR and list_segments(owner):
+        return owner
+    return None
+
+
+def _reader_of_cut(path: str, cut, past_damage: bool) -> tuple[Reader | None, list[str]]:
+    """A reader of the journal the cut lies in (None for a cut elsewhere), for the ids and
+    attempts its histories used, with the cut's anchor checked on it (check 8). `past_damage`:
+    the journal is damaged, so it is read in salvage mode and the anchor is checked where the
+    damage left it (`snapshot.damaged`); the notes say what was not checked."""
+    owner_journal = journal_of_cut(path)
+    if owner_journal is None:
+        return None, []
+    reader = _wrap_journal_errors(Reader, owner_journal, "salvage" if past_damage else "strict")
+    if past_damage:
+        return reader, _wrap_journal_errors(check_anchor_past_damage, reader, cut)
+    _wrap_journal_errors(check_anchor, reader, cut)
+    return reader, []
+
+
+def _from_cut(path: str, at, step: int | None, past_damage: bool) -> _Restored:
     """A cut directory named on its own: checks 1-7, and 8 when it lies in a journal's snapshots/."""
     cut = read_cut(path)
-    reader = None
-    owner_journal = os.path.dirname(os.path.dirname(path))
-    if os.path.basename(os.path.dirname(path)) == SNAPSHOTS_DIR and list_segments(owner_journal):
-        reader = _wrap_journal_errors(Reader, owner_journal, "strict")
-        _wrap_journal_errors(check_anchor, reader, cut)
+    reader, notes = _reader_of_cut(path, cut, past_damage)
     if step is not None and cut.manifest.checkpoint_step != step:
         raise RestoreError(f"{path}: the cut is of step {cut.manifest.checkpoint_step}, not {step}")
     if isinstance(at, int) and not isinstance(at, bool) and at != cut.lsn:
@@ -180,13 +208,19 @@ def _from_cut(path: str, at, step: int | None) -> _Restored:
     # a cut alone knows nothing after it: only its own checkpoint is known to be durable
     return _Restored(cut.state, point_step, "cut", path, bytes.fromhex(cut.manifest.run_id),
                      {point_step: cut.lsn} if point_step is not None else {}, reader=reader,
-                     ledger=functools.cache(lambda: _ledger_of(cut)))
+                     ledger=functools.cache(lambda: _ledger_of(cut)), notes=notes)
 
 
 def _from_journal(path: str, at, step: int | None, salvage: bool,
-                  data_plane: DataPlane | None) -> _Restored:
-    reader = _wrap_journal_errors(Reader, path, "strict")
-    point = _wrap_journal_errors(state_at, path, at, step=step, reader=reader)
+                  data_plane: DataPlane | None, past_damage: bool) -> _Restored:
+    """The state at the point of a journal directory. `past_damage`: the journal is damaged,
+    so the point is one whose state does not need the damaged frames (`snapshot.damaged`)."""
+    if past_damage:
+        reader = _wrap_journal_errors(Reader, path, "salvage")
+        point, notes = _wrap_journal_errors(point_past_damage, path, at, step=step, reader=reader)
+    else:
+        reader, notes = _wrap_journal_errors(Reader, path, "strict"), []
+        point = _wrap_journal_errors(state_at, path, at, step=step, reader=reader)
     tail = None
     if salvage and data_plane is not None and point.lsn < point.end_lsn:
         tail = _wrap_journal_errors(read_dead_tail, reader, point.state, point.dead_tail)
@@ -201,7 +235,7 @@ def _from_journal(path: str, at, step: int | None, salvage: bool,
     first_start = point.end_lsn == 0 and len(reader.timelines) <= 1
     return _Restored(point.state, point.step, "journal",
                      point.base.path if point.base is not None else None, reader.run_id,
-                     point.committed, point.skipped, first_start, reader, tail, ledger)
+                     point.committed, point.skipped, first_start, reader, tail, ledger, notes)
 
 
 def _kind_of(path: str, at, step: int | None) -> DirKind | None:
@@ -266,8 +300,23 @@ def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
     kind = _kind_of(path, at, step)
     if kind is None:
         return _empty_state()
-    r = _from_cut(path, at, step) if kind is DirKind.CUT else \
-        _from_journal(path, at, step, salvage, data_plane)
+    try:
+        result = _restore_local(path, kind, at, step, salvage, data_plane, past_damage=False)
+    except JournalCorrupt:  # the journal is damaged: restore what does not need the damage
+        result = _restore_local(path, kind, at, step, salvage, data_plane, past_damage=True)
+    if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
+        rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
+        result.changed_sample = check_identity(dataset, result.fold_state.dataset_size,
+                                               result.fold_state.row_sample, on_row_changed)
+    return result
+
+
+def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool,
+                   data_plane: DataPlane | None, past_damage: bool) -> RecoveredState:
+    """`restore` of a journal or cut directory, before rehydration; `past_damage`: its journal
+    is damaged (read in salvage mode; the damage passed over is in `damage`, and warned of)."""
+    r = _from_cut(path, at, step, past_damage) if kind is DirKind.CUT else \
+        _from_journal(path, at, step, salvage, data_plane, past_damage)
     state = r.state
     recommit = sorted((s for s, lsn in state.pending_checkpoints.items() if r.committed_later.get(s) == lsn),
                       key=state.pending_checkpoints.get)
@@ -285,10 +334,15 @@ def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
         lost_rollouts=groups.lost_rollouts, run_id=r.run_id, fold_state=state, recommit=recommit,
         first_commit=groups.first_commit, ledger_source=r.ledger,
         write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start)
-    if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
-        rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
-        result.changed_sample = check_identity(dataset, state.dataset_size, state.row_sample,
-                                               on_row_changed)
+    if past_damage:
+        met = damage_of(r.reader) if r.reader is not None else []
+        result.damage = [describe(p) for p in met] + r.notes
+        result.damaged_segments = sorted({p.segment for p in met})
+        warnings.warn(DamagedJournalWarning(
+            f"{path}: restored LSN {state.lsn} (step {r.step}) past damage its state does not need "
+            f"({result.damage[0] if result.damage else 'none found'}; all of it in state.damage). "
+            f"`journal-inspect rescue {path} NEWDIR` continues the run from here in a fresh "
+            "journal directory"), stacklevel=4)
     return result
 
 

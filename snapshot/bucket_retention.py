@@ -16,7 +16,7 @@ knows the bucket holds (`Replica.bucket_names`, no LIST):
   retention (`retention.retirable_segments`) leaves on disk.
 
 Nothing else is deleted: not the lease, not a timeline off the lineage, nothing after the
-boundary. The shipper carries the request out (`journal.replica.Replica.request_retention`)
+boundary. The shipper carries the request out (`journal.replica.Shipper.request_retention`)
 only once every kept cut's MANIFEST.json and the history through the newest kept cut are in
 the bucket, after checking that it still holds the lease. Without a committed checkpoint point
 that a kept cut covers (boundary 0) nothing is requested.
@@ -28,7 +28,7 @@ import os
 from typing import Iterable
 
 from journal import Reader, history, layout
-from journal.replica import Replica, RetentionRequest
+from journal.replica import RetentionRequest, Shipper
 
 from .catalog import cut_dirs
 
@@ -77,7 +77,7 @@ def _segment_deletions(objects: list[layout.ReplicaObject], reader: Reader, boun
     return out
 
 
-def request_bucket_retention(replica: Replica, reader: Reader, journal_path: str, kept: set[str],
+def request_bucket_retention(replica: Shipper, reader: Reader, journal_path: str, kept: set[str],
                              boundary: int) -> RetentionRequest:
     """Ask `replica`'s shipper to delete what the kept cuts (paths) no longer need, once they
     are in the bucket; the request made."""

@@ -39,22 +39,33 @@ def cut_dirs(journal_path: str) -> list[tuple[int, int, str]]:
 
 def anchor_problem(reader: Reader, cut: Cut) -> str | None:
     """Why `cut` is not a point of `reader`'s active history (None when it is)."""
+    return anchor_check(reader, cut)[1]
+
+
+def anchor_check(reader: Reader, cut: Cut) -> tuple[bool, str | None]:
+    """(whether the journal holds what the cut's anchor names, the commit at its LSN or the
+    seed of the segment after it; why the cut is not a point of the active history, None when
+    it is). A damaged journal read in salvage mode may hold neither: the anchor is then not
+    known (False, a problem)."""
     m = cut.manifest
     if reader.run_id is not None and m.run_id != reader.run_id.hex():
-        return f"cut belongs to run {m.run_id}, the journal is run {reader.run_id.hex()}"
+        return True, f"cut belongs to run {m.run_id}, the journal is run {reader.run_id.hex()}"
     if m.lsn == 0:
-        return None
+        return True, None
     lineage = reader.lineage()
     for rec in reader.records(start_lsn=m.lsn, stop_lsn=m.lsn):
         if rec.timeline != m.timeline or rec.chain != m.chain:
-            return (f"cut anchor (timeline {m.timeline}, LSN {m.lsn}, chain {m.chain:#010x}) is not on the "
-                    f"active history (timeline {rec.timeline}, chain {rec.chain:#010x} at that LSN): "
-                    "a stale cut of a dead branch")
-        return None
+            return True, (f"cut anchor (timeline {m.timeline}, LSN {m.lsn}, chain {m.chain:#010x}) is not "
+                          f"on the active history (timeline {rec.timeline}, chain {rec.chain:#010x} at "
+                          "that LSN): a stale cut of a dead branch")
+        return True, None
     first = next((s for tl in lineage for s in tl.segments), None)
-    if first is not None and first.first_lsn == m.lsn + 1 and first.header.chain_seed == m.chain:
-        return None  # the segments before the cut were retired; the next one continues its chain
-    return f"the journal has no commit at LSN {m.lsn} to check the cut's anchor against"
+    if first is not None and first.first_lsn == m.lsn + 1:
+        if first.header.chain_seed == m.chain:
+            return True, None  # the segments before the cut were retired; the next one continues its chain
+        return True, (f"cut anchor (LSN {m.lsn}, chain {m.chain:#010x}) does not match the seed "
+                      f"{first.header.chain_seed:#010x} of the segment after it, {first.name}")
+    return False, f"the journal has no commit at LSN {m.lsn} to check the cut's anchor against"
 
 
 @dataclass

@@ -25,18 +25,29 @@ ARCHIVE_LEVEL = 3
 
 
 def retirable_segments(reader: Reader, boundary_lsn: int) -> list:
-    """Segments of the active history whose every commit is at or before `boundary_lsn`.
+    """The segments no kept cut needs, the oldest kept being at `boundary_lsn`: of the active
+    history, those whose every commit on it is at or before the boundary, the last segment of
+    a timeline a resume branched off at or before it included (what it holds after the branch
+    point is a dead tail); and every segment of a dead branch (a timeline off the active
+    history) that left it at or before the boundary. Archived, dead tails stay readable.
 
-    The last segment of a timeline is never retired (it may still grow, or it
-    holds a dead tail kept for forensics), nor, in a journal with a replica, a segment not
-    yet in the bucket (`journal.replica.shipped_filter`)."""
+    Never the last segment of the newest timeline (it grows), nor, in a journal with a
+    replica, a segment not yet in the bucket (`journal.replica.shipped_filter`). In creation
+    order (timeline, first LSN): a parent's segments go before its child's first one. Readers
+    take a timeline's branch point from its first segment on disk, so deleted the other way
+    round, a parent would be read past the real branch point into its dead tail; this way a
+    deletion that stops half way leaves the history on disk starting later, never wrong."""
     out = []
     for tl, limit in history.spans(reader.timelines):
-        for seg, nxt in zip(tl.segments, tl.segments[1:]):
-            last_lsn = nxt.first_lsn - 1
-            if last_lsn <= boundary_lsn and (limit is None or last_lsn <= limit):
+        for seg, nxt in zip(tl.segments, tl.segments[1:] + [None]):
+            last_lsn = nxt.first_lsn - 1 if nxt is not None else limit  # None: the newest's last
+            if limit is not None and last_lsn is not None:
+                last_lsn = min(last_lsn, limit)
+            if last_lsn is not None and last_lsn <= boundary_lsn:
                 out.append(seg)
-    return shipped_filter(reader.path, out)
+    out += [seg for b in history.dead_branches(reader.timelines)
+            if b.child is None and b.divergence <= boundary_lsn for seg in reader.timelines[b.timeline].segments]
+    return shipped_filter(reader.path, sorted(out, key=lambda s: (s.timeline, s.first_lsn)))
 
 
 def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> list[str]:

@@ -2,10 +2,11 @@
 
 Each subcommand module has `HELP` (one line), `DESCRIPTION`, `EPILOG`,
 `add_arguments(parser)` and `run(args) -> int`; `COMMANDS` maps the names to
-them. Read-only: never takes the writer lock, never writes inside the journal.
+them. They never take the writer lock and never write inside the journal.
 Exit codes: 0 clean, 1 problems found (or a damaged journal read in strict
 mode), 2 usage error or unreadable path, 130 interrupted; user errors print one
-line on stderr.
+line on stderr. Every subcommand but `rescue` is read-only; `rescue` writes only
+into the new directory it is given.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 
 from journal import MODES
 
-from . import audit, cuts, export, group, log, state, steps, summary, verify
+from . import audit, cuts, export, group, log, rescue, state, steps, summary, verify
 from ..from_replica import fetched, is_replica
 from .progress import erase_line
 from .source import INTERRUPTED, USAGE, InspectError, user_error
@@ -27,15 +28,15 @@ from .source import INTERRUPTED, USAGE, InspectError, user_error
 PROG = "journal-inspect"
 
 COMMANDS = {"summary": summary, "log": log, "group": group, "state": state, "cuts": cuts,
-            "verify": verify, "audit": audit, "export": export, "steps": steps}
+            "verify": verify, "audit": audit, "export": export, "steps": steps, "rescue": rescue}
 ALIASES = {"steps": ["timeline"]}
 
 _DESCRIPTION = """\
 Look inside an ownership journal: what it holds, one group's history, the owners at
 any checkpoint, whether every cut is usable, whether every dataset row was trained
-exactly once. Read-only: it never takes the writer lock and never writes inside the
-journal, so it is safe on a journal a trainer is appending to, on archived segments
-(*.wal.zst) and on damaged journals (--mode)."""
+exactly once. It never takes the writer lock and never writes inside the journal, so it
+is safe on a journal a trainer is appending to, on archived segments (*.wal.zst) and on
+damaged journals (--mode); `rescue` continues a damaged run in a new directory."""
 
 _EPILOG = """\
 exit codes: 0 clean, 1 problems found (verify, audit; or a damaged journal read in
@@ -48,6 +49,7 @@ examples:
   journal-inspect log runs/exp1/journal --idx 41
   journal-inspect state runs/exp1/journal --at latest-checkpoint --owner admitted
   journal-inspect audit s3://bucket/runs/42 --replica-options '{"region": "us-east-1"}'
+  journal-inspect rescue runs/exp1/journal runs/exp1/journal-rescued   # a damaged journal
 
 Run `journal-inspect <command> --help` for each command's options and examples."""
 
@@ -67,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("path", metavar="PATH", help="journal directory (or, for summary, state, "
-                        "cuts and verify, a cut directory), or a replica URL (s3://..., gs://..., "
+                        "cuts, verify and rescue, a cut directory), or a replica URL (s3://..., gs://..., "
                         "az://..., file://...): the bucket's history is read alone")
     common.add_argument("--replica-options", metavar="JSON", default=None,
                         help="with a replica URL: the keyword arguments of obstore.store.from_url "

@@ -137,7 +137,7 @@ def test_readme_opening_snippet_runs_on_a_first_start_and_a_restart(fast_tmp):
         r = subprocess.run([sys.executable, "snippet.py"], cwd=fast_tmp, capture_output=True, text=True,
                            env=env, timeout=120)
         assert r.returncode == 0, r.stderr[-3000:]
-        warned.append("JournalWarning" in r.stderr and "first start" in r.stderr)
+        warned.append("FirstStartWarning" in r.stderr and "first start" in r.stderr)
     assert warned == [True, False]   # the first start says so; the restart restores quietly
     totals = cli_json("audit", str(fast_tmp / "run" / "journal"))["totals"]
     # the restart went on with the loader's next batch: two batches of two, each trained once

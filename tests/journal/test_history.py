@@ -27,6 +27,12 @@ def test_the_active_history_is_the_newest_timeline_and_its_ancestors_up_to_each_
     assert history.spans({}) == [] and history.lineage({}) == []
 
 
+def test_an_ancestor_with_no_segments_on_disk_ends_the_lineage():
+    """Its segments were set aside or retired: the history on disk starts in its child."""
+    assert [tl.timeline for tl in history.lineage(timelines((2, 1, 10), (4, 2, 20)))] == [2, 4]
+    assert [(s.timeline.timeline, s.limit) for s in history.spans(timelines((4, 2, 20)))] == [(4, None)]
+
+
 def test_the_timeline_holding_an_lsn_is_found_from_the_tip():
     assert [history.holder(TREE, 4, lsn) for lsn in (1, 10, 11, 20, 21, 99)] == [1, 1, 2, 2, 4, 4]
     assert history.holder(TREE, 3, 16) == 3 and history.holder(TREE, 3, 15) == 1

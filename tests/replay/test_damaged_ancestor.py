@@ -1,15 +1,18 @@
 """A journal whose ancestor timeline lost frames below a later branch point: the reader calls it
-damage of an acknowledged history (not a torn tail), the resume error says how to go on
-(restore from the newest cut, resume into a fresh directory, naming the cut), and following
-that advice gives a writable journal that restores and verifies clean."""
+damage of an acknowledged history (not a torn tail). The newest cut covers it: the resume sets
+the damaged segment aside (with the history before it) and goes on, and the cut also restores
+on its own into a fresh directory, giving a writable journal that restores and verifies clean.
+Without a cut that covers it, the open's error names the command that goes on elsewhere."""
 
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
-from journal import Journal, JournalCorrupt, Reader
+from journal import Journal, JournalCorrupt, JournalWarning, Reader
+from journal.layout import DAMAGED_DIR
 from replay import restore
 from replay.cli import main as inspect_main
 from tests.support.replay_support import make_dataset, recovered_view, ref_of
@@ -79,17 +82,18 @@ def test_lost_frames_below_a_branch_are_damage_not_a_torn_tail(world):
         Reader(path, "strict").fold()
 
 
-def test_resume_error_says_how_to_continue_and_that_works(world, tmp_path):
+def test_the_resume_sets_the_damage_aside_and_the_cut_restores_elsewhere(world, tmp_path):
     path, branch, cut, ds = world
     state = restore(path)  # restores: from the cut, which is past the damage
     assert state.base_cut == cut and state.step == 3
-    before = os.listdir(path), sorted(os.listdir(os.path.join(path, "snapshots")))
-    with pytest.raises(JournalCorrupt) as info:
-        Journal.open(path, resume=state)
-    message = str(info.value)
-    assert f"restore({cut!r})" in message and "fresh" in message and "resume=state" in message
-    assert (os.listdir(path), sorted(os.listdir(os.path.join(path, "snapshots")))) == before
+    damaged = Reader(path, "salvage").timelines[2].segments[-1].name
+    snapshots = sorted(os.listdir(os.path.join(path, "snapshots")))
+    with pytest.warns(JournalWarning, match=f"segment {damaged} is damaged"):
+        Journal.open(path, resume=state, sync="none").close()  # the cut covers the damage
+    assert damaged in os.listdir(os.path.join(path, DAMAGED_DIR))
+    assert sorted(os.listdir(os.path.join(path, "snapshots"))) == snapshots
     assert not os.path.exists(os.path.join(path, "torn"))  # nothing cut off as a "torn tail"
+    assert restore(path).step == 3 and inspect_main(["verify", "--json", path]) == 0
 
     # the advice: restore from the newest cut, resume into a fresh directory
     fresh = str(tmp_path / "fresh")
@@ -116,7 +120,11 @@ def test_resume_error_says_how_to_continue_and_that_works(world, tmp_path):
     assert inspect_main(["verify", "--json", fresh]) == 0
 
 
-def test_open_without_resume_gives_the_same_advice(world):
-    path, _branch, cut, _ds = world
-    with pytest.raises(JournalCorrupt, match="fresh"):
+def test_without_a_cut_over_the_damage_the_open_says_how_to_go_on(world):
+    path, _branch, _cut, _ds = world
+    shutil.rmtree(os.path.join(path, "snapshots"))
+    with pytest.raises(JournalCorrupt) as info:
         Journal.open(path)
+    message = str(info.value)
+    assert f"journal-inspect rescue {path} NEWDIR" in message and "fresh" in message and "resume=state" in message
+    assert not os.path.exists(os.path.join(path, DAMAGED_DIR))

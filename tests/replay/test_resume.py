@@ -144,6 +144,7 @@ def test_restore_an_older_checkpoint_after_a_resume(tmp_path):
         d.step(s)
         marks[s] = (j.begin_checkpoint(step=s), j.state_copy())
         j.commit_checkpoint(step=s)
+    d.step(4)  # a dead tail, so the resume at step 3 branches (timeline 2)
     j.close()
     with Journal.open(path, sync="none", resume=restore(path, step=3)) as j:
         Driver(j, pos=1000).step(4)

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-import journal.replica
+import journal.replica.shipper
 import replay.from_replica
 from journal import GroupRef, JournalFailed, layout
 from replay import restore
@@ -146,7 +146,7 @@ def test_a_restore_racing_retention_succeeds_or_names_the_object(s3, prefix, tmp
 def test_store_fault_sweep_for_retention(s3, proxy, prefix, tmp_path, monkeypatch, nth, persistent):
     """The N-th delete of a retention pass fails once, or from then on: nothing needed is
     deleted, the journal keeps committing, and the pass after the store heals finishes the job."""
-    monkeypatch.setattr(journal.replica, "RETENTION_SECONDS", 0.5)
+    monkeypatch.setattr(journal.replica.shipper, "RETENTION_SECONDS", 0.5)
     j = open_replica(tmp_path / "j", proxy.endpoint, prefix, replica_options=fault_options(proxy.endpoint),
                      segment_bytes=4096)
     train(j, 30)

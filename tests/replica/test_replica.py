@@ -13,7 +13,7 @@ import time
 import pytest
 
 from journal import GroupRef, Journal, JournalFailed, JournalLocked, JournalWarning, layout, list_segments
-from journal.errors import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
+from journal import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
 from replay import DamagedCutWarning, NothingToRestore, audit, restore, verify
 from replay.from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from tests.support.cli_run import cli, cli_json, cli_json_lines

@@ -15,6 +15,7 @@ import random
 
 from journal import GroupRef, Journal
 from replay import restore
+from snapshot import compact
 
 TASK = "math"
 
@@ -48,13 +49,18 @@ class Loader:
 
 class Trainer:
     def __init__(self, path: str, loader: Loader, *, batch: int = 4, fail_every: int = 3,
-                 segment_bytes: int = 1 << 16):
+                 segment_bytes: int = 1 << 16, resume: bool = False):
+        """A new run in `path`, or with `resume` the run there carried on from its latest
+        committed checkpoint (`resume()`)."""
         self.path, self.loader, self.batch, self.fail_every = path, loader, batch, fail_every
         self.segment_bytes = segment_bytes
-        self.j = Journal.open(path, sync="none", segment_bytes=segment_bytes)
         self.inflight: dict[int, list[int]] = {}   # target step -> admitted group ids
         self.spares: list[int] = []
         self.step_no = 0
+        if resume:
+            self.resume()
+        else:
+            self.j = Journal.open(path, sync="none", segment_bytes=segment_bytes)
 
     def take(self, n: int) -> list[int]:
         rows = self.loader.next_batch(n)
@@ -121,20 +127,7 @@ def clean_run(path: str, *, rows: int = 10, steps_before_crash: int = 7, steps_a
               **kw) -> Trainer:
     """Checkpoints at steps 2, 4 and 6, a crash after step 7, a correct resume from step 6, and
     more steps: every row is trained once; the dead tail held step 7's work."""
-    t = Trainer(path, Loader(rows), **kw)
-    t.start()
-    for _ in range(steps_before_crash):
-        t.step()
-        if t.step_no % 2 == 0:
-            t.checkpoint()
-    t.crash()
-    t.resume()
-    for _ in range(steps_after):
-        t.step()
-        if t.step_no % 2 == 0:
-            t.checkpoint()
-    t.j.close()
-    return t
+    return restarted_run(path, before=steps_before_crash, dead=0, after=steps_after, rows=rows, **kw)
 
 
 def double_train_run(path: str) -> Trainer:
@@ -179,3 +172,29 @@ def lost_rows_run(path: str) -> tuple[Trainer, list[tuple[int, int]]]:
         t.step()
     t.j.close()
     return t, lost
+
+
+def restarted_run(path: str, *, before: int, dead: int, after: int, compact_every: int | None = None,
+                  retention: str | None = None, rows: int = 500, **kw) -> Trainer:
+    """`before` steps (a checkpoint every second one), `dead` more (the dead tail), a crash, a
+    resume from the latest committed checkpoint, `after` steps; with `compact_every`, the
+    resumed run compacts (with `retention`) at every step number it divides. Closed. `kw`:
+    the `Trainer`'s."""
+    t = Trainer(path, Loader(rows), **kw)
+    t.start()
+    for _ in range(before):
+        t.step()
+        if t.step_no % 2 == 0:
+            t.checkpoint()
+    for _ in range(dead):
+        t.step()
+    t.crash()
+    t.resume()
+    for _ in range(after):
+        t.step()
+        if t.step_no % 2 == 0:
+            t.checkpoint()
+        if compact_every and t.step_no % compact_every == 0:
+            compact(path, journal=t.j, retention=retention)
+    t.j.close()
+    return t

@@ -512,7 +512,7 @@ def check_restore(path: str, model: Model, step: int | None) -> None:
     if rs.step != step:
         raise Violation(f"restore says step {rs.step}, the model {step}")
     got = {g.group_id: g.owner for g in rs.groups}
-    want = model.live()
+    want = model.recovered()
     if got != want:
         raise Violation(f"restored owners {sorted(got.items())} != model {sorted(want.items())}")
     counts = {k: v for k, v in rs.counts.items()}

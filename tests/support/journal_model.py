@@ -76,6 +76,13 @@ class Model:
     def live(self) -> dict[int, Owner]:
         return {g: o for g, o in self.owners.items() if o in LIVE}
 
+    def recovered(self) -> dict[int, Owner]:
+        """The owner a restore at this state hands each live group back with: its own, but
+        REPLAY for an ADMITTED group whose rollouts are all sealed (the resume finishes it)."""
+        done = {g for g, (attempts, sealed) in self.rollouts.items()
+                if self.owners[g] == A and len(sealed) == len(attempts)}
+        return {g: P if g in done else o for g, o in self.live().items()}
+
     def unsealed(self) -> list[tuple[int, int, int]]:
         """(gid, index, attempt) of every unsealed rollout of an ADMITTED group, by gid and index:
         the rollouts a resume at this state fences."""

@@ -1,6 +1,6 @@
 """Shipping a journal to object storage, and the writer's lease there (README "Object storage").
 
-`Journal.open(path, replica=URL, ...)` makes a `Replica`: it takes the writer's lease in the
+`Journal.open(path, replica=URL, ...)` makes a `Shipper`: it takes the writer's lease in the
 bucket, then one background thread (the shipper) uploads what is durable on disk:
 
 * every sealed segment, whole (`layout.sealed_object_name`), after which the local marker
@@ -39,10 +39,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from . import layout
-from .errors import JournalError, JournalLocked, ReplicaConflict, ReplicaError, ReplicaTimeout
-from .reader import Reader, Segment, list_segments, read_segment_bytes
-from .vfs import OsFileSystem
+from .. import layout
+from ..errors import JournalError, JournalIOError, JournalLocked
+from ..reader import Reader, Segment, list_segments, read_segment_bytes
+from ..vfs import OsFileSystem
+from .errors import LeaseLost, ReplicaConflict, ReplicaError, ReplicaTimeout
+from .link import ReplicaLag
 
 LEASE_SECONDS = 30.0        # a lease not renewed for this long may be taken by another writer
 BACKOFF_FIRST = 0.05        # seconds before the first retry of a failed request
@@ -53,16 +55,6 @@ OPEN_SECONDS = 30.0         # how long open keeps trying to list the bucket and 
 VANISHED_PASSES = 3         # passes in a row that may find a local file gone before shipping stops
 
 
-class ReplicaLag(NamedTuple):
-    """`Journal.replica_lag()`: how far the bucket is behind what the journal acknowledged."""
-
-    seconds: float            # age of the oldest durable commit not yet in the bucket (0: none)
-    lsns: int                 # durable LSNs not yet in the bucket
-    shipped_lsn: int          # everything up to this LSN is in the bucket
-    error: str | None         # the last failure (retrying), or why shipping stopped
-    requests: dict            # requests made so far, by kind (LIST pages, GET, HEAD, PUT)
-
-
 class RetentionRequest(NamedTuple):
     """What bucket retention (snapshot/bucket_retention.py) asks the shipper to delete, and what
     must be in the bucket first."""
@@ -70,10 +62,6 @@ class RetentionRequest(NamedTuple):
     deletions: tuple[str, ...]   # object names, in the order they are deleted
     needs_cuts: tuple[str, ...]  # cut directory names whose MANIFEST.json must be in the bucket
     needs_lsn: int               # the history must be shipped through this LSN
-
-
-class LeaseLost(ReplicaError):
-    """Another writer holds the lease now: this one must stop."""
 
 
 def open_store(replica: Any, options: dict | None = None, *, role: str = "replica",
@@ -330,8 +318,8 @@ class Inventory:
         return out
 
 
-class Replica:
-    """A journal's replica: the lease, the inventory and the shipper thread."""
+class Shipper:
+    """A journal's replica (`ReplicaLink`): the lease, the inventory and the shipper thread."""
 
     def __init__(self, replica: Any, options: dict | None, *, journal_path: str, fs: OsFileSystem,
                  ship_interval: float, on_lost: Callable[[BaseException], None]):
@@ -362,11 +350,12 @@ class Replica:
 
     # -- called by the writer ---------------------------------------------------------------
 
-    def acquire(self, *, takeover: bool, local_timeline: int) -> None:
-        """Take the lease, reserving a timeline above every one in the bucket, on disk
-        (`local_timeline`) and reserved by the previous holder (`Lease.reserved`)."""
-        floor = max(self.inventory.max_timeline(), local_timeline)
-        self._on_open(lambda: self.lease.acquire(takeover=takeover, floor=floor), "take the lease")
+    def acquire(self, *, resuming: bool) -> int:
+        """`ReplicaLink.acquire`. The lease reserves a timeline above every one in the bucket, on
+        disk and reserved by the previous holder (`Lease.reserved`)."""
+        on_disk = list_segments(self.path)
+        floor = max(self.inventory.max_timeline(), max((s.timeline for s in on_disk), default=0))
+        self._on_open(lambda: self.lease.acquire(takeover=resuming, floor=floor), "take the lease")
         # the first renewal at once: a store without compare-and-swap fails the open, not the
         # shipper 10 s later; the lease it created goes with the failed open
         try:
@@ -374,6 +363,18 @@ class Replica:
         except ReplicaError:
             self._on_open(lambda: self.bucket.delete(layout.LEASE_NAME), "remove the lease")
             raise
+        if not on_disk and not resuming and self.inventory.has_history():
+            raise JournalError(
+                f"replica {self.where} already holds a journal history (up to timeline "
+                f"{self.inventory.max_timeline()}) and {self.path} holds none: to continue it "
+                "after losing the node, state = replay.restore(URL, replica_options=...); "
+                "Journal.open(path, resume=state, replica=URL); to start a new run, use another URL")
+        status = os.path.join(self.path, layout.REPLICA_DIR)
+        try:
+            self.fs.makedirs(status)  # from now on retention retires shipped segments only
+        except OSError as exc:
+            raise JournalIOError.from_os_error(exc, "create the replica status directory", status) from exc
+        return self.lease.reserved - 1
 
     def _on_open(self, fn: Callable[[], Any], what: str):
         """`fn()` retried for at most OPEN_SECONDS: an open fails rather than hang on a store
@@ -388,14 +389,12 @@ class Replica:
         finally:
             self._deadline = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="journal-shipper", daemon=True)
-        self._thread.start()
-
     def note_durable(self, lsn: int, segment_path: str, end_offset: int) -> None:
-        """Commits up to `lsn` are durable; the active segment ends at `end_offset` (cheap: the
-        writer calls it under its lock)."""
+        """`ReplicaLink.note_durable`."""
         with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="journal-shipper", daemon=True)
+                self._thread.start()
             if self._note is not None and self._note[0] == lsn:
                 return
             had_news = self._has_news()
@@ -745,7 +744,7 @@ class _GaveUp(Exception):
 
 class _LocalFileGone(FileNotFoundError):
     """A local file an upload was to read is gone (a cut retention removed meanwhile): the pass
-    ends, and the next one lists the directory again (`Replica._passed_over_vanished`)."""
+    ends, and the next one lists the directory again (`Shipper._passed_over_vanished`)."""
 
 
 def _last_lsn(journal_path: str, seg: Segment) -> int:
@@ -766,13 +765,3 @@ def shipped_filter(journal_path: str, segments: list) -> list:
     return [s for s in segments if os.path.exists(
         os.path.join(journal_path, layout.shipped_marker_name(s.timeline, s.first_lsn)))]
 
-
-def refuse_foreign_history(replica: "Replica", has_local_history: bool, resuming: bool) -> None:
-    """A new journal (no history on disk, no resume) must not ship into a bucket that holds a
-    history already: that is a lost node's run, to be restored first."""
-    if not has_local_history and not resuming and replica.inventory.has_history():
-        raise JournalError(
-            f"replica {replica.where} already holds a journal history (up to timeline "
-            f"{replica.inventory.max_timeline()}) and {replica.path} holds none: to continue it "
-            "after losing the node, state = replay.restore(URL, replica_options=...); "
-            "Journal.open(path, resume=state, replica=URL); to start a new run, use another URL")
