@@ -97,6 +97,8 @@ def _rule(t, argument: str):
         return _instance(bytes, "bytes")
     if isinstance(t, mi.StructType):
         return _instance(t.cls, f"a {t.cls.__name__}")
+    if isinstance(t, mi.DictType):
+        return _instance(dict, "a dict")
     item = t.item_type  # a list
     if isinstance(item, mi.IntType):
         return _list_of(_is_int_problem, f"a list of integer {argument.replace('_', ' ')}")

@@ -197,9 +197,20 @@ class CheckpointCommitted(msgspec.Struct, tag="checkpoint_committed", array_like
     step: Int
 
 
+class IdentityRecorded(msgspec.Struct, tag="identity_recorded", array_like=True, frozen=True):
+    """The run identity from this commit on (`identity.py`): per key, the fingerprint of its
+    value. It replaces the one recorded before as a whole; no group moves."""
+
+    call: ClassVar[str] = "record_identity"
+    from_owners: ClassVar[frozenset] = frozenset()
+    to: ClassVar[Owner | None] = None
+
+    digests: Annotated[dict[str, bytes], _argument("identity")]
+
+
 # every event kind, in the order the README's table and `journal-inspect` list them
 EVENT_TYPES = (Taken, Diverted, Admitted, Finished, Trained, Discarded, RolloutSealed, RolloutFailed,
-               CheckpointBegun, CheckpointCommitted)
+               CheckpointBegun, CheckpointCommitted, IdentityRecorded)
 Event = Union[EVENT_TYPES]  # type: ignore[valid-type]
 EVENT_KINDS = tuple(kind.__struct_config__.tag for kind in EVENT_TYPES)
 CALLS = {kind: kind.call for kind in EVENT_TYPES}  # event type -> the method that records it

@@ -19,8 +19,8 @@ import msgspec
 
 from .errors import JournalCorrupt, OwnershipError, StaleAttempt
 from .events import (EVENT_TYPES, LIVE_OWNERS, Admitted, CheckpointBegun, CheckpointCommitted, Commit,
-                     Discarded, Diverted, Finished, Owner, PackedLoaderState, RolloutSealed, RolloutFailed,
-                     Taken, Trained, event_name)
+                     Discarded, Diverted, Finished, IdentityRecorded, Owner, PackedLoaderState,
+                     RolloutSealed, RolloutFailed, Taken, Trained, event_name)
 from . import loader_state as _loader_state
 
 
@@ -203,7 +203,7 @@ class State:
     """Ownership state after folding commits 1..lsn of one history."""
 
     __slots__ = ("lsn", "chain", "timeline", "live", "terminal", "counts", "next_group_id", "loader",
-                 "pending_checkpoints", "committed_checkpoints", "dataset_size", "row_sample")
+                 "pending_checkpoints", "committed_checkpoints", "dataset_size", "row_sample", "identity")
 
     def __init__(self) -> None:
         self.lsn = 0
@@ -221,6 +221,9 @@ class State:
         # an undo restores it by reference.
         self.dataset_size: int | None = None
         self.row_sample: tuple[SampledRow, ...] = ()
+        # The run identity the history recorded last (`identity_recorded`: key -> fingerprint of
+        # its value), None when it recorded none; a dict replaced, never changed, like the sample.
+        self.identity: dict[str, bytes] | None = None
 
     def owner_of(self, gid: int) -> Owner | None:
         g = self.live.get(gid)
@@ -250,7 +253,7 @@ class State:
         s = State()
         s.lsn, s.chain, s.timeline = self.lsn, self.chain, self.timeline
         s.next_group_id, s.loader = self.next_group_id, self.loader
-        s.dataset_size, s.row_sample = self.dataset_size, self.row_sample
+        s.dataset_size, s.row_sample, s.identity = self.dataset_size, self.row_sample, self.identity
         s.live = dict(self.live)
         s.terminal = self.terminal.copy()
         s.counts = list(self.counts)
@@ -265,6 +268,7 @@ class State:
                 and self.pending_checkpoints == other.pending_checkpoints
                 and self.committed_checkpoints == other.committed_checkpoints
                 and self.dataset_size == other.dataset_size and self.row_sample == other.row_sample
+                and self.identity == other.identity
                 and self.terminal.codes.rstrip(b"\0") == other.terminal.codes.rstrip(b"\0")
                 and self.terminal.sparse == other.terminal.sparse)
 
@@ -279,7 +283,7 @@ class Undo:
         # commit took it (so reverting pops it)
         self.records: list[Group | int] = []
         self.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-                        list(state.counts), state.dataset_size, state.row_sample)
+                        list(state.counts), state.dataset_size, state.row_sample, state.identity)
         # Copies of the checkpoint maps, taken by the commit's first checkpoint event only: the
         # maps grow with the run, and copying them for every commit made a commit cost
         # O(checkpoints so far) (42 us instead of 8 us after 10,000 checkpoints).
@@ -298,7 +302,7 @@ class Undo:
                 state.live[old.group_id] = old
                 state.terminal.clear(old.group_id)
         (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-         state.counts, state.dataset_size, state.row_sample) = self.scalars
+         state.counts, state.dataset_size, state.row_sample, state.identity) = self.scalars
         if self.checkpoints is not None:
             state.pending_checkpoints, state.committed_checkpoints = self.checkpoints
 
@@ -359,7 +363,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
         if lsn != state.lsn + 1:
             raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
         undo.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-                        counts[:], state.dataset_size, state.row_sample)
+                        counts[:], state.dataset_size, state.row_sample, state.identity)
         undo.checkpoints = None
         undo_records.clear()
         # the four kinds every group goes through are folded inline (this loop runs once per
@@ -567,6 +571,8 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
     elif kind is CheckpointBegun or kind is CheckpointCommitted:
         undo.save_checkpoints(state)
         mark_checkpoint(state.pending_checkpoints, state.committed_checkpoints, event, lsn)
+    elif kind is IdentityRecorded:  # the undo's scalars hold the identity it replaces
+        state.identity = dict(event.digests)
     else:  # pragma: no cover - the decoder only produces the union's types
         raise JournalCorrupt(f"LSN {lsn}: unknown event {event!r}", lsn=lsn)
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import arguments
 from . import loader_state as _loader_state
 from .errors import TransactionClosed
 from .events import (EVENT_TYPES, Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted,
-                     Finished, GroupRef, RolloutFailed, RolloutRef, RolloutSealed, Taken, TakenGroup, Trained)
+                     Finished, GroupRef, IdentityRecorded, RolloutFailed, RolloutRef, RolloutSealed, Taken,
+                     TakenGroup, Trained)
+from .identity import digests
 from .fold import taken_next_id
 
 
@@ -253,6 +255,17 @@ class Transaction:
         step."""
         self._events.append(CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
                                                                             self._j.path)))
+
+    @_transition()
+    def record_identity(self, identity: Mapping[str, Any]) -> None:
+        """Record the run identity from this commit on: `identity` maps str keys (the
+        tokenizer, the sampling parameters, the prompt template, the reward version) to values
+        of the types a fingerprint encodes (str, int, float, bool, None, bytes, lists, dicts,
+        tensors); per key the fingerprint of its value is stored (`journal/identity.py`), and
+        it replaces the identity recorded before. No group moves. `Journal.open(identity=)`
+        calls it only when the identity differs from the one recorded; a `TypeError` names a
+        key that is not a str or a value that cannot be fingerprinted."""
+        self._events.append(IdentityRecorded(digests(identity)))
 
 
 class _OneEvent(Transaction):

@@ -19,7 +19,7 @@ import shlex
 import threading
 import warnings
 from _thread import allocate_lock as _allocate_lock
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import msgspec
 
@@ -28,9 +28,10 @@ from . import format as fmt
 from . import layout, leftovers, locks, prealloc, set_aside, state_file
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
                      JournalWarning, OwnershipError, StateFileCorrupt)
-from .events import Blob, CheckpointBegun, CheckpointCommitted, Commit, Owner, Taken, commit_encoder
+from .events import Blob, CheckpointCommitted, Commit, IdentityRecorded, Owner, Taken, commit_encoder
 from .events import commit_decoder as _commit_decoder
 from .fold import Group, State, Undo, apply, begin_refused
+from .identity import digests
 from .reader import Reader
 from .replica import ReplicaLink, open_replica
 from .resume import ResumePlan
@@ -38,7 +39,6 @@ from .transaction import Transaction, add_one_event_calls
 from .vfs import DEFAULT_FS, OsFileSystem
 
 SYNC_MODES = ("always", "batch", "none")
-_CHECKPOINT_MARKERS = (CheckpointBegun, CheckpointCommitted)
 DEFAULT_SEGMENT_BYTES = 64 << 20
 # The active segment is zero-filled ahead of its frames (sync "always" and "batch"): from its
 # size at least PREALLOCATE_MIN bytes, doubling, at most PREALLOCATE_MAX at a time, never past
@@ -130,7 +130,7 @@ class Journal:
     def open(cls, path: str, *, sync: str = "always", sync_interval: float = 0.05,
              segment_bytes: int = DEFAULT_SEGMENT_BYTES, resume: ResumePlan | State | None = None,
              fs: OsFileSystem | None = None, replica: Any = None, replica_options: dict | None = None,
-             ship_interval: float = 1.0) -> "Journal":
+             ship_interval: float = 1.0, identity: Mapping[str, Any] | None = None) -> "Journal":
         """Open (creating if missing) the journal at `path` for writing.
 
         `path` is a journal directory, an empty one or one that does not exist; anything else
@@ -145,8 +145,8 @@ class Journal:
 
         Without `resume`, the history on disk is continued as it is. When it continues past
         the latest committed checkpoint, that is, a commit after that checkpoint's
-        `checkpoint_begun` (LSN 0 when none was committed) holds an event other than a
-        checkpoint marker, this warns (`JournalWarning`): after a crash, a restart must
+        `checkpoint_begun` (LSN 0 when none was committed) holds an event that moves groups
+        (not a checkpoint marker nor an identity), this warns (`JournalWarning`): after a crash, a restart must
         `restore()` and pass `resume=`, or it continues the crashed run's history.
 
         `replica` (a URL such as `s3://bucket/runs/42`, or an obstore store; `replica_options`
@@ -154,7 +154,13 @@ class Journal:
         (`journal/replica/`): the open takes the writer's lease there (`JournalLocked` while
         another writer holds it; a resume takes it over), then a background thread uploads
         what is durable at least every `ship_interval` seconds.
+
+        `identity` (the run's tokenizer, sampling parameters, prompt template, reward version:
+        see `record_identity`) is recorded once the history is open, in a commit of its own,
+        unless it is the identity the history recorded last (a restart with the same one
+        writes nothing). `replay.restore(identity=)` compares it at the restore point.
         """
+        wanted = digests(identity) if identity is not None else None  # a bad value: nothing opened
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
         if segment_bytes < 4096:
@@ -172,6 +178,8 @@ class Journal:
             with _io_step("open and repair the journal", self.path):
                 self._remove_leftovers()
                 self._recover(resume)
+            if wanted is not None and wanted != self._state.identity:
+                self._commit([IdentityRecorded(wanted)])
         except BaseException:
             self._release_after_failed_open()
             raise
@@ -502,8 +510,8 @@ class Journal:
     def _forgotten_resume(self, state: State, last_ownership_lsn: int) -> str | None:
         """The warning for an open without `resume=` that continues ownership history a restore
         would drop: a commit after the latest committed checkpoint's `checkpoint_begun` (LSN B, 0
-        if none) holding an event other than a checkpoint marker. Commits after B that hold only
-        checkpoint markers (the `checkpoint_committed` of a clean shutdown) do not count."""
+        if none) holding an event that moves groups. Commits after B that hold only checkpoint
+        markers (the `checkpoint_committed` of a clean shutdown) or an identity do not count."""
         latest = state.latest_committed_checkpoint()
         begun = latest[1] if latest is not None else 0
         if last_ownership_lsn <= begun:
@@ -668,6 +676,13 @@ class Journal:
         with self._lock:
             self._check_usable()
             return self._state.loader.decode() if self._state.loader else None
+
+    def identity(self) -> dict[str, bytes] | None:
+        """The run identity recorded last (key -> fingerprint of its value, see
+        `record_identity`), None when the history recorded none. Raises as `owner_of` does."""
+        with self._lock:
+            self._check_usable()
+            return dict(self._state.identity) if self._state.identity is not None else None
 
     # -- transitions ---------------------------------------------------------------------
 
@@ -1024,8 +1039,9 @@ class Journal:
 
 
 def _holds_ownership(rec) -> bool:
-    """Whether a record's commit holds an event other than a checkpoint marker."""
-    return any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events)
+    """Whether a record's commit holds an event that moves groups (not a checkpoint marker nor
+    an identity: those declare no `to` owner)."""
+    return any(type(ev).to is not None for ev in rec.commit.events)
 
 
 def _rewrites_tail(reader: Reader, state: State, first_commit: list) -> bool:

@@ -6,9 +6,9 @@ in `snapshot.errors`, because `snapshot` raises them for compaction and retentio
 never imports `replay`; they are re-exported here unchanged, so `replay.RestoreError` and
 `snapshot.RestoreError` are one class. Then the errors only restore raises: the journal
 tail's own errors re-raised as subclasses of both `RestoreError` and the journal's class
-(one `except RestoreError` catches all), a file that cannot be read at all, and
-rehydration's. README "Restore" lists them in order. Last, re-exported too, the errors of a
-data plane (`snapshot.DataPlane`; not restore errors).
+(one `except RestoreError` catches all), a file that cannot be read at all, a changed run
+identity, and rehydration's. README "Restore" lists them in order. Last, re-exported too, the
+errors of a data plane (`snapshot.DataPlane`; not restore errors).
 """
 
 import journal
@@ -34,6 +34,17 @@ class NothingToRestore(RestoreError):
 
 class Unreadable(RestoreError):
     """A journal file cannot be read at all (permissions, a directory where a segment belongs)."""
+
+
+class IdentityChanged(RestoreError):
+    """The run identity given to `restore(identity=)` (tokenizer, sampling parameters, prompt
+    template, reward version) differs from the one the history recorded at the restore point:
+    the recovered rollouts and prefixes were generated under another. `changes` names the keys
+    added, removed and changed (`journal.identity.IdentityChanges`)."""
+
+    def __init__(self, message: str, changes=None):
+        super().__init__(message)
+        self.changes = changes
 
 
 class RowMissing(RestoreError):
@@ -72,6 +83,7 @@ class RowChangedWarning(UserWarning):
 
 __all__ = ["RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile",
            "ChecksumMismatch", "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners",
-           "JournalMismatch", "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch",
+           "JournalMismatch", "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "IdentityChanged",
+           "RowMissing", "RowMismatch",
            "RowChanged", "RowChangedWarning", "DamagedCutWarning", "DamagedJournalWarning",
            "FirstStartWarning"]

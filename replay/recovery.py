@@ -22,6 +22,13 @@ The rules, in the order they apply:
    further: restoring the same checkpoint twice must not hand out an attempt a dead run's
    worker may still hold), so a worker of a dead run that answers late cannot seal.
 
+**Regeneration** (`regenerate`: the run identity changed and the caller asked for
+`on_identity_changed="regenerate"`) applies before the rules: every group holding generated
+work (REPLAY, or a sealed rollout) is regenerated under a fresh id as rule 2 demotes one
+(dropped with `identity_changed_on_restore`), none of its results kept; its place in the
+ownership (taken, admitted for its step) and the loader position stay. The caller reads no
+dead tail then: nothing generated after L is salvaged.
+
 `first_commit` is the list of events the resume writes first, so that the journal says
 exactly what the trainer was handed.
 """
@@ -39,6 +46,7 @@ from snapshot.row_ledger import ABANDONED_ON_RESTORE
 from .recovered import RecoveredGroup, RecoveredRollout
 
 ROWS_LOST = "rows_lost_on_restore"
+IDENTITY_CHANGED = "identity_changed_on_restore"  # the drop reason of a regenerated group
 ABANDONED = ABANDONED_ON_RESTORE  # the reason of a resume's fences (the audit counts them)
 
 
@@ -106,6 +114,8 @@ class Recovery:
     demoted: list[RecoveredGroup] = field(default_factory=list)
     salvaged_rollouts: list[tuple[int, int]] = field(default_factory=list)
     lost_rollouts: list[tuple[int, int]] = field(default_factory=list)
+    regenerated: list[RecoveredGroup] = field(default_factory=list)
+    dropped_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (old group, index)
     first_commit: list = field(default_factory=list)
 
 
@@ -157,14 +167,15 @@ class _Plan:
             return bool(lost)
         return g.owner == Owner.REPLAY and (g.locator is None or not self.data_plane.has(g.locator))
 
-    def demote(self, g: RecoveredGroup) -> None:
-        """Regenerate `g` under a fresh id; its surviving rollouts are sealed again there."""
+    def demote(self, g: RecoveredGroup, reason: str = ROWS_LOST, report: list | None = None) -> None:
+        """Regenerate `g` under a fresh id, the old one dropped with `reason`; its surviving
+        rollouts are sealed again there. Reported in `report` (default: `demoted`)."""
         new = self.next_free_id()
         old, rollouts = g.group_id, g.rollouts
         survivors = [r for r in rollouts or ()
                      if r.sealed and (r.locator is None or self.data_plane.has(r.locator))]
         self.demotion_events += [
-            Discarded([old], ROWS_LOST),
+            Discarded([old], reason),
             Taken([TakenGroup(new, g.idx, g.task_name, g.epoch, g.fingerprint)]),
             Admitted([new], g.target_step, g.policy_version, old,
                      len(rollouts) if rollouts is not None else None)]
@@ -175,8 +186,15 @@ class _Plan:
             g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version)
                           if r.index in kept else RecoveredRollout(r.index, 0, False) for r in rollouts]
         g.group_id, g.replaces, g.owner, g.locator = new, old, Owner.ADMITTED, None
-        self.out.demoted.append(g)
+        (self.out.demoted if report is None else report).append(g)
         self.out.admitted.append(g)
+
+    def regenerate(self, g: RecoveredGroup) -> None:
+        """Drop the work of `g` (its rows, its sealed rollouts) and regenerate it under a fresh id."""
+        self.out.dropped_rollouts += [(g.group_id, r.index) for r in g.rollouts or () if r.sealed]
+        for r in g.rollouts or ():
+            r.sealed = False
+        self.demote(g, IDENTITY_CHANGED, self.out.regenerated)
 
     def admitted_group(self, g: RecoveredGroup) -> None:
         salvaged = self.salvage_rollouts(g) > 0
@@ -225,14 +243,17 @@ def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -
 
 def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,
             recommit: list[int], next_free_id: Callable[[], int],
-            attempts_used: Callable[[set], dict]) -> Recovery:
+            attempts_used: Callable[[set], dict], regenerate: bool = False) -> Recovery:
     """Apply the rules to every live group of `state` (the state at the restore point).
     `next_free_id()` hands out the ids of demoted groups (beyond every id ever used);
-    `attempts_used(rollouts)` says how far any history took each rollout's attempts."""
+    `attempts_used(rollouts)` says how far any history took each rollout's attempts;
+    `regenerate`: drop every generated result first (see the module docstring)."""
     plan = _Plan(step, tail, data_plane, next_free_id)
     out = plan.out
     for g in map(RecoveredGroup.of, state.groups()):
-        if g.owner == Owner.ADMITTED:
+        if regenerate and (g.owner == Owner.REPLAY or any(r.sealed for r in g.rollouts or ())):
+            plan.regenerate(g)
+        elif g.owner == Owner.ADMITTED:
             plan.admitted_group(g)
         elif g.owner == Owner.REPLAY:
             plan.replay_group(g)

@@ -28,10 +28,10 @@ from typing import Any, Callable, Iterable
 
 from journal import (GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt,
                      Transaction, list_segments)
+from journal.fingerprint import fingerprint
 from snapshot import BackgroundCompactor
 from snapshot.data_plane import row_locators
 
-from ..fingerprint import fingerprint
 from ..recovered import RecoveredState
 from ..restore import restore
 from .batch import Key, rows_of
@@ -63,15 +63,17 @@ class Opened:
 
 def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, load_weights,
                  sync: str, salvage: bool, must_exist: bool, replica, replica_options,
-                 on_row_changed: str) -> Opened:
+                 on_row_changed: str, identity, on_identity_changed: str) -> Opened:
     """What a (re)start needs, in order: restore (from the bucket when `replica` is given and
-    the local journal holds no history: a fresh node), the weights of the restored step, the
-    loader's state, then the journal continuing the restored history."""
+    the local journal holds no history: a fresh node) with the run identity checked, the
+    weights of the restored step, the loader's state, then the journal continuing the restored
+    history (recording the identity when it differs)."""
     local = os.path.abspath(journal_dir)
     source = replica if replica is not None and not _holds_history(local) else local
     state = restore(source, dataset=dataset, collate_fn=collate_fn, data_plane=data_plane,
                     salvage=salvage and data_plane is not None, must_exist=must_exist,
-                    replica_options=replica_options, on_row_changed=on_row_changed)
+                    replica_options=replica_options, on_row_changed=on_row_changed,
+                    identity=identity, on_identity_changed=on_identity_changed)
     if state.step is not None and load_weights is not None:
         try:
             load_weights(state.step)
@@ -85,7 +87,7 @@ def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, l
         loader.load_state_dict(state.loader_state)
     fs = MeasuredFileSystem()
     j = Journal.open(local, resume=state, sync=sync, fs=fs, replica=replica,
-                     replica_options=replica_options)
+                     replica_options=replica_options, identity=identity)
     return Opened(j, state, fs)
 
 
@@ -349,7 +351,7 @@ class Core:
             "restored": {"step": r.step, "lsn": r.lsn, "train": len(r.replay), "generate": len(r.admitted),
                          "admit": len(r.reserved), "spare": len(r.spare), "salvaged": len(r.salvaged),
                          "demoted": len(r.demoted), "rollouts_kept": kept,
-                         "rollouts_regenerated": regenerated},
+                         "rollouts_regenerated": regenerated, "identity": r.identity_check},
             "rows_reclaimed": self._reclaimed, "rows_awaiting_reclaim": waiting,
             "compactions": self._compactions, "compaction_error": self._compaction_error,
         }
