@@ -15,7 +15,8 @@ import torch
 from journal import GroupRef, Journal, Reader, RolloutRef
 from replay import LocalDataPlane, fingerprint
 
-from examples.trainer import ADMITTED, REPLAY, Config, NoOwnership, Trainer, _rollout_row, step_dir
+from examples.trainer import (ADMITTED, REPLAY, RUN_IDENTITY, Config, NoOwnership, Trainer, _rollout_row,
+                              step_dir)
 
 
 def _close(t: Trainer) -> None:
@@ -42,7 +43,7 @@ def trainer(tmp_path):
 def test_restore_dispatches_only_the_pending_rollouts_with_their_attempts(trainer, capsys):
     t = trainer()
     cfg, ds = t.cfg, t.ds
-    j = Journal.open(cfg.journal_dir)
+    j = Journal.open(cfg.journal_dir, identity=RUN_IDENTITY)  # the trainer's run: restore checks it
     (g,) = j.taken([GroupRef(idx=5, task_name=ds[5]["task_name"], epoch=0, fingerprint=fingerprint(ds[5]))],
                    loader_state=t.dl.state_dict(), dataset_size=len(ds))
     j.admitted([g], target_step=2, policy_version=1, rollouts=4)
