@@ -387,8 +387,9 @@ def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredSt
                 return _empty_state(kwargs["identity"])
             try:
                 result = _restore_dir(tmp, at, **kwargs)
-            except IdentityChanged:
-                raise  # the restore point's identity, whichever cut the state stands on
+            except IdentityChanged as exc:  # the point's identity, whichever cut it stands on
+                raise IdentityChanged(str(exc).replace(tmp, describe_replica(replica)),
+                                      exc.changes) from None
             except RestoreError:
                 if last:
                     raise

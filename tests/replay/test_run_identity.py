@@ -136,6 +136,23 @@ def test_a_cut_carries_the_identity_and_restores_alone(fast_tmp):
     assert st.base_cut is not None and st.identity_check == "same"
 
 
+def test_a_bucket_restore_compares_the_identity_and_names_the_bucket(fast_tmp):
+    from obstore.store import MemoryStore
+
+    from replay.from_replica import describe_replica
+    store = MemoryStore()
+    path = str(fast_tmp / "j")
+    with Journal.open(path, identity=OLD, replica=store, ship_interval=0.05) as j:
+        (g,) = j.taken([GroupRef(idx=0)])
+        j.begin_checkpoint(step=1)
+        j.commit_checkpoint(step=1)
+        j.flush_replica(timeout=30)
+    with pytest.raises(IdentityChanged, match="changed: temperature") as info:
+        restore(store, identity=NEW)
+    assert describe_replica(store) in str(info.value) and "oj-replica-" not in str(info.value)
+    assert restore(store, identity=OLD).identity_check == "same"
+
+
 def test_nothing_restored_compares_nothing_and_no_recorded_identity_differs(fast_tmp):
     first = restore(str(fast_tmp / "new"), identity=OLD)   # a first start
     assert first.first_start and first.identity_check == "nothing_restored"
