@@ -146,8 +146,9 @@ class Journal:
         Without `resume`, the history on disk is continued as it is. When it continues past
         the latest committed checkpoint, that is, a commit after that checkpoint's
         `checkpoint_begun` (LSN 0 when none was committed) holds an event that moves groups
-        (not a checkpoint marker nor an identity), this warns (`JournalWarning`): after a crash, a restart must
-        `restore()` and pass `resume=`, or it continues the crashed run's history.
+        (not a checkpoint marker nor an identity), this warns (`JournalWarning`): after a
+        crash, a restart must `restore()` and pass `resume=`, or it continues the crashed
+        run's history.
 
         `replica` (a URL such as `s3://bucket/runs/42`, or an obstore store; `replica_options`
         are `obstore.store.from_url`'s keyword arguments) ships the journal to object storage
