@@ -90,6 +90,16 @@ def _io_step(operation: str, path: str):
         raise JournalIOError.from_os_error(exc, operation, path) from exc
 
 
+def _checked_options(sync: str, segment_bytes: int, identity: Mapping[str, Any] | None) -> dict | None:
+    """The digests of `identity` (`journal/identity.py`), once `Journal.open`'s options are
+    checked: a bad one raises before anything is opened."""
+    if sync not in SYNC_MODES:
+        raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
+    if segment_bytes < 4096:
+        raise ValueError(f"segment_bytes must be at least 4096, not {segment_bytes}")
+    return digests(identity) if identity is not None else None
+
+
 def _check_journal_dir(path: str) -> None:
     """Refuse a path that is not a journal directory, an empty one or a missing one."""
     kind, entries = layout.dir_kind(path)
@@ -156,16 +166,10 @@ class Journal:
         another writer holds it; a resume takes it over), then a background thread uploads
         what is durable at least every `ship_interval` seconds.
 
-        `identity` (the run's tokenizer, sampling parameters, prompt template, reward version:
-        see `record_identity`) is recorded once the history is open, in a commit of its own,
-        unless it is the identity the history recorded last (a restart with the same one
-        writes nothing). `replay.restore(identity=)` compares it at the restore point.
+        `identity` (the run identity, see `record_identity`) is recorded once the history is
+        open, unless the history recorded it last: a restart with the same one writes nothing.
         """
-        wanted = digests(identity) if identity is not None else None  # a bad value: nothing opened
-        if sync not in SYNC_MODES:
-            raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
-        if segment_bytes < 4096:
-            raise ValueError(f"segment_bytes must be at least 4096, not {segment_bytes}")
+        wanted = _checked_options(sync, segment_bytes, identity)
         self = object.__new__(cls)
         self._init_fields(os.path.abspath(path), fs or DEFAULT_FS, sync, sync_interval, segment_bytes)
         with _io_step("read the journal directory", self.path):
