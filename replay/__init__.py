@@ -17,12 +17,12 @@
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning,
                      DamagedJournalWarning, FirstStartWarning, JournalCorrupt, JournalMismatch,
                      ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
-                     RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
-                     TwoOwners, Unreadable, UnsafePath)
+                     ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, RowChanged,
+                     RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch, TwoOwners, Unreadable,
+                     UnsafePath)
 from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
                      RowsNotFound, RowsNotStorable)
 from .data_plane import LocalDataPlane, ObjectStoreDataPlane
-from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from .audit import audit
 from .fingerprint import fingerprint
 from .rehydrate import ROW_CHANGED_POLICIES
