@@ -21,6 +21,9 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "recovery": ("bench.recovery", "generation-seconds lost per crash, prompts lost and trained twice: "
                                    "loader position only, NeMo-RL's ledger, Megatron-LM's rollout bank, "
                                    "per-rollout seals, seals + progress; calibrated against verl RFC #7579"),
+    "peers": ("bench.peers", "the same group lifecycle on this library's Session and on straw-queue 0.1.6 "
+                             "(slime's queue), sqlite3 beside: groups/s with and without payloads, syncs "
+                             "and bytes per group, reopen time and RSS after 1x/10x/100x history"),
     "ray": ("bench.ray", "the trainer's Ray mode: rollouts/s journal on vs off; per kill kind (actor, node, "
                          "controller) rollouts regenerated and generation-seconds lost, rollout-level vs "
                          "group-level vs the baseline"),

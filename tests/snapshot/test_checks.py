@@ -1,5 +1,5 @@
 """The chain of checks of a cut is one ordered list, `snapshot.CHECKS`: its order is the
-numbering every report shows (cut_status, `journal-inspect cuts`, `verify`, the README),
+numbering every report shows (cut_status, `journal-inspect cuts`, `verify`, docs/recovery.md),
 `read_cut` runs its functions in that order, and `rollout_recovery.pt`'s optional entries
 are one tuple both `write_cut` and `read_cut` follow."""
 
@@ -21,7 +21,7 @@ from snapshot import CHECKS, check_of, compact, read_cut
 from snapshot import checks as chain
 from snapshot import cut as cut_module
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
 
 
 @pytest.fixture
@@ -83,15 +83,16 @@ def test_reports_show_the_numbers_of_the_list(cut_path):
         assert f"{c.number} {c.what}" in cuts_cli.DESCRIPTION
 
 
-def test_the_readme_lists_the_checks_in_list_order():
-    with open(README, encoding="utf-8") as f:
+def test_the_docs_list_the_checks_in_list_order():
+    with open(os.path.join(DOCS, "inspect.md"), encoding="utf-8") as f:
+        assert f"which check (1-{len(CHECKS)}) fails" in f.read()
+    with open(os.path.join(DOCS, "recovery.md"), encoding="utf-8") as f:
         text = f.read()
-    assert f"which check (1-{len(CHECKS)}) fails" in text
     para = text[text.index("Checks, in order"):]
     para = para[:para.index("\n\n")]
     assert f"`snapshot.CHECKS` 1-{len(CHECKS)}" in para
     positions = [re.search(rf"`{c.error.__name__}`", para).start() for c in CHECKS]
-    assert positions == sorted(positions), "README names the checks in another order"
+    assert positions == sorted(positions), "docs/recovery.md names the checks in another order"
 
 
 def test_an_optional_entry_is_written_and_read_back_through_one_tuple(tmp_path, monkeypatch):
