@@ -1,4 +1,4 @@
-"""Shipping a journal to object storage (README "Object storage"): the `ReplicaLink` a writer
+"""Shipping a journal to object storage (docs/object-storage.md): the `ReplicaLink` a writer
 opened with `Journal.open(path, replica=URL, ...)` holds.
 
 It takes the writer's lease in the bucket (`lease.py`), then one background thread (the shipper)
@@ -204,7 +204,7 @@ class Shipper:
         as far as this writer knows (the open's LIST, its own uploads, less its own deletions:
         no request); the request replaces one not carried out yet."""
         known = set(self.inventory.sizes) | set(self.inventory.cut_files)
-        request = retention_request(decision, known, self.path, self._list_cuts())
+        request = retention_request(decision, known, self.path, _cuts_on_disk(self.path))
         with self._cv:
             self._retention, self._retention_error = request, None
             self._cv.notify_all()
@@ -316,7 +316,7 @@ class Shipper:
         return self._note is not None and self._note[0] > self._shipped_lsn
 
     def _cuts_changed(self) -> bool:
-        return self._list_cuts() != self._cuts_seen
+        return _cuts_on_disk(self.path) != self._cuts_seen
 
     def _stop(self, exc: BaseException) -> None:
         if isinstance(exc, LeaseLost):  # the journal fails before any flush hears of it
@@ -459,17 +459,9 @@ class Shipper:
                 offset, lsn = offset + size, piece.to_lsn
         return offset, lsn
 
-    def _list_cuts(self) -> tuple:
-        snapshots = os.path.join(self.path, layout.SNAPSHOTS_DIR)
-        try:
-            entries = os.listdir(snapshots)
-        except FileNotFoundError:
-            return ()
-        return tuple(sorted(n for n in entries if layout.parse_cut_dir_name(n) is not None))
-
     def _ship_cuts(self, upto: int | None) -> None:
         """Ship the cuts on disk not in the bucket yet (those at or before LSN `upto`)."""
-        cuts = self._list_cuts()
+        cuts = _cuts_on_disk(self.path)
         for cut in cuts:
             manifest = names.cut_object_name(cut, layout.MANIFEST_NAME)
             if manifest in self.inventory.cut_files or upto is not None and \
@@ -503,6 +495,15 @@ class Shipper:
                 raise ReplicaConflict(f"replica {self.where}: cut file {name} in the bucket differs "
                                       f"from {local}: shipping stopped", object=name)
         self.inventory.cut_files.add(name)
+
+
+def _cuts_on_disk(journal_path: str) -> tuple[str, ...]:
+    """The names of the cut directories in `<journal>/snapshots/`, sorted."""
+    try:
+        entries = os.listdir(os.path.join(journal_path, layout.SNAPSHOTS_DIR))
+    except FileNotFoundError:
+        return ()
+    return tuple(sorted(n for n in entries if layout.parse_cut_dir_name(n) is not None))
 
 
 def sha256_hex(data) -> str:
