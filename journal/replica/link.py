@@ -1,5 +1,5 @@
-"""What the writer needs of its replica (`ReplicaLink`), and how `Journal.open(..., replica=)`
-makes one (`open_replica`).
+"""What the writer needs of its replica (`ReplicaLink`); `Journal.open(..., replica=)` makes one
+with `open_replica` (`shipper.py`).
 
 The writer knows its replica through five calls: it takes the lease before it writes anything
 (`acquire`), says what is durable after each fsync (`note_durable`), waits for the bucket
@@ -10,9 +10,8 @@ the shipper thread and the rule of retention in the bucket stay inside this pack
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
-from ..vfs import OsFileSystem
 from .retention import RetentionDecision, RetentionRequest
 
 
@@ -50,13 +49,3 @@ class ReplicaLink(Protocol):
         """Delete from the bucket what `decision` (compaction's retention) no longer keeps, once
         the kept cuts and the history through them are in the bucket; the request made."""
 
-
-def open_replica(replica: Any, options: dict | None, *, journal_path: str, fs: OsFileSystem,
-                 ship_interval: float, on_lost: Callable[[BaseException], None]) -> ReplicaLink:
-    """The replica of the journal at `journal_path`: `replica` (a `Location`, or a URL or an
-    obstore store with `options` the keyword arguments of `obstore.store.from_url`) opened and
-    listed, its lease not taken yet. `on_lost(exc)` is called when another writer takes the
-    lease."""
-    from .shipper import Shipper
-    return Shipper(replica, options, journal_path=journal_path, fs=fs, ship_interval=ship_interval,
-                   on_lost=on_lost)

@@ -44,7 +44,7 @@ from ..vfs import OsFileSystem
 from . import names, retry
 from .errors import LeaseLost, ReplicaConflict, ReplicaError, ReplicaTimeout
 from .lease import LEASE_SECONDS, Lease
-from .link import ReplicaLag
+from .link import ReplicaLag, ReplicaLink
 from .retention import RetentionDecision, RetentionRequest, retention_request
 from .store import Location
 
@@ -495,6 +495,16 @@ class Shipper:
                 raise ReplicaConflict(f"replica {self.where}: cut file {name} in the bucket differs "
                                       f"from {local}: shipping stopped", object=name)
         self.inventory.cut_files.add(name)
+
+
+def open_replica(replica: Any, options: dict | None, *, journal_path: str, fs: OsFileSystem,
+                 ship_interval: float, on_lost: Callable[[BaseException], None]) -> ReplicaLink:
+    """The replica of the journal at `journal_path`: `replica` (a `Location`, or a URL or an
+    obstore store with `options` the keyword arguments of `obstore.store.from_url`) opened and
+    listed, its lease not taken yet. `on_lost(exc)` is called when another writer takes the
+    lease."""
+    return Shipper(replica, options, journal_path=journal_path, fs=fs, ship_interval=ship_interval,
+                   on_lost=on_lost)
 
 
 def _cuts_on_disk(journal_path: str) -> tuple[str, ...]:
