@@ -14,6 +14,9 @@ import sys
 REGISTRY: dict[str, tuple[str, str]] = {
     "append": ("bench.append", "commit throughput vs raw fdatasync and sqlite, group commit, "
                                "bulk append, bytes per event"),
+    "dataplane": ("bench.dataplane", "the session's lifecycle with 32 KiB rollout payloads in the packed "
+                                     "data plane vs without payloads (and one file per row); bytes on "
+                                     "disk per rollout"),
     "demo": ("bench.demo", "journal-demo's kills, rollout-level vs group-level: rollouts regenerated "
                            "after restores, generation-seconds lost per kill"),
     "inspect": ("bench.inspect", "journal-inspect summary and verify on 10M events: wall time and "

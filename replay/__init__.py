@@ -20,8 +20,8 @@ from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutW
                      ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, RowChanged,
                      RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch, TwoOwners, Unreadable,
                      UnsafePath)
-from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
-                     RowsNotFound, RowsNotStorable)
+from .errors import (DataPlaneError, DataPlaneIOError, DataPlaneUnreachable, InvalidLocator, RowConflict,
+                     RowsCorrupt, RowsNotFound, RowsNotStorable)
 from .data_plane import LocalDataPlane, ObjectStoreDataPlane
 from .audit import audit
 from .fingerprint import fingerprint
@@ -45,5 +45,5 @@ __all__ = [
     "DamagedCutWarning", "FirstStartWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
     "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
-    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable",
+    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable", "DataPlaneIOError",
 ]

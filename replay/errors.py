@@ -16,8 +16,8 @@ from journal import replica
 from snapshot.errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalMismatch,
                              ManifestMissing, MissingFile, OrphanFile, RestoreError, SchemaMismatch,
                              TwoOwners, UnsafePath)
-from snapshot.errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator,  # noqa: F401
-                             RowConflict, RowsCorrupt, RowsNotFound, RowsNotStorable)
+from snapshot.errors import (DataPlaneError, DataPlaneIOError, DataPlaneUnreachable,  # noqa: F401
+                             InvalidLocator, RowConflict, RowsCorrupt, RowsNotFound, RowsNotStorable)
 
 
 class JournalCorrupt(RestoreError, journal.JournalCorrupt):

@@ -20,6 +20,7 @@ from typing import Iterator
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
                      Record, RolloutFailed, RolloutSealed, Taken, Trained)
+from journal.events import event_name
 
 from .render import id_list
 
@@ -56,7 +57,7 @@ def _hex(b: bytes | None) -> str | None:
 def event_dict(rec: Record, index: int, event) -> dict:
     c = rec.commit
     d = {"lsn": c.lsn, "timeline": rec.timeline, "segment": rec.segment, "offset": rec.offset,
-         "index": index, "kind": type(event).__struct_config__.tag, "groups": groups_of(event)}
+         "index": index, "kind": event_name(event), "groups": groups_of(event)}
     t = type(event)
     if t is Taken:
         d["rows"] = [{"group_id": g.group_id, "idx": g.idx, "task_name": g.task_name,
@@ -159,7 +160,7 @@ LINE_HEADER = f"{'LSN':>10}  {'TL':>3}  {'KIND':<20}  {'GROUPS':<24}  DETAILS"
 
 
 def event_line(rec: Record, event, *, note: str = "", focus: tuple[int, str | None] | None = None) -> str:
-    kind = type(event).__struct_config__.tag
+    kind = event_name(event)
     line = (f"{rec.commit.lsn:>10}  {rec.timeline:>3}  {kind:<20}  {id_list(groups_of(event), 4):<24}  "
             f"{details(event, focus)}")
     return (line + ("  " + note if note else "")).rstrip()

@@ -17,6 +17,7 @@ import sys
 from typing import Iterable, Iterator
 
 from journal import EVENT_KINDS, Owner, ProblemKind, Record, State
+from journal.events import EVENT_NAMES
 from snapshot import RestoreError, Skipped, read_cut
 from snapshot.catalog import anchored_cuts
 
@@ -203,7 +204,7 @@ class EventTally:
         """Events by kind name, every kind listed."""
         out = {k: 0 for k in EVENT_KINDS}
         for kind, n in self.by_type.items():
-            out[kind.__struct_config__.tag] = n
+            out[EVENT_NAMES[kind]] = n
         return out
 
 

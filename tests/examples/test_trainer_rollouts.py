@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from journal import GroupRef, Journal, Reader, RolloutRef
-from replay import fingerprint
+from replay import LocalDataPlane, fingerprint
 
 from examples.trainer import ADMITTED, REPLAY, Config, NoOwnership, Trainer, _rollout_row, step_dir
 
@@ -92,7 +92,7 @@ def test_a_late_result_is_rejected_by_the_journal_and_its_row_deleted(trainer):
     # both by the attempt fence, also the one whose retry had sealed first
     assert (t.stats["fenced_stale_attempt"], t.stats["fenced_already_done"]) == (2, 0)
     # the late rows are gone, the sealed one of attempt 1 stays
-    rows = sorted(os.listdir(t.cfg.rows_dir))
+    rows = sorted(LocalDataPlane(t.cfg.rows_dir).locators())
     assert rows == [f"g{w.gid}-r2-a1.rows"] and w.sealed[2] == rows[0]
     # the journal holds the raised attempts and the one seal
     r = Reader(t.cfg.journal_dir).fold().live[w.gid].rollouts
@@ -129,7 +129,7 @@ def test_ray_mode_group_level_keeps_each_actors_row_with_its_group(trainer):
     w, locs, event = asyncio.run(scenario())
     assert event == ("finished", w) and w.status == REPLAY and w.attempts is None
     assert not any(t.dp.has(loc) for loc in locs)
-    assert os.listdir(t.cfg.rows_dir) == [w.locator]
+    assert list(LocalDataPlane(t.cfg.rows_dir).locators()) == [w.locator]
     assert t.dp.get(w.locator)["answers"].tolist() == [0, 1, 2, 3]
     assert t.dp.get(w.locator)["rewards"].tolist() == [0.0, 1.0, 0.0, 1.0]
     t.gc_pool.shutdown(wait=True)
