@@ -19,12 +19,12 @@ from journal.fingerprint import fingerprint
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning,
                      DamagedJournalWarning, FirstStartWarning, IdentityChanged, JournalCorrupt, JournalMismatch,
                      ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
-                     RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
-                     TwoOwners, Unreadable, UnsafePath)
+                     ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, RowChanged,
+                     RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch, TwoOwners, Unreadable,
+                     UnsafePath)
 from .errors import (DataPlaneError, DataPlaneIOError, DataPlaneUnreachable, InvalidLocator, RowConflict,
                      RowsCorrupt, RowsNotFound, RowsNotStorable)
 from .data_plane import LocalDataPlane, ObjectStoreDataPlane
-from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from .audit import audit
 from .identity import IDENTITY_POLICIES
 from .rehydrate import ROW_CHANGED_POLICIES

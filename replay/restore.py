@@ -22,7 +22,8 @@ from typing import Any, Callable, Mapping
 import journal
 from journal import LoaderStateError, Owner, Reader, State, list_segments
 from journal.identity import digests
-from journal.layout import CUTS_PREFIX, DirKind, describe_entries, dir_kind
+from journal.layout import DirKind, describe_entries, dir_kind
+from journal.replica.names import CUTS_PREFIX
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 from snapshot.damaged import (check_anchor_past_damage, damage_of, describe, group_id_ceiling,
                               point_past_damage)
@@ -30,11 +31,11 @@ from snapshot.row_ledger import RowLedger, ledger_at
 
 from .errors import (DamagedCutWarning, DamagedJournalWarning, FirstStartWarning, IdentityChanged,
                      JournalCorrupt, NothingToRestore, OwnershipError, RestoreError, Unreadable)
-from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
 from .identity import IDENTITY_POLICIES, compare_identity
 from .recovered import RecoveredState, base_cut_writer
 from .recovery import DeadTail, read_dead_tail, recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
+from .source import Source
 
 
 def _wrap_journal_errors(fn, *args, **kwargs):
@@ -278,8 +279,8 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     `NothingToRestore` instead.
 
     `path` may also be a replica (a URL such as `s3://bucket/runs/42` with `replica_options`,
-    or an obstore store): the bucket alone is read (`replay/from_replica.py`); a bucket that
-    holds no history is a first start too.
+    an obstore store, or a `journal.replica.Location`): the bucket alone is read
+    (`replay/source.py`); a bucket that holds no history is a first start too.
 
     `identity` (the run's tokenizer, sampling parameters, prompt template, reward version, as
     `Journal.open(identity=)` records it) is compared with the identity the history recorded at
@@ -295,10 +296,11 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
                    data_plane=data_plane, salvage=salvage,
                    identity=digests(identity) if identity is not None else None,
                    on_identity_changed=on_identity_changed)
-    if is_replica(path):
-        result = _restore_replica(path, replica_options, at, **options)
+    source = Source(path, replica_options)
+    if source.location is not None:
+        result = _restore_replica(source, at, **options)
         if result.first_start:
-            _first_start(describe_replica(path), "holds no journal history", must_exist)
+            _first_start(source.where, "holds no journal history", must_exist)
     else:
         result = _restore_dir(path, at, **options)
         if result.first_start:
@@ -374,22 +376,20 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
     return result
 
 
-def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredState:
+def _restore_replica(source: Source, at, **kwargs) -> RecoveredState:
     """`restore` of a replica, with every local check: the newest complete cut and the segments
     from it on fetched into a temporary journal directory (removed afterwards) and restored;
     when that restore does not stand on a fetched cut (the cut is unusable, or the restore
     point is before it), the next older cut and its segments are fetched too, and so on, last
-    the whole history (`from_replica.fetch_in_steps`)."""
-    listing = ReplicaListing(replica, options, at_end=at == "end")
+    the whole history (`Source.fetch_in_steps`)."""
     with tempfile.TemporaryDirectory(prefix="oj-replica-") as tmp:
-        for last in fetch_in_steps(listing, tmp, at):
+        for last in source.fetch_in_steps(tmp, at):
             if not os.listdir(tmp):
                 return _empty_state(kwargs["identity"])
             try:
                 result = _restore_dir(tmp, at, **kwargs)
             except IdentityChanged as exc:  # the point's identity, whichever cut it stands on
-                raise IdentityChanged(str(exc).replace(tmp, describe_replica(replica)),
-                                      exc.changes) from None
+                raise IdentityChanged(str(exc).replace(tmp, source.where), exc.changes) from None
             except RestoreError:
                 if last:
                     raise
@@ -400,7 +400,7 @@ def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredSt
         # a writer continuing on another node cannot read these ids off its own disk
         result.group_id_floor = _wrap_journal_errors(Reader(tmp).max_group_id) + 1
     # the cuts named as the bucket names them: the temporary directory is gone
-    fetched_cuts, in_bucket = os.path.join(tmp, SNAPSHOTS_DIR) + os.sep, f"{describe_replica(replica)}/{CUTS_PREFIX}"
+    fetched_cuts, in_bucket = os.path.join(tmp, SNAPSHOTS_DIR) + os.sep, f"{source.where}/{CUTS_PREFIX}"
     if result.base_cut is not None:
         result.base_cut = result.base_cut.replace(fetched_cuts, in_bucket)
     result.skipped = [dataclasses.replace(s, path=s.path.replace(fetched_cuts, in_bucket),

@@ -1,17 +1,18 @@
-"""What the writer needs of its replica (`ReplicaLink`), and how `Journal.open(..., replica=)`
-makes one (`open_replica`).
+"""What the writer needs of its replica (`ReplicaLink`); `Journal.open(..., replica=)` makes one
+with `open_replica` (`shipper.py`).
 
-The writer knows its replica through these five calls only: it takes the lease before it writes
-anything (`acquire`), says what is durable after each fsync (`note_durable`), waits for the
-bucket (`flush`), reports how far behind it is (`lag`) and lets go (`close`). The bucket, the
-lease, the shipper thread and retention in the bucket stay inside this package.
+The writer knows its replica through five calls: it takes the lease before it writes anything
+(`acquire`), says what is durable after each fsync (`note_durable`), waits for the bucket
+(`flush`), reports how far behind it is (`lag`) and lets go (`close`). Compaction, given the
+live journal, hands its retention decision over (`apply_retention`). The bucket, the lease,
+the shipper thread and the rule of retention in the bucket stay inside this package.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
-from ..vfs import OsFileSystem
+from .retention import RetentionDecision, RetentionRequest
 
 
 class ReplicaLag(NamedTuple):
@@ -44,12 +45,7 @@ class ReplicaLink(Protocol):
     def close(self, *, release: bool) -> None:
         """Ship what is left for a little while, stop, and give the lease up (`release`)."""
 
+    def apply_retention(self, decision: RetentionDecision) -> RetentionRequest:
+        """Delete from the bucket what `decision` (compaction's retention) no longer keeps, once
+        the kept cuts and the history through them are in the bucket; the request made."""
 
-def open_replica(replica: Any, options: dict | None, *, journal_path: str, fs: OsFileSystem,
-                 ship_interval: float, on_lost: Callable[[BaseException], None]) -> ReplicaLink:
-    """The replica of the journal at `journal_path`: `replica` (a URL or an obstore store, with
-    `options` the keyword arguments of `obstore.store.from_url`) opened and listed, its lease
-    not taken yet. `on_lost(exc)` is called when another writer takes the lease."""
-    from .shipper import Shipper
-    return Shipper(replica, options, journal_path=journal_path, fs=fs, ship_interval=ship_interval,
-                   on_lost=on_lost)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 from journal import (GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt,
                      Transaction, list_segments)
 from journal.fingerprint import fingerprint
+from journal.replica import Location
 from snapshot import BackgroundCompactor
 from snapshot.data_plane import row_locators
 
@@ -69,11 +70,12 @@ def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, l
     weights of the restored step, the loader's state, then the journal continuing the restored
     history (recording the identity when it differs)."""
     local = os.path.abspath(journal_dir)
+    replica = Location.of(replica, replica_options) if replica is not None else None
     source = replica if replica is not None and not _holds_history(local) else local
     state = restore(source, dataset=dataset, collate_fn=collate_fn, data_plane=data_plane,
                     salvage=salvage and data_plane is not None, must_exist=must_exist,
-                    replica_options=replica_options, on_row_changed=on_row_changed,
-                    identity=identity, on_identity_changed=on_identity_changed)
+                    on_row_changed=on_row_changed, identity=identity,
+                    on_identity_changed=on_identity_changed)
     if state.step is not None and load_weights is not None:
         try:
             load_weights(state.step)
@@ -86,8 +88,7 @@ def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, l
     if loader is not None and state.loader_state is not None:
         loader.load_state_dict(state.loader_state)
     fs = MeasuredFileSystem()
-    j = Journal.open(local, resume=state, sync=sync, fs=fs, replica=replica,
-                     replica_options=replica_options, identity=identity)
+    j = Journal.open(local, resume=state, sync=sync, fs=fs, replica=replica, identity=identity)
     return Opened(j, state, fs)
 
 

@@ -139,7 +139,7 @@ def test_a_cut_carries_the_identity_and_restores_alone(fast_tmp):
 def test_a_bucket_restore_compares_the_identity_and_names_the_bucket(fast_tmp):
     from obstore.store import MemoryStore
 
-    from replay.from_replica import describe_replica
+    from journal.replica import Location
     store = MemoryStore()
     path = str(fast_tmp / "j")
     with Journal.open(path, identity=OLD, replica=store, ship_interval=0.05) as j:
@@ -149,7 +149,7 @@ def test_a_bucket_restore_compares_the_identity_and_names_the_bucket(fast_tmp):
         j.flush_replica(timeout=30)
     with pytest.raises(IdentityChanged, match="changed: temperature") as info:
         restore(store, identity=NEW)
-    assert describe_replica(store) in str(info.value) and "oj-replica-" not in str(info.value)
+    assert Location.of(store).where in str(info.value) and "oj-replica-" not in str(info.value)
     assert restore(store, identity=OLD).identity_check == "same"
 
 
