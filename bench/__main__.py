@@ -14,6 +14,9 @@ import sys
 REGISTRY: dict[str, tuple[str, str]] = {
     "append": ("bench.append", "commit throughput vs raw fdatasync and sqlite, group commit, "
                                "bulk append, bytes per event"),
+    "dataplane": ("bench.dataplane", "the session's lifecycle with 32 KiB rollout payloads in the packed "
+                                     "data plane vs without payloads (and one file per row); bytes on "
+                                     "disk per rollout"),
     "demo": ("bench.demo", "journal-demo's kills, rollout-level vs group-level: rollouts regenerated "
                            "after restores, generation-seconds lost per kill"),
     "inspect": ("bench.inspect", "journal-inspect summary and verify on 10M events: wall time and "
@@ -21,6 +24,9 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "recovery": ("bench.recovery", "generation-seconds lost per crash, prompts lost and trained twice: "
                                    "loader position only, NeMo-RL's ledger, Megatron-LM's rollout bank, "
                                    "per-rollout seals, seals + progress; calibrated against verl RFC #7579"),
+    "peers": ("bench.peers", "the same group lifecycle on this library's Session and on straw-queue 0.1.6 "
+                             "(slime's queue), sqlite3 beside: groups/s with and without payloads, syncs "
+                             "and bytes per group, reopen time and RSS after 1x/10x/100x history"),
     "ray": ("bench.ray", "the trainer's Ray mode: rollouts/s journal on vs off; per kill kind (actor, node, "
                          "controller) rollouts regenerated and generation-seconds lost, rollout-level vs "
                          "group-level vs the baseline"),

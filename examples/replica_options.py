@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from journal.replica import parse_options
 
 from .extras import require
 
@@ -26,9 +27,6 @@ def parse_replica_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> 
     if a.replica is None:
         p.error("--replica-options needs --replica")
     try:
-        options = json.loads(a.replica_options)
+        return parse_options(a.replica_options)
     except ValueError as exc:
-        p.error(f"--replica-options is not JSON: {exc}")
-    if not isinstance(options, dict):
-        p.error("--replica-options must be a JSON object (obstore.store.from_url keyword arguments)")
-    return options
+        p.error(str(exc))

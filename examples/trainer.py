@@ -55,7 +55,7 @@ it), while `ckpt/` (weights) and `rows/` (the data plane) stand for the shared f
 bucket real runs keep them on. A restore from the bucket may come back to an older checkpoint
 than the node had (the newest commits were not shipped yet), so checkpoint directories and rows
 are retired only up to the newest checkpoint whose commit is in the bucket; cuts carry no copy of
-the rows. A new run's first commit is a committed checkpoint of its initial weights.
+the rows. A new run begins with a committed checkpoint of its initial weights.
 
 With `--baseline` there is no journal: it saves the loader's `state_dict()` with the
 weights at checkpoint time and drops whatever was in flight on a restart, as async
@@ -107,6 +107,11 @@ TMP = ".tmp-"
 LATENCY_SIGMA = 0.8          # log-normal spread of a rollout's latency: a long tail
 DISCARD_REASON = "rollout_failed"
 REPLICA_FLUSH_SECONDS = 120.0   # the end of a run waits this long for the bucket to have it all
+# The run identity the journal records and every restore checks: the token layout of the
+# prompts, plain multinomial sampling from the policy, an exact-match reward. A restart with
+# other settings is refused (`replay.IdentityChanged`) rather than training on kept rollouts.
+RUN_IDENTITY = {"tokenizer": {"vocab": VOCAB, "prompt_tokens": PROMPT_TOKENS, "answers": ANSWERS},
+                "sampling": {"temperature": 1.0}, "reward": "exact-answer-v1"}
 
 _print_lock = threading.Lock()
 
@@ -523,23 +528,26 @@ class Trainer:
             # the node is new (or its disk was lost): the bucket alone has the history
             source = "replica"
             state = restore(cfg.replica, replica_options=cfg.replica_options, dataset=self.ds,
-                            collate_fn=collate_fn, data_plane=self.dp, salvage=True)
+                            collate_fn=collate_fn, data_plane=self.dp, salvage=True, identity=RUN_IDENTITY)
         elif journal_exists or not ckpts:
             os.makedirs(jdir, exist_ok=True)
             source = "journal"
             with warnings.catch_warnings():
                 if not journal_exists:  # a run directory with nothing in it: the first start is meant
                     warnings.simplefilter("ignore", FirstStartWarning)
-                state = restore(jdir, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True)
+                state = restore(jdir, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True,
+                                identity=RUN_IDENTITY)
         else:
             # the journal is gone: resume from the ownership cut the newest checkpoint carries
             source = "cut"
             cut = os.path.join(ckpts[0][1], "ownership")
             self.dp.import_cut(cut)
-            state = restore(cut, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True)
+            state = restore(cut, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True,
+                            identity=RUN_IDENTITY)
         replica = {} if cfg.replica is None else {
             "replica": cfg.replica, "replica_options": cfg.replica_options, "ship_interval": cfg.ship_interval}
-        self.journal = Journal.open(jdir, resume=state, segment_bytes=cfg.segment_bytes, **replica)
+        self.journal = Journal.open(jdir, resume=state, segment_bytes=cfg.segment_bytes, identity=RUN_IDENTITY,
+                                    **replica)
         # the checkpoint a restore from the bucket stands on is in the bucket; one restored
         # from the local journal may not be
         self.restorable = (state.step or 0) if source == "replica" else 0
@@ -604,9 +612,9 @@ class Trainer:
         return redispatch
 
     def _initial_checkpoint(self) -> None:
-        """A new run with a replica: its first commit is a committed checkpoint of the initial
-        weights (begun and committed at once), so whenever the bucket holds a history it holds
-        a checkpoint to restore, and a restore from it never lands on LSN 0."""
+        """A new run with a replica: its first commit after the identity is a committed
+        checkpoint of the initial weights (begun and committed at once), so whenever the bucket
+        holds a group's history it holds a checkpoint to restore."""
         lsn = self.journal.lsn + 1
         tmp = self._save_weights({"model": self.policy.state_dict(), "optim": self.opt.state_dict(),
                                   "step": 0, "loader_epoch": 0, "lsn": lsn}, 0)

@@ -1,9 +1,10 @@
 """journal: the durable, checksummed ownership log of an asynchronous RL trainer.
 
 Every ownership transition of every prompt group (taken, diverted, admitted,
-finished, trained, discarded) and every checkpoint marker is one event; one
-or more events form a commit with the next LSN; `Journal` appends commits to
-segment files and returns only after they are fsynced (sync="always").
+finished, trained, discarded), every checkpoint marker and every change of the
+run identity (`identity.py`) is one event; one or more events form a commit
+with the next LSN; `Journal` appends commits to segment files and returns
+only after they are fsynced (sync="always").
 
 Format (byte by byte in README "Format"): segments `<timeline>-<first lsn>.wal`
 with a 64-byte header (magic, version, run id, timeline, parent timeline,
@@ -23,9 +24,11 @@ function that checked each commit before it was written.
 
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
                      JournalLocked, JournalWarning, OwnershipError, StaleAttempt, TransactionClosed)
-from .errors import ReplicaConflict, ReplicaError, ReplicaTimeout, StateFileCorrupt
+from .errors import StateFileCorrupt
+from .replica.errors import ReplicaConflict, ReplicaError, ReplicaTimeout
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
-                     Diverted, EVENT_KINDS, Event, Finished, GroupRef, LIVE_OWNERS, Owner, RolloutFailed,
+                     Diverted, EVENT_KINDS, Event, Finished, GroupRef, IdentityRecorded, LIVE_OWNERS, Owner,
+                     RolloutFailed,
                      RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained)
 from .fold import Group, LoaderState, Rollouts, SampledRow, State, apply, fold, fold_records
@@ -47,6 +50,6 @@ __all__ = [
     "JournalError", "OwnershipError", "StaleAttempt", "JournalCorrupt", "JournalFailed", "JournalLocked",
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",
     "Diverted", "Admitted", "Finished", "Trained", "Discarded", "CheckpointBegun",
-    "CheckpointCommitted", "Blob", "TORN_DIR", "LOCK_NAME",
+    "CheckpointCommitted", "IdentityRecorded", "Blob", "TORN_DIR", "LOCK_NAME",
     "ReplicaError", "ReplicaConflict", "ReplicaTimeout", "StateFileCorrupt", "state_file",
 ]

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .events import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     GroupRef, RolloutFailed, RolloutRef, RolloutSealed, Taken, Trained)
+import msgspec.inspect as mi
+
+from .events import EVENT_TYPES, GroupRef, RolloutRef, TakenGroup
 
 _ID_MAX = 2 ** 63 - 1
 
@@ -41,30 +42,6 @@ def _int(v):
     return None if -_ID_MAX <= v <= _ID_MAX else (ValueError, "an integer of at most 63 bits")
 
 
-def _str(v):
-    return None if isinstance(v, str) else (TypeError, "a str")
-
-
-def _bytes(v):
-    return None if isinstance(v, bytes) else (TypeError, "bytes")
-
-
-def _optional(rule):
-    return lambda v: None if v is None else rule(v)
-
-
-def _group_ids(v):
-    if not isinstance(v, list) or not all(_is_int(g) for g in v):
-        return TypeError, "a list of integer group ids"
-    return None
-
-
-def _locators(v):
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        return TypeError, "a list of str"
-    return None
-
-
 def _bounded(low: int, high: int):
     def rule(v):
         if not _is_int(v):
@@ -73,33 +50,92 @@ def _bounded(low: int, high: int):
     return rule
 
 
-def _rollout_refs(v):
-    return None if isinstance(v, list) else (TypeError, "a list of RolloutRef")
+def _int_rule(t: mi.IntType):
+    """An id (`events.Id`), a stored integer (`events.Int`; one without bounds is one too: a
+    value msgpack cannot hold fails as one of more than 63 bits), or an integer in bounds."""
+    bounds = (t.ge, t.le)
+    if bounds == (0, _ID_MAX):
+        return id_problem
+    if bounds in ((None, None), (-_ID_MAX, _ID_MAX)):
+        return _int
+    return _bounded(*bounds)
 
 
-# event class -> (the call it comes from, [(field, argument name, rule)]), in field order
-RULES = {
-    Diverted: ("diverted", [("groups", "group_ids", _group_ids)]),
-    Admitted: ("admitted", [("groups", "group_ids", _group_ids), ("target_step", "target_step", _int),
-                            ("policy_version", "policy_version", _optional(_int)),
-                            ("replaces", "replaces", _optional(_int)),
-                            ("rollouts", "rollouts", _optional(_bounded(1, 65535)))]),
-    Finished: ("finished", [("groups", "group_ids", _group_ids),
-                            ("policy_version", "policy_version", _optional(_int)),
-                            ("locators", "locators", _optional(_locators))]),
-    Trained: ("trained", [("groups", "group_ids", _group_ids), ("step", "step", _int)]),
-    Discarded: ("discarded", [("groups", "group_ids", _group_ids), ("reason", "reason", _str)]),
-    RolloutSealed: ("rollout_sealed", [("rollouts", "refs", _rollout_refs),
-                                       ("policy_version", "policy_version", _optional(_int))]),
-    RolloutFailed: ("rollout_failed", [("rollouts", "refs", _rollout_refs), ("reason", "reason", _str)]),
-    CheckpointBegun: ("begin_checkpoint", [("step", "step", _int)]),
-    CheckpointCommitted: ("commit_checkpoint", [("step", "step", _int)]),
-}
-CALLS = {Taken: "taken", **{event: call for event, (call, _) in RULES.items()}}  # event -> its method
-GROUP_REF_RULES = [("group_id", id_problem), ("idx", id_problem), ("task_name", _optional(_str)),
-                   ("epoch", _optional(_int)), ("fingerprint", _optional(_bytes))]
-ROLLOUT_REF_RULES = [("group_id", id_problem), ("index", _bounded(0, 65534)), ("attempt", id_problem),
-                     ("locator", _optional(_str))]
+def _instance(cls: type, what: str):
+    return lambda v: None if isinstance(v, cls) else (TypeError, what)
+
+
+def _optional(rule):
+    return lambda v: None if v is None else rule(v)
+
+
+def _list_of(item_rule, what: str):
+    def rule(v):
+        if not isinstance(v, list) or not all(item_rule(x) is None for x in v):
+            return TypeError, what
+        return None
+    return rule
+
+
+# the class a caller passes for the one the event stores (a TakenGroup is built from a GroupRef)
+_SHOWN_AS = {TakenGroup: GroupRef.__name__}
+
+
+def _rule(t, argument: str):
+    """What a value of msgspec type `t` (of the call's `argument`) must be, as a rule: the value
+    -> None, or (exception class, what it must be)."""
+    if isinstance(t, mi.Metadata):
+        return _rule(t.type, argument)
+    if isinstance(t, mi.UnionType):  # X | None
+        (inner,) = [u for u in t.types if not isinstance(u, mi.NoneType)]
+        return _optional(_rule(inner, argument))
+    if isinstance(t, mi.IntType):
+        return _int_rule(t)
+    if isinstance(t, mi.StrType):
+        return _instance(str, "a str")
+    if isinstance(t, mi.BytesType):
+        return _instance(bytes, "bytes")
+    if isinstance(t, mi.StructType):
+        return _instance(t.cls, f"a {t.cls.__name__}")
+    if isinstance(t, mi.DictType):
+        return _instance(dict, "a dict")
+    item = t.item_type  # a list
+    if isinstance(item, mi.IntType):
+        return _list_of(_is_int_problem, f"a list of integer {argument.replace('_', ' ')}")
+    if isinstance(item, mi.StrType):
+        return _list_of(_instance(str, "a str"), "a list of str")
+    return _instance(list, f"a list of {_SHOWN_AS.get(item.cls, item.cls.__name__)}")
+
+
+def _is_int_problem(v):
+    return None if _is_int(v) else (TypeError, "an integer")
+
+
+def _field_rules(cls: type) -> list[tuple[str, str, object]]:
+    """[(field, the call's argument name, rule)] of msgspec struct `cls`, in field order."""
+    out = []
+    for f in mi.type_info(cls).fields:
+        extra = f.type.extra if isinstance(f.type, mi.Metadata) else None
+        argument = (extra or {}).get("argument", f.name)
+        out.append((f.name, argument, _rule(f.type, argument)))
+    return out
+
+
+def _item_rules(cls: type) -> list[tuple[str, str, list]]:
+    """[(field, the name its items are shown as, their field rules)] for the fields of `cls`
+    that hold lists of structs (their items are checked field by field, after the event's)."""
+    out = []
+    for f in mi.type_info(cls).fields:
+        t = f.type.type if isinstance(f.type, mi.Metadata) else f.type
+        if isinstance(t, mi.ListType) and isinstance(t.item_type, mi.StructType):
+            item = t.item_type.cls
+            out.append((f.name, _SHOWN_AS.get(item, item.__name__), _field_rules(item)))
+    return out
+
+
+# event class -> (its call, [(field, argument, rule)], [(list field, item name, item rules)]),
+# read from the schema (`events.py`): the bounds are its `msgspec.Meta`
+RULES = {kind: (kind.call, _field_rules(kind), _item_rules(kind)) for kind in EVENT_TYPES}
 
 
 def _nothing_written(journal: str) -> str:
@@ -166,21 +202,15 @@ def invalid(name: str, value, problem) -> Exception:
 def explain(events: list) -> Exception | None:
     """The error for the first argument of `events` that breaks its rule (None if none does)."""
     for ev in events:
-        if type(ev) is Taken:
-            for g in ev.groups:
-                for attr, rule in GROUP_REF_RULES:
-                    problem = rule(getattr(g, attr))
-                    if problem is not None:
-                        return invalid(f"GroupRef.{attr}", getattr(g, attr), problem)
-            continue
-        call, fields = RULES.get(type(ev), (None, ()))
+        call, fields, lists = RULES[type(ev)]
         for attr, arg, rule in fields:
             problem = rule(getattr(ev, attr))
             if problem is not None:
                 return invalid(f"{call}() argument {arg}", getattr(ev, attr), problem)
-        for ref in ev.rollouts if type(ev) in (RolloutSealed, RolloutFailed) else ():
-            for attr, rule in ROLLOUT_REF_RULES:
-                problem = rule(getattr(ref, attr))
-                if problem is not None:
-                    return invalid(f"RolloutRef.{attr}", getattr(ref, attr), problem)
+        for attr, shown, item_fields in lists:
+            for item in getattr(ev, attr):
+                for name, _arg, rule in item_fields:
+                    problem = rule(getattr(item, name))
+                    if problem is not None:
+                        return invalid(f"{shown}.{name}", getattr(item, name), problem)
     return None

@@ -8,7 +8,7 @@ import functools
 import threading
 from typing import Any, Callable, TypeVar
 
-from .arguments import CALLS
+from .events import CALLS
 from .writer import Journal, Transaction
 
 T = TypeVar("T")

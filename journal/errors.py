@@ -87,20 +87,3 @@ class JournalWarning(UserWarning):
     """Something the caller most likely did not mean, such as continuing a crashed run's
     history without `resume=`."""
 
-
-class ReplicaError(JournalError):
-    """Shipping to or reading from the replica (object storage) failed; `object` names the
-    object involved, when there is one."""
-
-    def __init__(self, message: str, *, object: str | None = None):
-        super().__init__(message)
-        self.object = object
-
-
-class ReplicaConflict(ReplicaError):
-    """An object in the bucket has the name of one being shipped but other bytes. Objects are
-    immutable, so shipping stopped; the journal still commits locally."""
-
-
-class ReplicaTimeout(ReplicaError, TimeoutError):
-    """`flush_replica(timeout=)` ran out before everything acknowledged was in the bucket."""

@@ -3,12 +3,21 @@
 Events are encoded as msgpack arrays whose first element is the tag, so a
 frame costs a few bytes per group. Adding a field at the end with a default is
 a compatible change; anything else bumps `FORMAT_VERSION` in `format.py`.
+
+Each event kind is declared once, by its struct: the tag is its name (`event_name`), the
+fields with their bounds (`msgspec.Meta`) are its arguments, and three class variables say
+the rest: `call`, the method of `Journal` and `Transaction` that records it; `from_owners`,
+the owners a group it names may have (empty for `taken`: the group comes from the loader,
+which the journal does not track); `to`, where it moves them (None for an event that moves no
+group). The fold's table (`fold.TRANSITIONS`), the argument messages (`arguments.py`), the
+transition calls and `AsyncJournal`'s derive from it; adding a kind is its struct here, its
+row in `EVENT_TYPES` and its rule in the fold.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Union
+from typing import Annotated, ClassVar, Union
 
 import msgspec
 
@@ -31,14 +40,20 @@ class Owner(enum.IntEnum):
 LIVE_OWNERS = frozenset({Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE})
 
 
-# Every integer a commit stores must survive a cut, whose tables are int64 columns with
-# -2**63 meaning "none" (snapshot/tables.py): wider values or the sentinel were accepted here,
-# written durably, and then made every compaction fail (ValueError) or wrote a cut its own
-# reader rejects. Allocated ids and row numbers are never negative (a cut rejects negative
-# ones). Checked where commits are encoded (the writer's decode gate) and when they are read.
-# (Group ids named by a transition need no bound: the fold rejects any id never taken.)
+# Every integer a commit stores fits a cut's int64 columns, whose -2**63 means "none"
+# (snapshot/tables.py); allocated ids and row numbers are never negative. Checked where commits
+# are encoded (the writer's decode gate) and when they are read. Group ids named by a
+# transition need no bound: the fold refuses any id never taken.
 Id = Annotated[int, msgspec.Meta(ge=0, le=2 ** 63 - 1)]
 Int = Annotated[int, msgspec.Meta(ge=-(2 ** 63) + 1, le=2 ** 63 - 1)]
+
+
+def _argument(name: str) -> msgspec.Meta:
+    """The name of the call's argument a field holds, where the two names differ."""
+    return msgspec.Meta(extra={"argument": name})
+
+
+GroupIds = Annotated[list[int], _argument("group_ids")]  # the groups an event moves
 
 
 class GroupRef(msgspec.Struct, frozen=True):
@@ -70,13 +85,21 @@ class PackedLoaderState(msgspec.Struct, array_like=True, frozen=True):
 
 
 class Taken(msgspec.Struct, tag="taken", array_like=True, frozen=True):
-    groups: list[TakenGroup]
+    call: ClassVar[str] = "taken"
+    from_owners: ClassVar[frozenset] = frozenset()
+    to: ClassVar[Owner | None] = Owner.RESERVED
+
+    groups: Annotated[list[TakenGroup], _argument("refs")]
     loader_state: PackedLoaderState | None = None
     dataset_size: Id | None = None  # len(dataset) as the trainer saw it (restore checks it)
 
 
 class Diverted(msgspec.Struct, tag="diverted", array_like=True, frozen=True):
-    groups: list[int]
+    call: ClassVar[str] = "diverted"
+    from_owners: ClassVar[frozenset] = frozenset({Owner.RESERVED})
+    to: ClassVar[Owner | None] = Owner.SPARE
+
+    groups: GroupIds
 
 
 # N, the number of rollouts of a group admitted with `rollouts=N` (a bound, not a promise:
@@ -86,7 +109,11 @@ RolloutIndex = Annotated[int, msgspec.Meta(ge=0, le=65534)]
 
 
 class Admitted(msgspec.Struct, tag="admitted", array_like=True, frozen=True):
-    groups: list[int]
+    call: ClassVar[str] = "admitted"
+    from_owners: ClassVar[frozenset] = frozenset({Owner.RESERVED, Owner.SPARE})
+    to: ClassVar[Owner | None] = Owner.ADMITTED
+
+    groups: GroupIds
     target_step: Int
     policy_version: Int | None = None
     replaces: int | None = None
@@ -105,45 +132,94 @@ class RolloutRef(msgspec.Struct, array_like=True, frozen=True):
     locator: str | None = None
 
 
+RolloutRefs = Annotated[list[RolloutRef], _argument("refs")]  # the rollouts an event names
+
+
 class Finished(msgspec.Struct, tag="finished", array_like=True, frozen=True):
-    groups: list[int]
+    call: ClassVar[str] = "finished"
+    from_owners: ClassVar[frozenset] = frozenset({Owner.ADMITTED})
+    to: ClassVar[Owner | None] = Owner.REPLAY
+
+    groups: GroupIds
     policy_version: Int | None = None
     locators: list[str] | None = None
 
 
 class Trained(msgspec.Struct, tag="trained", array_like=True, frozen=True):
-    groups: list[int]
+    call: ClassVar[str] = "trained"
+    from_owners: ClassVar[frozenset] = frozenset({Owner.REPLAY})
+    to: ClassVar[Owner | None] = Owner.TRAINED
+
+    groups: GroupIds
     step: Int
 
 
 class Discarded(msgspec.Struct, tag="discarded", array_like=True, frozen=True):
-    groups: list[int]
+    call: ClassVar[str] = "discarded"
+    from_owners: ClassVar[frozenset] = LIVE_OWNERS
+    to: ClassVar[Owner | None] = Owner.DROPPED
+
+    groups: GroupIds
     reason: str
 
 
 class RolloutSealed(msgspec.Struct, tag="rollout_sealed", array_like=True, frozen=True):
-    rollouts: list[RolloutRef]
+    call: ClassVar[str] = "rollout_sealed"
+    from_owners: ClassVar[frozenset] = frozenset({Owner.ADMITTED})
+    to: ClassVar[Owner | None] = Owner.ADMITTED
+
+    rollouts: RolloutRefs
     policy_version: Int | None = None
 
 
 class RolloutFailed(msgspec.Struct, tag="rollout_failed", array_like=True, frozen=True):
-    rollouts: list[RolloutRef]
+    call: ClassVar[str] = "rollout_failed"
+    from_owners: ClassVar[frozenset] = frozenset({Owner.ADMITTED})
+    to: ClassVar[Owner | None] = Owner.ADMITTED
+
+    rollouts: RolloutRefs
     reason: str
 
 
 class CheckpointBegun(msgspec.Struct, tag="checkpoint_begun", array_like=True, frozen=True):
+    call: ClassVar[str] = "begin_checkpoint"
+    from_owners: ClassVar[frozenset] = frozenset()
+    to: ClassVar[Owner | None] = None
+
     step: Int
 
 
 class CheckpointCommitted(msgspec.Struct, tag="checkpoint_committed", array_like=True, frozen=True):
+    call: ClassVar[str] = "commit_checkpoint"
+    from_owners: ClassVar[frozenset] = frozenset()
+    to: ClassVar[Owner | None] = None
+
     step: Int
 
 
-Event = Union[Taken, Diverted, Admitted, Finished, Trained, Discarded, RolloutSealed, RolloutFailed,
-              CheckpointBegun, CheckpointCommitted]
+class IdentityRecorded(msgspec.Struct, tag="identity_recorded", array_like=True, frozen=True):
+    """The run identity from this commit on (`identity.py`): per key, the fingerprint of its
+    value. It replaces the one recorded before as a whole; no group moves."""
 
-EVENT_KINDS = ("taken", "diverted", "admitted", "finished", "trained", "discarded",
-               "rollout_sealed", "rollout_failed", "checkpoint_begun", "checkpoint_committed")
+    call: ClassVar[str] = "record_identity"
+    from_owners: ClassVar[frozenset] = frozenset()
+    to: ClassVar[Owner | None] = None
+
+    digests: Annotated[dict[str, bytes], _argument("identity")]
+
+
+# every event kind, in the order the README's table and `journal-inspect` list them
+EVENT_TYPES = (Taken, Diverted, Admitted, Finished, Trained, Discarded, RolloutSealed, RolloutFailed,
+               CheckpointBegun, CheckpointCommitted, IdentityRecorded)
+Event = Union[EVENT_TYPES]  # type: ignore[valid-type]
+EVENT_KINDS = tuple(kind.__struct_config__.tag for kind in EVENT_TYPES)
+CALLS = {kind: kind.call for kind in EVENT_TYPES}  # event type -> the method that records it
+EVENT_NAMES = {kind: kind.__struct_config__.tag for kind in EVENT_TYPES}  # event type -> its kind
+
+
+def event_name(event) -> str:
+    """The kind of `event` (its tag): "taken", "admitted", ..."""
+    return EVENT_NAMES[type(event)]
 
 
 class Blob(msgspec.Struct, array_like=True, frozen=True):

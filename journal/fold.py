@@ -18,9 +18,9 @@ from typing import Iterable, Mapping, NamedTuple
 import msgspec
 
 from .errors import JournalCorrupt, OwnershipError, StaleAttempt
-from .events import (LIVE_OWNERS, Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
-                     Diverted, Finished, Owner, PackedLoaderState, RolloutSealed, RolloutFailed, Taken,
-                     Trained)
+from .events import (EVENT_TYPES, LIVE_OWNERS, Admitted, CheckpointBegun, CheckpointCommitted, Commit,
+                     Discarded, Diverted, Finished, IdentityRecorded, Owner, PackedLoaderState,
+                     RolloutSealed, RolloutFailed, Taken, Trained, event_name)
 from . import loader_state as _loader_state
 
 
@@ -34,21 +34,13 @@ class Transition(NamedTuple):
     to: Owner | None
 
 
-# The ownership rules, written once. `fold_records` folds the four kinds every group goes
-# through inline for speed; tests/test_journal_fold_table.py holds every kind of the fold
-# against this table, and the README's table is `transition_table_markdown()`.
-TRANSITIONS: dict[str, Transition] = {t.event: t for t in (
-    Transition("taken", frozenset(), Owner.RESERVED),
-    Transition("diverted", frozenset({Owner.RESERVED}), Owner.SPARE),
-    Transition("admitted", frozenset({Owner.RESERVED, Owner.SPARE}), Owner.ADMITTED),
-    Transition("finished", frozenset({Owner.ADMITTED}), Owner.REPLAY),
-    Transition("trained", frozenset({Owner.REPLAY}), Owner.TRAINED),
-    Transition("discarded", LIVE_OWNERS, Owner.DROPPED),
-    Transition("rollout_sealed", frozenset({Owner.ADMITTED}), Owner.ADMITTED),
-    Transition("rollout_failed", frozenset({Owner.ADMITTED}), Owner.ADMITTED),
-    Transition("checkpoint_begun", frozenset(), None),
-    Transition("checkpoint_committed", frozenset(), None),
-)}
+# The ownership table, read from each event kind's declaration (`events.py`). `fold_records`
+# folds the four kinds every group goes through inline, reading their rows below;
+# tests/journal/test_fold_table.py holds every kind of the fold against this table, and the
+# README's table is `transition_table_markdown()`.
+TRANSITIONS: dict[str, Transition] = {
+    event_name: Transition(event_name, kind.from_owners, kind.to)
+    for event_name, kind in ((kind.__struct_config__.tag, kind) for kind in EVENT_TYPES)}
 
 
 def transition_table_markdown() -> str:
@@ -211,7 +203,7 @@ class State:
     """Ownership state after folding commits 1..lsn of one history."""
 
     __slots__ = ("lsn", "chain", "timeline", "live", "terminal", "counts", "next_group_id", "loader",
-                 "pending_checkpoints", "committed_checkpoints", "dataset_size", "row_sample")
+                 "pending_checkpoints", "committed_checkpoints", "dataset_size", "row_sample", "identity")
 
     def __init__(self) -> None:
         self.lsn = 0
@@ -229,6 +221,9 @@ class State:
         # an undo restores it by reference.
         self.dataset_size: int | None = None
         self.row_sample: tuple[SampledRow, ...] = ()
+        # The run identity the history recorded last (`identity_recorded`: key -> fingerprint of
+        # its value), None when it recorded none; a dict replaced, never changed, like the sample.
+        self.identity: dict[str, bytes] | None = None
 
     def owner_of(self, gid: int) -> Owner | None:
         g = self.live.get(gid)
@@ -258,7 +253,7 @@ class State:
         s = State()
         s.lsn, s.chain, s.timeline = self.lsn, self.chain, self.timeline
         s.next_group_id, s.loader = self.next_group_id, self.loader
-        s.dataset_size, s.row_sample = self.dataset_size, self.row_sample
+        s.dataset_size, s.row_sample, s.identity = self.dataset_size, self.row_sample, self.identity
         s.live = dict(self.live)
         s.terminal = self.terminal.copy()
         s.counts = list(self.counts)
@@ -273,6 +268,7 @@ class State:
                 and self.pending_checkpoints == other.pending_checkpoints
                 and self.committed_checkpoints == other.committed_checkpoints
                 and self.dataset_size == other.dataset_size and self.row_sample == other.row_sample
+                and self.identity == other.identity
                 and self.terminal.codes.rstrip(b"\0") == other.terminal.codes.rstrip(b"\0")
                 and self.terminal.sparse == other.terminal.sparse)
 
@@ -287,7 +283,7 @@ class Undo:
         # commit took it (so reverting pops it)
         self.records: list[Group | int] = []
         self.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-                        list(state.counts), state.dataset_size, state.row_sample)
+                        list(state.counts), state.dataset_size, state.row_sample, state.identity)
         # Copies of the checkpoint maps, taken by the commit's first checkpoint event only: the
         # maps grow with the run, and copying them for every commit made a commit cost
         # O(checkpoints so far) (42 us instead of 8 us after 10,000 checkpoints).
@@ -306,13 +302,9 @@ class Undo:
                 state.live[old.group_id] = old
                 state.terminal.clear(old.group_id)
         (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-         state.counts, state.dataset_size, state.row_sample) = self.scalars
+         state.counts, state.dataset_size, state.row_sample, state.identity) = self.scalars
         if self.checkpoints is not None:
             state.pending_checkpoints, state.committed_checkpoints = self.checkpoints
-
-
-def _event_name(event) -> str:
-    return type(event).__struct_config__.tag
 
 
 def apply(state: State, commit: Commit, *, chain: int = 0, timeline: int = 0,
@@ -371,7 +363,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
         if lsn != state.lsn + 1:
             raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
         undo.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
-                        counts[:], state.dataset_size, state.row_sample)
+                        counts[:], state.dataset_size, state.row_sample, state.identity)
         undo.checkpoints = None
         undo_records.clear()
         # the four kinds every group goes through are folded inline (this loop runs once per
@@ -390,19 +382,19 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     i = 0  # (an index, not zip/enumerate: those cost more than the move itself)
                     for gid in gids:
                         g = live_get(gid)
-                        if g is None or g.owner not in _FROM_FINISHED:
+                        if g is None or g.owner not in _FINISHED_FROM:
                             raise _illegal(state, event, gid, lsn)
                         rollouts = g.rollouts
                         if rollouts is not None:
                             _check_finished_rollouts(gid, rollouts, locators, lsn)
                         record(g)
-                        live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_REPLAY,
+                        counts[g.owner] -= 1   # a failure reverts the counts with the rest
+                        live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _FINISHED_TO,
                                           g.target_step, g.policy_version if pv is None else pv,
                                           locators[i] if locators is not None else None, g.replaces,
                                           rollouts)
                         i += 1
-                    counts[_O_ADMITTED] -= k   # a failure reverts the counts with the rest
-                    counts[_O_REPLAY] += k
+                    counts[_FINISHED_TO] += k
                 elif kind is Admitted:
                     # "was it ever taken" is whether it has an owner: ids below next_group_id can be
                     # holes (a GroupRef with an explicit group_id may skip ids), so a range check
@@ -417,13 +409,13 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     rollouts = Rollouts.admitted(event.rollouts) if event.rollouts is not None else None
                     for gid in gids:
                         g = live_get(gid)
-                        if g is None or g.owner not in _FROM_ADMITTED:
+                        if g is None or g.owner not in _ADMITTED_FROM:
                             raise _illegal(state, event, gid, lsn)
                         record(g)
                         counts[g.owner] -= 1
-                        live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _O_ADMITTED,
+                        live[gid] = Group(gid, g.idx, g.task_name, g.epoch, g.fingerprint, _ADMITTED_TO,
                                           target_step, pv, g.locator, replaces, rollouts)
-                    counts[_O_ADMITTED] += len(gids)
+                    counts[_ADMITTED_TO] += len(gids)
                 elif kind is Trained:
                     gids = event.groups
                     if len(gids) > 1:
@@ -433,26 +425,26 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                     dense = len(codes)
                     for gid in gids:
                         g = live_get(gid)
-                        if g is None or g.owner not in _FROM_TRAINED:
+                        if g is None or g.owner not in _TRAINED_FROM:
                             raise _illegal(state, event, gid, lsn)
                         record(g)
+                        counts[g.owner] -= 1
                         del live[gid]
                         if 0 <= gid < dense:            # TerminalOwners.set's common case, inline
-                            codes[gid] = _O_TRAINED
+                            codes[gid] = _TRAINED_TO
                         else:
-                            terminal.set(gid, _O_TRAINED)
+                            terminal.set(gid, _TRAINED_TO)
                             codes = terminal.codes
                             dense = len(codes)
-                    counts[_O_REPLAY] -= len(gids)
-                    counts[_O_TRAINED] += len(gids)
+                    counts[_TRAINED_TO] += len(gids)
                 elif kind is Taken:
                     first = state.next_group_id
                     nxt = taken_next_id(event.groups, first, lsn)
                     for tg in event.groups:
                         gid = tg.group_id
                         record(gid)
-                        live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, _O_RESERVED)
-                    counts[_O_RESERVED] += len(event.groups)
+                        live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, _TAKEN_TO)
+                    counts[_TAKEN_TO] += len(event.groups)
                     state.next_group_id = nxt
                     if event.loader_state is not None:
                         _take_loader_state(state, event, blobs, lsn)
@@ -478,18 +470,18 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
 def _check_distinct(event, gids, lsn: int) -> None:
     if len(gids) > 1 and len(set(gids)) != len(gids):
         dup = next(g for g in gids if gids.count(g) > 1)
-        raise OwnershipError(f"LSN {lsn}: event {_event_name(event)} names group {dup} twice",
+        raise OwnershipError(f"LSN {lsn}: event {event_name(event)} names group {dup} twice",
                              group_id=dup, lsn=lsn)
 
 
 def _illegal(state: State, event, gid: int, lsn: int) -> OwnershipError:
     """The error for `event` naming `gid` while it is not in one of the table's from-owners."""
-    allowed = TRANSITIONS[_event_name(event)].from_owners
+    allowed = TRANSITIONS[event_name(event)].from_owners
     g = state.live.get(gid)
     cur = g.owner.name if g is not None else (
         state.terminal.get(gid).name if state.terminal.get(gid) else "none (never taken)")
     want = "/".join(sorted(o.name for o in allowed))
-    return OwnershipError(f"LSN {lsn}: {_event_name(event)} of group {gid} requires owner {want}, "
+    return OwnershipError(f"LSN {lsn}: {event_name(event)} of group {gid} requires owner {want}, "
                           f"but its owner is {cur}", group_id=gid, lsn=lsn)
 
 
@@ -514,15 +506,15 @@ def _move_terminal(state: State, event, lsn: int, undo: Undo, allowed: frozenset
         terminal_set(gid, to)
 
 
-# the from-owners of each move, read from the table once (the hot path tests membership)
-_FROM_DIVERTED = TRANSITIONS["diverted"].from_owners
-_FROM_ADMITTED = TRANSITIONS["admitted"].from_owners
-_FROM_FINISHED = TRANSITIONS["finished"].from_owners
-_FROM_TRAINED = TRANSITIONS["trained"].from_owners
-_FROM_DISCARDED = TRANSITIONS["discarded"].from_owners
-_FROM_ROLLOUT = TRANSITIONS["rollout_sealed"].from_owners
-_O_RESERVED, _O_ADMITTED, _O_REPLAY = Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY
-_O_SPARE, _O_TRAINED, _O_DROPPED = Owner.SPARE, Owner.TRAINED, Owner.DROPPED
+# Each move's row of the table, read once (the hot path tests membership in the from-owners).
+# A move takes each group from the count of the owner it had, whichever of its from-owners
+# that is, and adds the groups to the count of its to-owner: a row widened later stays counted.
+_TAKEN_TO = Taken.to
+_DIVERTED_FROM, _DIVERTED_TO = Diverted.from_owners, Diverted.to
+_ADMITTED_FROM, _ADMITTED_TO = Admitted.from_owners, Admitted.to
+_FINISHED_FROM, _FINISHED_TO = Finished.from_owners, Finished.to
+_TRAINED_FROM, _TRAINED_TO = Trained.from_owners, Trained.to
+_DISCARDED_FROM, _DISCARDED_TO = Discarded.from_owners, Discarded.to
 
 
 def _sample_rows(state: State, groups) -> None:
@@ -560,25 +552,27 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
     """The event kinds `apply` does not fold inline."""
     kind = type(event)
     if kind is Discarded:
-        _move_terminal(state, event, lsn, undo, _FROM_DISCARDED, _O_DROPPED)
+        _move_terminal(state, event, lsn, undo, _DISCARDED_FROM, _DISCARDED_TO)
     elif kind is Diverted:
         gids = event.groups
         _check_distinct(event, gids, lsn)
         for gid in gids:
             g = state.live.get(gid)
-            if g is None or g.owner not in _FROM_DIVERTED:
+            if g is None or g.owner not in _DIVERTED_FROM:
                 raise _illegal(state, event, gid, lsn)
             undo.records.append(g)
-            state.counts[_O_RESERVED] -= 1
-            state.counts[_O_SPARE] += 1
+            state.counts[g.owner] -= 1
+            state.counts[_DIVERTED_TO] += 1
             new = g.copy()
-            new.owner = _O_SPARE
+            new.owner = _DIVERTED_TO
             state.live[gid] = new
     elif kind is RolloutSealed or kind is RolloutFailed:
         _apply_rollouts(state, event, lsn, undo)
     elif kind is CheckpointBegun or kind is CheckpointCommitted:
         undo.save_checkpoints(state)
         mark_checkpoint(state.pending_checkpoints, state.committed_checkpoints, event, lsn)
+    elif kind is IdentityRecorded:  # the undo's scalars hold the identity it replaces
+        state.identity = dict(event.digests)
     else:  # pragma: no cover - the decoder only produces the union's types
         raise JournalCorrupt(f"LSN {lsn}: unknown event {event!r}", lsn=lsn)
 
@@ -654,13 +648,13 @@ def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
     rollout that breaks one, to say which."""
     sealing = type(event) is RolloutSealed
     pv = event.policy_version if sealing else None
-    refs = event.rollouts
+    refs, allowed = event.rollouts, type(event).from_owners
     seen = set() if len(refs) > 1 else None  # (group, index) pairs named so far
     live = state.live
     for ref in refs:
         gid, index = ref.group_id, ref.index
         g = live.get(gid)
-        if g is None or g.owner not in _FROM_ROLLOUT:
+        if g is None or g.owner not in allowed:
             raise _illegal(state, event, gid, lsn)
         r = g.rollouts
         if (r is None or index >= len(r.attempts) or r.sealed >> index & 1
@@ -686,7 +680,7 @@ def _refused(event, ref, r: Rollouts | None, seen: set | None, lsn: int) -> Owne
     """The error for a rollout of an ADMITTED group that `_apply_rollouts` refuses: the first
     rule it breaks, in the rules' order."""
     gid, index, attempt = ref.group_id, ref.index, ref.attempt
-    where = f"LSN {lsn}: {_event_name(event)} of group {gid} rollout {index}"
+    where = f"LSN {lsn}: {event_name(event)} of group {gid} rollout {index}"
     if r is None:
         return OwnershipError(f"{where}: the group was admitted without rollouts=, so its "
                               "rollouts are not tracked", group_id=gid, lsn=lsn)

@@ -20,18 +20,7 @@ A cut directory holds MANIFEST.json and the files named below (`CUT_FILES`; `LED
 and `STATE_FILE` are optional: older cuts lack them).
 A directory whose name starts with `.tmp-` is never read as a cut.
 
-A replica (object storage, `journal.replica`) holds under its prefix, every object immutable:
-
-    wal/<timeline:08d>-<first lsn:020d>-<last lsn:020d>-<sha:16>.wal
-                                             a sealed segment, whole (`sealed_object_name`)
-    tail/<timeline:08d>-<first lsn:020d>/<offset:016d>-<from lsn:020d>-<to lsn:020d>-<sha:16>.part
-                                             bytes [offset, offset + size) of a segment, holding
-                                             commits from..to (the durable tail, `piece_name`)
-    cuts/<cut>/<file>                        a cut's files; its MANIFEST.json uploaded last
-    LEASE                                    the writer's lease (JSON, replaced by compare-and-swap)
-
-`<sha:16>` is the first 16 hex digits of the object's sha256, so a truncated object or wrong
-bytes under a valid name are detected before anything is read from them.
+The names of a replica's objects (object storage) are in `journal/replica/names.py`.
 """
 
 from __future__ import annotations
@@ -39,7 +28,6 @@ from __future__ import annotations
 import enum
 import os
 import re
-from typing import NamedTuple
 
 SEGMENT_SUFFIX = ".wal"
 ARCHIVE_SUFFIX = ".wal.zst"
@@ -68,19 +56,10 @@ CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE
 
 REPLICA_DIR = "replica"
 SHIPPED_SUFFIX = ".shipped"
-WAL_PREFIX = "wal/"
-TAIL_PREFIX = "tail/"
-CUTS_PREFIX = "cuts/"
-LEASE_NAME = "LEASE"
 
 _SEGMENT_NAME = re.compile(r"^(\d{8})-(\d{20})\.wal(\.zst)?$")
 _CUT_NAME = re.compile(r"^cut-(\d{8})-(\d{20})$")
 _TORN_COPY = re.compile(r"^(\d{8}-\d{20}\.wal)\.(\d+)\.(\d+)$")
-
-
-_SEALED_OBJECT = re.compile(r"^wal/(\d{8})-(\d{20})-(\d{20})-([0-9a-f]{16})\.wal$")
-_PIECE_OBJECT = re.compile(r"^tail/(\d{8})-(\d{20})/(\d{16})-(\d{20})-(\d{20})-([0-9a-f]{16})\.part$")
-_CUT_OBJECT = re.compile(r"^cuts/(cut-\d{8}-\d{20})/([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)$")
 
 
 def segment_name(timeline: int, first_lsn: int) -> str:
@@ -139,52 +118,6 @@ def replaced_name(cut: str, stamp_s: int) -> str:
 def shipped_marker_name(timeline: int, first_lsn: int) -> str:
     """`replica/<name>`: the segment (timeline, first_lsn) is in the bucket."""
     return f"{REPLICA_DIR}/{timeline:08d}-{first_lsn:020d}{SHIPPED_SUFFIX}"
-
-
-def sealed_object_name(timeline: int, first_lsn: int, last_lsn: int, sha: str) -> str:
-    return f"{WAL_PREFIX}{timeline:08d}-{first_lsn:020d}-{last_lsn:020d}-{sha[:16]}.wal"
-
-
-def piece_name(timeline: int, seg_first_lsn: int, offset: int, from_lsn: int, to_lsn: int,
-               sha: str) -> str:
-    return (f"{TAIL_PREFIX}{timeline:08d}-{seg_first_lsn:020d}/{offset:016d}-{from_lsn:020d}-"
-            f"{to_lsn:020d}-{sha[:16]}.part")
-
-
-def cut_object_name(cut: str, rel: str) -> str:
-    return f"{CUTS_PREFIX}{cut}/{rel}"
-
-
-class ReplicaObject(NamedTuple):
-    """What a replica object's name says. kind: "sealed", "piece" or "cut"."""
-
-    kind: str
-    name: str
-    timeline: int = 0
-    seg_first_lsn: int = 0
-    offset: int = 0            # pieces: where in the segment the bytes go (sealed: 0)
-    from_lsn: int = 0
-    to_lsn: int = 0
-    sha: str = ""
-    cut: str = ""              # cuts: the cut's directory name
-    rel: str = ""              # cuts: the file's path inside the cut
-
-
-def parse_replica_object(name: str) -> ReplicaObject | None:
-    """What object `name` (relative to the replica's prefix) is; None for a name that is
-    none of ours, also one with `..`, `.` or empty parts (never turned into a local path)."""
-    parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        return None
-    if m := _SEALED_OBJECT.match(name):
-        tl, first, last = int(m.group(1)), int(m.group(2)), int(m.group(3))
-        return ReplicaObject("sealed", name, tl, first, 0, first, last, m.group(4))
-    if m := _PIECE_OBJECT.match(name):
-        return ReplicaObject("piece", name, int(m.group(1)), int(m.group(2)), int(m.group(3)),
-                             int(m.group(4)), int(m.group(5)), m.group(6))
-    if m := _CUT_OBJECT.match(name):
-        return ReplicaObject("cut", name, cut=m.group(1), rel=m.group(2))
-    return None
 
 
 class DirKind(enum.Enum):

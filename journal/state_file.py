@@ -9,8 +9,9 @@ alone (no torch, no pickle):
     magic "OWNJST02" | crc32 of the payload: u32 | payload length: u64 | payload
 
 The payload is a zstandard frame (level `ZSTD_LEVEL`) of msgpack of `_Body`: the run id and
-every field of the `State`, the live groups as column blocks (`_Block`: per field of `Group`
-the values of the block's groups, the owners as one code byte each). A cut builds the columns
+every field of the `State` (the last ones with a default, which files written before them
+lack: the loader's epoch, the run identity), the live groups as column blocks (`_Block`: per
+field of `Group` the values of the block's groups, the owners as one code byte each). A cut builds the columns
 of each of its group tables once (`group_columns`) and hands the same lists to the state file.
 Format 1 ("OWNJST01", the live groups as one msgpack map each) is still read. `read` checks
 the magic, the length and the CRC, then decompresses and decodes with the schema, so a torn,
@@ -93,6 +94,7 @@ class _Body(msgspec.Struct, array_like=True):
     dataset_size: int | None
     row_sample: list[SampledRow]
     loader_epoch: int | None = None
+    identity: dict[str, bytes] | None = None  # `State.identity` (files written before it lack it)
 
 
 class _BodyV1(_Body, array_like=True):
@@ -134,7 +136,7 @@ def encode(state: State, run_id: bytes, live_columns: Sequence[Mapping[str, list
                  loader.packed if loader is not None else None,
                  loader.blobs if loader is not None else {}, state.pending_checkpoints,
                  state.committed_checkpoints, state.dataset_size, list(state.row_sample),
-                 loader.epoch if loader is not None else None)
+                 loader.epoch if loader is not None else None, state.identity)
     payload = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(_encoder.encode(body))
     return _HEAD.pack(MAGIC, zlib.crc32(payload), len(payload)) + payload
 
@@ -225,7 +227,7 @@ def _state_of(body: _Body, live: dict[int, Group]) -> State:
     s.loader = (LoaderState(body.loader, body.loader_blobs, body.loader_epoch)
                 if body.loader is not None else None)
     s.pending_checkpoints, s.committed_checkpoints = body.pending_checkpoints, body.committed_checkpoints
-    s.dataset_size, s.row_sample = body.dataset_size, tuple(body.row_sample)
+    s.dataset_size, s.row_sample, s.identity = body.dataset_size, tuple(body.row_sample), body.identity
     return s
 
 

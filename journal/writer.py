@@ -18,29 +18,27 @@ import secrets
 import shlex
 import threading
 import warnings
-import weakref
 from _thread import allocate_lock as _allocate_lock
-from typing import Any, Iterable, Sequence
+from typing import Any, Mapping, Sequence
 
 import msgspec
 
 from . import arguments
 from . import format as fmt
 from . import layout, leftovers, locks, prealloc, set_aside, state_file
-from . import loader_state as _loader_state
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalWarning, OwnershipError, ReplicaError, StateFileCorrupt, TransactionClosed)
-from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
-                     Diverted, Finished, GroupRef, Owner, RolloutFailed, RolloutRef, RolloutSealed, Taken,
-                     TakenGroup, Trained, commit_encoder)
+                     JournalWarning, OwnershipError, StateFileCorrupt)
+from .events import Blob, CheckpointCommitted, Commit, IdentityRecorded, Owner, Taken, commit_encoder
 from .events import commit_decoder as _commit_decoder
-from .fold import Group, State, Undo, apply, begin_refused, taken_next_id
-from .reader import Reader, list_segments
+from .fold import Group, State, Undo, apply, begin_refused
+from .identity import digests
+from .reader import Reader
+from .replica import ReplicaLink, open_replica
 from .resume import ResumePlan
+from .transaction import Transaction, add_one_event_calls
 from .vfs import DEFAULT_FS, OsFileSystem
 
 SYNC_MODES = ("always", "batch", "none")
-_CHECKPOINT_MARKERS = (CheckpointBegun, CheckpointCommitted)
 DEFAULT_SEGMENT_BYTES = 64 << 20
 # The active segment is zero-filled ahead of its frames (sync "always" and "batch"): from its
 # size at least PREALLOCATE_MIN bytes, doubling, at most PREALLOCATE_MAX at a time, never past
@@ -92,6 +90,16 @@ def _io_step(operation: str, path: str):
         raise JournalIOError.from_os_error(exc, operation, path) from exc
 
 
+def _checked_options(sync: str, segment_bytes: int, identity: Mapping[str, Any] | None) -> dict | None:
+    """The digests of `identity` (`journal/identity.py`), once `Journal.open`'s options are
+    checked: a bad one raises before anything is opened."""
+    if sync not in SYNC_MODES:
+        raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
+    if segment_bytes < 4096:
+        raise ValueError(f"segment_bytes must be at least 4096, not {segment_bytes}")
+    return digests(identity) if identity is not None else None
+
+
 def _check_journal_dir(path: str) -> None:
     """Refuse a path that is not a journal directory, an empty one or a missing one."""
     kind, entries = layout.dir_kind(path)
@@ -132,7 +140,7 @@ class Journal:
     def open(cls, path: str, *, sync: str = "always", sync_interval: float = 0.05,
              segment_bytes: int = DEFAULT_SEGMENT_BYTES, resume: ResumePlan | State | None = None,
              fs: OsFileSystem | None = None, replica: Any = None, replica_options: dict | None = None,
-             ship_interval: float = 1.0) -> "Journal":
+             ship_interval: float = 1.0, identity: Mapping[str, Any] | None = None) -> "Journal":
         """Open (creating if missing) the journal at `path` for writing.
 
         `path` is a journal directory, an empty one or one that does not exist; anything else
@@ -147,20 +155,21 @@ class Journal:
 
         Without `resume`, the history on disk is continued as it is. When it continues past
         the latest committed checkpoint, that is, a commit after that checkpoint's
-        `checkpoint_begun` (LSN 0 when none was committed) holds an event other than a
-        checkpoint marker, this warns (`JournalWarning`): after a crash, a restart must
-        `restore()` and pass `resume=`, or it continues the crashed run's history.
+        `checkpoint_begun` (LSN 0 when none was committed) holds an event that moves groups
+        (not a checkpoint marker nor an identity), this warns (`JournalWarning`): after a
+        crash, a restart must `restore()` and pass `resume=`, or it continues the crashed
+        run's history.
 
         `replica` (a URL such as `s3://bucket/runs/42`, or an obstore store; `replica_options`
         are `obstore.store.from_url`'s keyword arguments) ships the journal to object storage
-        (`journal/replica.py`): the open takes the writer's lease there (`JournalLocked` while
+        (`journal/replica/`): the open takes the writer's lease there (`JournalLocked` while
         another writer holds it; a resume takes it over), then a background thread uploads
         what is durable at least every `ship_interval` seconds.
+
+        `identity` (the run identity, see `record_identity`) is recorded once the history is
+        open, unless the history recorded it last: a restart with the same one writes nothing.
         """
-        if sync not in SYNC_MODES:
-            raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
-        if segment_bytes < 4096:
-            raise ValueError(f"segment_bytes must be at least 4096, not {segment_bytes}")
+        wanted = _checked_options(sync, segment_bytes, identity)
         self = object.__new__(cls)
         self._init_fields(os.path.abspath(path), fs or DEFAULT_FS, sync, sync_interval, segment_bytes)
         with _io_step("read the journal directory", self.path):
@@ -174,6 +183,8 @@ class Journal:
             with _io_step("open and repair the journal", self.path):
                 self._remove_leftovers()
                 self._recover(resume)
+            if wanted is not None and wanted != self._state.identity:
+                self._commit([IdentityRecorded(wanted)])
         except BaseException:
             self._release_after_failed_open()
             raise
@@ -184,8 +195,7 @@ class Journal:
             self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
             self._syncer.start()
         if self._replica is not None:
-            self._note_durable()
-            self._replica.start()
+            self._note_durable()  # the first note starts the shipping
         return self
 
     def _init_fields(self, path: str, fs: OsFileSystem, sync: str, sync_interval: float,
@@ -210,7 +220,7 @@ class Journal:
         self._open_warning: str | None = None
         self._set_aside_warnings: list[str] = []  # one per damaged segment the open set aside
         self._disk_segment: _SegmentPlan | None = None
-        self._replica = None         # journal.replica.Replica, with replica=
+        self._replica: ReplicaLink | None = None  # with replica=
         self._timeline_floor = 0     # a new timeline is above every timeline a replica knows of
         # the LSN of the history when this writer opened it (after a resume's first commit):
         # the checkpoints begun after it are this writer's (`_refuse_begin`)
@@ -230,23 +240,14 @@ class Journal:
             self._next.close(remove=False)
         os.close(self._lock_fd)
 
-    # -- replica (journal/replica.py) ---------------------------------------------------
+    # -- replica (journal/replica/, through `ReplicaLink`) --------------------------------
 
     def _open_replica(self, replica: Any, options: dict | None, ship_interval: float,
                       resuming: bool) -> None:
-        """Take the replica's lease before anything is written; refuse to start a new history
-        in a bucket that holds one."""
-        from . import replica as _replica
-        self._replica = _replica.Replica(replica, options, journal_path=self.path, fs=self.fs,
-                                         ship_interval=ship_interval, on_lost=self._lose_lease)
-        on_disk = list_segments(self.path)
-        self._replica.acquire(takeover=resuming,
-                              local_timeline=max((s.timeline for s in on_disk), default=0))
-        _replica.refuse_foreign_history(self._replica, bool(on_disk), resuming)
-        status = os.path.join(self.path, layout.REPLICA_DIR)
-        with _io_step("create the replica status directory", status):
-            self.fs.makedirs(status)  # from now on retention retires shipped segments only
-        self._timeline_floor = self._replica.lease.reserved - 1
+        """Take the replica's lease before anything is written."""
+        self._replica = open_replica(replica, options, journal_path=self.path, fs=self.fs,
+                                     ship_interval=ship_interval, on_lost=self._lose_lease)
+        self._timeline_floor = self._replica.acquire(resuming=resuming)
 
     def _note_durable(self) -> None:
         """Tell the shipper what is durable now (journal lock held)."""
@@ -261,8 +262,8 @@ class Journal:
             self._cond.notify_all()
 
     @property
-    def replica(self):
-        """`journal.replica.Replica` of a journal opened with `replica=`, else None."""
+    def replica(self) -> ReplicaLink | None:
+        """The replica (`journal.replica.ReplicaLink`) of a journal opened with `replica=`, else None."""
         return self._replica
 
     def replica_lag(self):
@@ -279,7 +280,7 @@ class Journal:
         self.flush()
         try:
             self._replica.flush(timeout)
-        except ReplicaError:
+        except JournalError:
             self._check_usable()  # a lost lease failed the journal: JournalFailed
             raise
 
@@ -514,8 +515,8 @@ class Journal:
     def _forgotten_resume(self, state: State, last_ownership_lsn: int) -> str | None:
         """The warning for an open without `resume=` that continues ownership history a restore
         would drop: a commit after the latest committed checkpoint's `checkpoint_begun` (LSN B, 0
-        if none) holding an event other than a checkpoint marker. Commits after B that hold only
-        checkpoint markers (the `checkpoint_committed` of a clean shutdown) do not count."""
+        if none) holding an event that moves groups. Commits after B that hold only checkpoint
+        markers (the `checkpoint_committed` of a clean shutdown) or an identity do not count."""
         latest = state.latest_committed_checkpoint()
         begun = latest[1] if latest is not None else 0
         if last_ownership_lsn <= begun:
@@ -681,99 +682,14 @@ class Journal:
             self._check_usable()
             return self._state.loader.decode() if self._state.loader else None
 
+    def identity(self) -> dict[str, bytes] | None:
+        """The run identity recorded last (key -> fingerprint of its value, see
+        `record_identity`), None when the history recorded none. Raises as `owner_of` does."""
+        with self._lock:
+            self._check_usable()
+            return dict(self._state.identity) if self._state.identity is not None else None
+
     # -- transitions ---------------------------------------------------------------------
-
-    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
-              dataset_size: int | None = None) -> list[int]:
-        """Record that the loader handed out `refs` (one `GroupRef` per row: idx, task name,
-        epoch, fingerprint): from the loader to RESERVED. Returns the group ids allocated to
-        them, in order (above every id the journal ever allocated; a `GroupRef.group_id` given
-        explicitly must be). `loader_state` is the loader's `state_dict()` *after* the take,
-        what a restore hands back; `dataset_size=len(dataset)` records the dataset's length,
-        which restore checks. Raises as every transition does (class docstring); an explicit
-        id that is not above every id so far is an `OwnershipError`."""
-        with self.transaction() as tx:
-            gids = tx.taken(refs, loader_state=loader_state, dataset_size=dataset_size)
-        return gids
-
-    def diverted(self, group_ids: Iterable[int]) -> int:
-        """Put these groups into the replacement reserve: RESERVED -> SPARE (`admitted`
-        takes a spare later, with `replaces=`). Returns the commit's LSN. Raises as every
-        transition does (class docstring)."""
-        return self._commit([Diverted(arguments.group_list("diverted", group_ids, self.path))])
-
-    def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
-                 replaces: int | None = None, rollouts: int | None = None) -> int:
-        """Admit groups for generation, to be trained at `target_step`: RESERVED or SPARE ->
-        ADMITTED. `policy_version`: the weights that generate them; `replaces`: the group a
-        spare substitutes for (it must have been taken); with `rollouts=N` each of their N
-        rollouts is tracked (sealed and failed one by one, by attempt; see
-        `rollout_sealed`). Returns the commit's LSN. Raises as every transition does (class
-        docstring)."""
-        return self._commit([Admitted(arguments.group_list("admitted", group_ids, self.path), target_step,
-                                      policy_version, replaces, rollouts)])
-
-    def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
-                 locators: Sequence[str] | None = None) -> int:
-        """Record that these groups' rows are durable in the data plane: ADMITTED -> REPLAY
-        (a restore trains them directly, never regenerates them). `policy_version`: the
-        weights that generated them (default: the admitting one); `locators`: one data-plane
-        locator per group, in order (write the rows first). A group admitted with
-        `rollouts=N` needs all N sealed and takes no locator (its rows are its rollouts').
-        Returns the commit's LSN. Raises as every transition does (class docstring); a
-        locator count other than the groups' is an `OwnershipError`."""
-        return self._commit([Finished(arguments.group_list("finished", group_ids, self.path), policy_version,
-                                      list(locators) if locators is not None else None)])
-
-    def trained(self, group_ids: Iterable[int], *, step: int) -> int:
-        """Record that the update of training step `step` uses these groups (journal it
-        before the update): REPLAY -> TRAINED, for good. Returns the commit's LSN. Raises as
-        every transition does (class docstring)."""
-        return self._commit([Trained(arguments.group_list("trained", group_ids, self.path), step)])
-
-    def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> int:
-        """Record that these rollouts' results are durable in the data plane, each at its
-        `RolloutRef.locator` (required): the group stays ADMITTED -> ADMITTED, the rollout is
-        sealed. The group must have been admitted with `rollouts=N`, the rollout unsealed and
-        named with its current attempt: a late result of an attempt that was given up raises
-        `StaleAttempt` (an `OwnershipError`) and nothing is written. Returns the commit's
-        LSN. Raises as every transition does (class docstring)."""
-        return self._commit([RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self.path),
-                                           policy_version)])
-
-    def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> int:
-        """Give these rollouts up (`reason` says why): the group stays ADMITTED -> ADMITTED,
-        each rollout's attempt goes up by one (dispatch it again with that attempt; a result
-        of the old one is then refused as stale). The same rules as `rollout_sealed`, no
-        locator. Returns the commit's LSN. Raises as every transition does (class
-        docstring)."""
-        return self._commit([RolloutFailed(arguments.rollout_list("rollout_failed", refs, self.path), reason)])
-
-    def discarded(self, group_ids: Iterable[int], *, reason: str) -> int:
-        """Drop these groups for good (`reason`: why, counted by the audit): any live owner
-        (RESERVED, ADMITTED, REPLAY, SPARE) -> DROPPED; tracked rollouts go with them.
-        Returns the commit's LSN. Raises as every transition does (class docstring)."""
-        return self._commit([Discarded(arguments.group_list("discarded", group_ids, self.path), reason)])
-
-    def begin_checkpoint(self, *, step: int) -> int:
-        """Mark that the state at the returned LSN is what the trainer's step-`step`
-        checkpoint captures (no group moves). Begin, save the weights durably, then
-        `commit_checkpoint`. Returns the commit's LSN (save it with the weights). Raises as
-        every transition does (class docstring); also `OwnershipError` when `step` is at or
-        below a committed step or a checkpoint this writer began is not committed yet, and
-        `ValueError` for a negative step."""
-        with self.transaction() as tx:  # the protocol checks of Transaction.begin_checkpoint
-            tx.begin_checkpoint(step=step)
-        return tx.lsn
-
-    def commit_checkpoint(self, *, step: int) -> int:
-        """Mark the step-`step` checkpoint durable (call once the trainer's files are
-        fsynced): restore lands on its `begin_checkpoint` LSN from now on. No group moves.
-        Returns the commit's LSN. Raises as every transition does (class docstring); also
-        `OwnershipError` when step `step` was not begun, and `ValueError` for a negative
-        step."""
-        return self._commit([CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
-                                                                             self.path))])
 
     def transaction(self) -> "Transaction":
         """Collect several transitions into one atomic commit: `with j.transaction() as tx:`
@@ -1128,8 +1044,9 @@ class Journal:
 
 
 def _holds_ownership(rec) -> bool:
-    """Whether a record's commit holds an event other than a checkpoint marker."""
-    return any(type(ev) not in _CHECKPOINT_MARKERS for ev in rec.commit.events)
+    """Whether a record's commit holds an event that moves groups (not a checkpoint marker nor
+    an identity: those declare no `to` owner)."""
+    return any(type(ev).to is not None for ev in rec.commit.events)
 
 
 def _rewrites_tail(reader: Reader, state: State, first_commit: list) -> bool:
@@ -1180,190 +1097,4 @@ def _continue_elsewhere(path: str) -> str:
             "directory for forensics")
 
 
-class _Refusing:
-    """A transaction's event list outside its `with` block: every call that records an event
-    raises TransactionClosed instead (so the methods pay no check of their own). It refers to
-    its transaction weakly (no reference cycle per transaction); None: not entered yet."""
-
-    __slots__ = ("tx",)
-
-    def __init__(self, tx: "weakref.ref[Transaction] | None"):
-        self.tx = tx
-
-    def __bool__(self) -> bool:
-        return False
-
-    def append(self, event) -> None:
-        tx = self.tx() if self.tx is not None else None
-        what = (f"{tx!r}: its `with` block has ended" if tx is not None
-                else "a transaction used outside a `with` block")
-        raise TransactionClosed(f"{arguments.CALLS[type(event)]}() on {what}, so nothing was "
-                                "recorded; use `with journal.transaction() as tx:` and call tx "
-                                "methods inside the block")
-
-
-_NOT_ENTERED = _Refusing(None)
-
-
-class Transaction:
-    """Transitions collected by `Journal.transaction()`, committed atomically on exit.
-
-    It holds the journal's lock for the whole block (so allocated ids stay in order); keep
-    transactions short. Its methods record the events of `Journal`'s methods of the same
-    names into the one commit made when the block ends, and return None (`taken`: the ids
-    it allocates); after the block `tx.lsn` is the commit's LSN (None when it recorded
-    nothing). They raise what `Journal`'s raise, in two places: at the call, a bad argument
-    (`ValueError`, `TypeError`), an explicit group id of `taken` that is not above every id
-    so far and a `begin_checkpoint` the checkpoint rules refuse (`OwnershipError`); when the
-    block ends, the ownership rules' `OwnershipError` and `JournalFailed`. An exception
-    inside the block, or an `OwnershipError` when it ends, writes nothing of it. Its methods work only
-    inside the block: before or after it they raise `TransactionClosed` and record nothing."""
-
-    def __init__(self, journal: Journal):
-        self._j = journal
-        self._events: list | _Refusing = _NOT_ENTERED  # a list inside the `with` block only
-        self._blobs: dict[bytes, bytes] = {}
-        self._next_gid: int | None = None
-        self._held = False
-        self._phase = "new"  # "open" inside the `with` block, then "ended"
-        self.lsn: int | None = None  # the commit's LSN, once the block ended with events
-
-    def __enter__(self) -> "Transaction":
-        if self._phase != "new":
-            raise TransactionClosed(f"{self!r} was already used; take a new one with "
-                                    "journal.transaction()")
-        self._j._lock.acquire()
-        self._held = True
-        try:
-            self._j._check_usable()
-        except BaseException:
-            self._release()
-            raise
-        self._phase = "open"
-        self._events = []
-        return self
-
-    def __repr__(self) -> str:
-        state = {"new": "not entered", "open": "open"}.get(self._phase)
-        if state is None:
-            state = f"committed at LSN {self.lsn}" if self.lsn is not None else "ended without a commit"
-        return f"<Transaction on journal {self._j.path}, {state}>"
-
-    def _release(self) -> None:
-        if self._held:
-            self._held = False
-            self._j._lock.release()
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        j = self._j
-        pending = self._end(commit=exc_type is None, hand_over=True)
-        if pending is not None:
-            # The wait takes over the transaction's hold and lets go of it: the lock is then
-            # held once, so the leader's release while it writes and fsyncs frees it for the
-            # other committers (held twice, every transaction paid its own fsync).
-            self.lsn = j._await_commit(pending)
-
-    def _end(self, *, commit: bool, hand_over: bool = False) -> _Pending | None:
-        """End the block: queue its commit (folded, not yet durable) unless `commit` is false
-        or it holds no event, and let go of the journal's lock; with `hand_over`, a queued
-        commit keeps the lock held once for the caller's `Journal._await_commit`. The queued
-        commit, if any."""
-        j, pending, events = self._j, None, self._events
-        self._phase, self._events = "ended", _Refusing(weakref.ref(self))
-        try:
-            if commit and events:
-                j._check_usable()
-                pending = j._enqueue(events, self._blobs)
-        finally:
-            if hand_over and pending is not None:
-                self._held = False
-            else:
-                self._release()
-        return pending
-
-    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
-              dataset_size: int | None = None) -> list[int]:
-        """`Journal.taken` in this commit: from the loader to RESERVED. Returns the group ids
-        it allocates (valid once the block commits). Raises as the class docstring says."""
-        refs = arguments.group_refs(refs, self._j.path)
-        if dataset_size is not None and (isinstance(dataset_size, bool) or not isinstance(dataset_size, int)
-                                         or dataset_size < 0):
-            raise ValueError(f"taken(dataset_size={dataset_size!r}): the dataset's length is an "
-                             "integer >= 0 (pass len(dataset))")
-        packed = None
-        if loader_state is not None:
-            packed, blobs = _loader_state.pack(loader_state)
-            self._blobs.update(blobs)
-        first = self._j._state.next_group_id if self._next_gid is None else self._next_gid
-        nxt, groups, explicit = first, [], False
-        for ref in refs:
-            gid = nxt
-            if ref.group_id is not None:
-                gid, explicit = ref.group_id, True
-                if arguments.id_problem(gid) is not None:
-                    raise arguments.invalid("GroupRef.group_id", gid, arguments.id_problem(gid))
-            groups.append(TakenGroup(gid, ref.idx, ref.task_name, ref.epoch, ref.fingerprint))
-            nxt = gid + 1
-        if explicit:  # only an explicit id can break the rule
-            taken_next_id(groups, first, None)
-        self._next_gid = nxt
-        self._events.append(Taken(groups, packed, dataset_size))
-        return [g.group_id for g in groups]
-
-    def diverted(self, group_ids: Iterable[int]) -> None:
-        """`Journal.diverted` in this commit: RESERVED -> SPARE. Raises as the class docstring
-        says."""
-        self._events.append(Diverted(arguments.group_list("diverted", group_ids, self._j.path)))
-
-    def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
-                 replaces: int | None = None, rollouts: int | None = None) -> None:
-        """`Journal.admitted` in this commit: RESERVED or SPARE -> ADMITTED (with `discarded`
-        of the failed group, how a spare replaces it atomically). Raises as the class
-        docstring says."""
-        self._events.append(Admitted(arguments.group_list("admitted", group_ids, self._j.path), target_step,
-                                     policy_version, replaces, rollouts))
-
-    def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
-                 locators: Sequence[str] | None = None) -> None:
-        """`Journal.finished` in this commit: ADMITTED -> REPLAY (after a group's last
-        `rollout_sealed` in the same commit, its rollouts all sealed). Raises as the class
-        docstring says."""
-        self._events.append(Finished(arguments.group_list("finished", group_ids, self._j.path), policy_version,
-                                     list(locators) if locators is not None else None))
-
-    def trained(self, group_ids: Iterable[int], *, step: int) -> None:
-        """`Journal.trained` in this commit: REPLAY -> TRAINED. Raises as the class docstring
-        says."""
-        self._events.append(Trained(arguments.group_list("trained", group_ids, self._j.path), step))
-
-    def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> None:
-        """`Journal.rollout_sealed` in this commit: the group stays ADMITTED -> ADMITTED, the
-        rollouts are sealed (each `RolloutRef` with its locator). Raises as the class
-        docstring says (`StaleAttempt` when the block ends)."""
-        self._events.append(RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self._j.path),
-                                          policy_version))
-
-    def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> None:
-        """`Journal.rollout_failed` in this commit: the group stays ADMITTED -> ADMITTED, each
-        rollout's attempt goes up by one. Raises as the class docstring says."""
-        self._events.append(RolloutFailed(arguments.rollout_list("rollout_failed", refs, self._j.path), reason))
-
-    def discarded(self, group_ids: Iterable[int], *, reason: str) -> None:
-        """`Journal.discarded` in this commit: any live owner (RESERVED, ADMITTED, REPLAY,
-        SPARE) -> DROPPED. Raises as the class docstring says."""
-        self._events.append(Discarded(arguments.group_list("discarded", group_ids, self._j.path), reason))
-
-    def begin_checkpoint(self, *, step: int) -> None:
-        """`Journal.begin_checkpoint` in this commit (no group moves; the commit's LSN is the
-        checkpoint's). Raises as the class docstring says: the checkpoint rules at the call,
-        after the events recorded before it in this commit."""
-        arguments.checkpoint_step("begin_checkpoint", step, self._j.path)
-        if type(self._events) is list:  # outside the block the append refuses it
-            self._j._refuse_begin(step, self._events)
-        self._events.append(CheckpointBegun(step))
-
-    def commit_checkpoint(self, *, step: int) -> None:
-        """`Journal.commit_checkpoint` in this commit (no group moves). Raises as the class
-        docstring says."""
-        self._events.append(CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
-                                                                            self._j.path)))
+add_one_event_calls(Journal)

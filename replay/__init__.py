@@ -14,17 +14,19 @@
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
+from journal.fingerprint import fingerprint
+
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning,
-                     DamagedJournalWarning, FirstStartWarning, JournalCorrupt, JournalMismatch,
+                     DamagedJournalWarning, FirstStartWarning, IdentityChanged, JournalCorrupt, JournalMismatch,
                      ManifestMissing, MissingFile, NothingToRestore, OrphanFile, OwnershipError, RestoreError,
-                     RowChanged, RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch,
-                     TwoOwners, Unreadable, UnsafePath)
-from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
-                     RowsNotFound, RowsNotStorable)
+                     ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable, RowChanged,
+                     RowChangedWarning, RowMismatch, RowMissing, SchemaMismatch, TwoOwners, Unreadable,
+                     UnsafePath)
+from .errors import (DataPlaneError, DataPlaneIOError, DataPlaneUnreachable, InvalidLocator, RowConflict,
+                     RowsCorrupt, RowsNotFound, RowsNotStorable)
 from .data_plane import LocalDataPlane, ObjectStoreDataPlane
-from .from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
 from .audit import audit
-from .fingerprint import fingerprint
+from .identity import IDENTITY_POLICIES
 from .rehydrate import ROW_CHANGED_POLICIES
 from .recovered import RecoveredGroup, RecoveredRollout, RecoveredState
 from .reports import AuditReport, Check, Finding, NotAJournal, VerifyReport
@@ -37,13 +39,13 @@ from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutW
 __all__ = [
     "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
-    "ROW_CHANGED_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
+    "ROW_CHANGED_POLICIES", "IDENTITY_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
     "NotAJournal", "rescue", "RescueReport",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
-    "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
+    "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "IdentityChanged", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
     "DamagedCutWarning", "FirstStartWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
     "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
-    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable",
+    "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable", "DataPlaneIOError",
 ]

@@ -64,8 +64,8 @@ from snapshot import RestoreError, anchor_problem, cut_dirs, read_cut
 from snapshot.row_ledger import Bytes, RowLedger, Rows
 
 from .cut_status import is_journal
-from .from_replica import is_replica, report_of_replica
 from .reports import AuditReport, NotAJournal
+from .source import Source
 from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records,
                    history_bytes, no_progress, tracked, unique_problems)
 
@@ -418,8 +418,9 @@ def audit(path: str, mode: str = "strict", *, progress: Progress = no_progress,
     `not_covered`. `progress(label, total_bytes)` makes one bar per pass; `reader`: an open
     reader of `path` to use. A replica URL (with `replica_options`) is audited from the
     bucket alone."""
-    if is_replica(path):
-        return report_of_replica(audit, path, replica_options, mode != "strict", mode, progress=progress)
+    source = Source(path, replica_options)
+    if source.location is not None:
+        return source.report(audit, at_end=mode != "strict", mode=mode, progress=progress)
     if reader is None:
         if not os.path.isdir(path) or not is_journal(path):
             raise NotAJournal(f"{path}: not a journal directory (no segment files *.wal or "

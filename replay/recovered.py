@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from journal import Group, OsFileSystem, Owner, ResumePlan, State
+from journal.identity import IdentityChanges
 from snapshot import MANIFEST_NAME, SNAPSHOTS_DIR, RestoreError, Skipped, cut_dirs, write_cut
 from journal.layout import cut_dir_name, replaced_name
 from snapshot.manifest import decode as _decode_manifest
@@ -110,6 +111,16 @@ class RecoveredState(ResumePlan):
     # no history to restore (the path does not exist, an empty directory, a journal without a
     # commit, a bucket without one): `restore` warned, or with must_exist=True raised
     first_start: bool = False
+    # the run identity (`restore(identity=)`): "unchecked" (none given: nothing compared),
+    # "nothing_restored" (the point is LSN 0: nothing generated to reuse), "same", or "changed"
+    # (the keys in `identity_changes`; on_identity_changed was "regenerate" or "accept")
+    identity_check: str = "unchecked"
+    identity_changes: IdentityChanges | None = None
+    # on_identity_changed="regenerate": the groups whose generated work was dropped, back under
+    # fresh ids to generate again (in `admitted` too), and the sealed rollouts dropped
+    # ((old group, index))
+    regenerated: list[RecoveredGroup] = field(default_factory=list)
+    dropped_rollouts: list[tuple[int, int]] = field(default_factory=list)
     # computes the audit's row ledger at `lsn` (None when it is not known); see `ledger`
     ledger_source: Callable[[], RowLedger | None] | None = field(default=None, repr=False, compare=False)
 

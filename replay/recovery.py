@@ -22,8 +22,9 @@ The rules, in the order they apply:
    every attempt any history ever dispatched it in (the next one, unless a dead tail went
    further: restoring the same checkpoint twice must not hand out an attempt a dead run's
    worker may still hold), so a worker of a dead run that answers late cannot seal.
-4. **Adoption** (with salvage, like rule 1, at a checkpoint): the loader's takes after L (`dead_tail.py`: in
-   order, up to the last `taken` that carries a loader state) come back under fresh group ids,
+4. **Adoption** (with salvage, like rule 1, at a checkpoint): the loader's takes after L
+   (`dead_tail.py`: in order, up to the last `taken` that carries a loader state) come back
+   under fresh group ids,
    above every id any history used (the dead ids stay dead), with that last take's loader
    state, so the resumed loader goes on after them: none is taken twice, none lost. Each
    comes back where its work allows, as if it were taken on the resumed history: its rollouts
@@ -36,6 +37,13 @@ The rules, in the order they apply:
 
 Work by weights newer than the checkpoint is never kept (its rollouts regenerate):
 `newer_weights` lists the rollouts so dropped (the group as the dead tail named it, index).
+
+**Regeneration** (`regenerate`: the run identity changed and the caller asked for
+`on_identity_changed="regenerate"`) applies before the rules: every group holding generated
+work (REPLAY, or a sealed rollout) is regenerated under a fresh id as rule 2 demotes one
+(dropped with `identity_changed_on_restore`), none of its results kept; its place in the
+ownership (taken, admitted for its step) and the loader position stay. The caller reads no
+dead tail then: nothing generated after L is salvaged, nothing taken after it adopted.
 
 `first_commit` is the list of events the resume writes first, so that the journal says
 exactly what the trainer was handed; `loader` and `first_commit_blobs` the loader state it
@@ -56,6 +64,7 @@ from .dead_tail import DeadTail, TailTake
 from .recovered import RecoveredGroup, RecoveredRollout
 
 ROWS_LOST = "rows_lost_on_restore"
+IDENTITY_CHANGED = "identity_changed_on_restore"  # the drop reason of a regenerated group
 ABANDONED = ABANDONED_ON_RESTORE  # the reason of a resume's fences (the audit counts them)
 
 
@@ -75,6 +84,8 @@ class Recovery:
     lost_rollouts: list[tuple[int, int]] = field(default_factory=list)
     adopted_rollouts: list[tuple[int, int]] = field(default_factory=list)
     newer_weights: list[tuple[int, int]] = field(default_factory=list)
+    regenerated: list[RecoveredGroup] = field(default_factory=list)
+    dropped_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (old group, index)
     loader: LoaderState | None = None  # the adopted takes' loader state (None: the point's)
     first_commit: list = field(default_factory=list)
     first_commit_blobs: dict[bytes, bytes] = field(default_factory=dict)
@@ -150,19 +161,27 @@ class _Plan:
                           else Finished([g.group_id], g.policy_version, [g.locator]))
         return events
 
-    def demote(self, g: RecoveredGroup) -> None:
-        """Regenerate `g` under a fresh id; its surviving rollouts are sealed again there."""
+    def demote(self, g: RecoveredGroup, reason: str = ROWS_LOST, report: list | None = None) -> None:
+        """Regenerate `g` under a fresh id, the old one dropped with `reason`; its surviving
+        rollouts are sealed again there. Reported in `report` (default: `demoted`)."""
         old = g.group_id
         if g.rollouts is not None:  # a new group: every attempt starts at 0, the survivors sealed
             g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version)
                           if r.sealed and (r.locator is None or self.data_plane.has(r.locator))
                           else RecoveredRollout(r.index, 0, False) for r in g.rollouts]
         g.group_id, g.replaces, g.owner, g.locator = self.next_free_id(), old, Owner.ADMITTED, None
-        self.demotion_events += [Discarded([old], ROWS_LOST),
+        self.demotion_events += [Discarded([old], reason),
                                  Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)])]
         self.demotion_events += self.readmission(g)
-        self.out.demoted.append(g)
+        (self.out.demoted if report is None else report).append(g)
         self.out.admitted.append(g)
+
+    def regenerate(self, g: RecoveredGroup) -> None:
+        """Drop the work of `g` (its rows, its sealed rollouts) and regenerate it under a fresh id."""
+        self.out.dropped_rollouts += [(g.group_id, r.index) for r in g.rollouts or () if r.sealed]
+        for r in g.rollouts or ():
+            r.sealed = False
+        self.demote(g, IDENTITY_CHANGED, self.out.regenerated)
 
     def admitted_group(self, g: RecoveredGroup) -> None:
         salvaged = self.salvage_rollouts(g) > 0
@@ -258,15 +277,18 @@ def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -
 
 def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,
             recommit: list[int], next_free_id: Callable[[], int],
-            attempts_used: Callable[[set], dict]) -> Recovery:
+            attempts_used: Callable[[set], dict], regenerate: bool = False) -> Recovery:
     """Apply the rules to every live group of `state` (the state at the restore point) and to
     the takes of `tail` (read only with salvage). `next_free_id()` hands out the ids of
     demoted and adopted groups (beyond every id ever used); `attempts_used(rollouts)` says how
-    far any history took each rollout's attempts."""
+    far any history took each rollout's attempts; `regenerate`: drop every generated result
+    first (see the module docstring)."""
     plan = _Plan(step, tail, data_plane, next_free_id)
     out = plan.out
     for g in map(RecoveredGroup.of, state.groups()):
-        if g.owner == Owner.ADMITTED:
+        if regenerate and (g.owner == Owner.REPLAY or any(r.sealed for r in g.rollouts or ())):
+            plan.regenerate(g)
+        elif g.owner == Owner.ADMITTED:
             plan.admitted_group(g)
         elif g.owner == Owner.REPLAY:
             plan.replay_group(g)

@@ -8,9 +8,9 @@ import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 from journal import SampledRow
+from journal.fingerprint import fingerprint
 
 from .errors import RowChanged, RowChangedWarning, RowMismatch, RowMissing
-from .fingerprint import fingerprint
 
 ROW_CHANGED_POLICIES = ("error", "warn", "accept")
 

@@ -17,23 +17,26 @@ import os
 import tempfile
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import journal
 from journal import LoaderState, LoaderStateError, Owner, Reader, State, list_segments
-from journal.layout import CUTS_PREFIX, DirKind, describe_entries, dir_kind
+from journal.identity import digests
+from journal.layout import DirKind, describe_entries, dir_kind
+from journal.replica.names import CUTS_PREFIX
 from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 from snapshot.damaged import (check_anchor_past_damage, damage_of, describe, group_id_ceiling,
                               point_past_damage)
 from snapshot.row_ledger import RowLedger, ledger_at
 
-from .errors import (DamagedCutWarning, DamagedJournalWarning, FirstStartWarning, JournalCorrupt,
-                     NothingToRestore, OwnershipError, RestoreError, Unreadable)
-from .from_replica import ReplicaListing, describe_replica, fetch_in_steps, is_replica
+from .errors import (DamagedCutWarning, DamagedJournalWarning, FirstStartWarning, IdentityChanged,
+                     JournalCorrupt, NothingToRestore, OwnershipError, RestoreError, Unreadable)
+from .identity import IDENTITY_POLICIES, compare_identity
 from .recovered import RecoveredState, base_cut_writer
 from .dead_tail import DeadTail, read_dead_tail
 from .recovery import recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
+from .source import Source
 
 
 def _wrap_journal_errors(fn, *args, **kwargs):
@@ -119,12 +122,15 @@ def _ledger_later(reader: Reader, base, state: State) -> Callable[[], RowLedger 
     return ledger
 
 
-def _empty_state() -> RecoveredState:
-    """The state of a first start: there is no history to restore."""
+def _empty_state(identity: dict[str, bytes] | None) -> RecoveredState:
+    """The state of a first start: there is no history to restore (nor an identity to compare
+    with the `identity` given)."""
     state = State()
     return RecoveredState(loader_state=None, reserved=[], admitted=[], replay=[], spare=[], lsn=0,
                           step=None, counts={o.name: 0 for o in Owner}, source="journal",
-                          base_cut=None, fold_state=state, first_start=True)
+                          base_cut=None, fold_state=state, first_start=True,
+                          identity_check=compare_identity(state, identity, policy="error", where="",
+                                                          step=None)[0])
 
 
 def _no_history(path: str) -> str:
@@ -264,7 +270,8 @@ def _kind_of(path: str, at, step: int | None) -> DirKind | None:
 def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None = None,
             dataset: Any = None, collate_fn: Callable | None = None, on_row_changed: str = "error",
             data_plane: DataPlane | None = None, salvage: bool = False, must_exist: bool = False,
-            replica_options: dict | None = None) -> RecoveredState:
+            replica_options: dict | None = None, identity: Mapping[str, Any] | None = None,
+            on_identity_changed: str = "error") -> RecoveredState:
     """Rebuild the state to resume from. `path` is a journal directory or a cut directory;
     `at` is "latest-checkpoint" (default), "end" (forensics) or an LSN; `step=S` picks the
     committed checkpoint of step S. Raises a `RestoreError` subclass naming what failed.
@@ -281,14 +288,28 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     with the loader state after them (`RecoveredState.adopted`).
 
     `path` may also be a replica (a URL such as `s3://bucket/runs/42` with `replica_options`,
-    or an obstore store): the bucket alone is read (`replay/from_replica.py`); a bucket that
-    holds no history is a first start too."""
+    an obstore store, or a `journal.replica.Location`): the bucket alone is read
+    (`replay/source.py`); a bucket that holds no history is a first start too.
+
+    `identity` (the run's tokenizer, sampling parameters, prompt template, reward version, as
+    `Journal.open(identity=)` records it) is compared with the identity the history recorded at
+    the restore point; when they differ, `on_identity_changed` says what happens: "error"
+    raises `IdentityChanged` naming the keys added, removed and changed; "regenerate" keeps
+    ownership and the loader position but drops every generated result of the recovered groups
+    (they come back to generate again under fresh ids, in `regenerated`; nothing is salvaged);
+    "accept" keeps everything. Either way `identity_check` and `identity_changes` report it.
+    Without `identity` nothing is compared (`identity_check == "unchecked"`)."""
+    if on_identity_changed not in IDENTITY_POLICIES:
+        raise ValueError(f"on_identity_changed must be one of {IDENTITY_POLICIES}, not {on_identity_changed!r}")
     options = dict(step=step, dataset=dataset, collate_fn=collate_fn, on_row_changed=on_row_changed,
-                   data_plane=data_plane, salvage=salvage)
-    if is_replica(path):
-        result = _restore_replica(path, replica_options, at, **options)
+                   data_plane=data_plane, salvage=salvage,
+                   identity=digests(identity) if identity is not None else None,
+                   on_identity_changed=on_identity_changed)
+    source = Source(path, replica_options)
+    if source.location is not None:
+        result = _restore_replica(source, at, **options)
         if result.first_start:
-            _first_start(describe_replica(path), "holds no journal history", must_exist)
+            _first_start(source.where, "holds no journal history", must_exist)
     else:
         result = _restore_dir(path, at, **options)
         if result.first_start:
@@ -299,7 +320,8 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
 
 def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
                  collate_fn: Callable | None, on_row_changed: str, data_plane: DataPlane | None,
-                 salvage: bool) -> RecoveredState:
+                 salvage: bool, identity: dict[str, bytes] | None,
+                 on_identity_changed: str) -> RecoveredState:
     """`restore` of a journal or cut directory (`path`), without the first start's warning."""
     if not (at in ("latest-checkpoint", "end") or isinstance(at, int) and not isinstance(at, bool)):
         raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
@@ -308,11 +330,12 @@ def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
     path = os.path.abspath(path)
     kind = _kind_of(path, at, step)
     if kind is None:
-        return _empty_state()
+        return _empty_state(identity)
+    checked = (identity, on_identity_changed)
     try:
-        result = _restore_local(path, kind, at, step, salvage, data_plane, past_damage=False)
+        result = _restore_local(path, kind, at, step, salvage, data_plane, checked, past_damage=False)
     except JournalCorrupt:  # the journal is damaged: restore what does not need the damage
-        result = _restore_local(path, kind, at, step, salvage, data_plane, past_damage=True)
+        result = _restore_local(path, kind, at, step, salvage, data_plane, checked, past_damage=True)
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, result.fold_state.dataset_size,
@@ -321,18 +344,23 @@ def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
 
 
 def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool,
-                   data_plane: DataPlane | None, past_damage: bool) -> RecoveredState:
-    """`restore` of a journal or cut directory, before rehydration; `past_damage`: its journal
-    is damaged (read in salvage mode; the damage passed over is in `damage`, and warned of)."""
+                   data_plane: DataPlane | None, identity: tuple[dict[str, bytes] | None, str],
+                   past_damage: bool) -> RecoveredState:
+    """`restore` of a journal or cut directory, before rehydration; `identity`: the digests
+    given and the policy; `past_damage`: its journal is damaged (read in salvage mode; the
+    damage passed over is in `damage`, and warned of)."""
     r = _from_cut(path, at, step, past_damage) if kind is DirKind.CUT else \
         _from_journal(path, at, step, salvage, data_plane, past_damage)
     state = r.state
+    identity_check, identity_changes = compare_identity(state, *identity, path, r.step)
+    regenerate = identity_changes is not None and identity[1] == "regenerate"
     recommit = sorted((s for s, lsn in state.pending_checkpoints.items() if r.committed_later.get(s) == lsn),
                       key=state.pending_checkpoints.get)
     marks = recommit + ([r.step] if r.step in state.pending_checkpoints and r.step not in recommit else [])
-    groups = recover(state, r.step, tail=r.tail, data_plane=data_plane, recommit=marks,
+    tail = None if regenerate else r.tail  # what came after L was generated under some identity
+    groups = recover(state, r.step, tail=tail, data_plane=data_plane, recommit=marks,
                      next_free_id=_id_allocator(state, r.reader),
-                     attempts_used=_attempts_used(r.reader, r.tail, state.lsn))
+                     attempts_used=_attempts_used(r.reader, r.tail, state.lsn), regenerate=regenerate)
     loader = groups.loader if groups.loader is not None else state.loader
     result = RecoveredState(
         loader_state=_decode_loader(loader, state, path),
@@ -345,7 +373,9 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
         newer_weights=groups.newer_weights, run_id=r.run_id, fold_state=state, recommit=recommit,
         first_commit=groups.first_commit, first_commit_blobs=groups.first_commit_blobs,
         ledger_source=r.ledger,
-        write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start)
+        write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start,
+        identity_check=identity_check, identity_changes=identity_changes,
+        regenerated=groups.regenerated, dropped_rollouts=groups.dropped_rollouts)
     if past_damage:
         met = damage_of(r.reader) if r.reader is not None else []
         result.damage = [describe(p) for p in met] + r.notes
@@ -358,19 +388,20 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
     return result
 
 
-def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredState:
+def _restore_replica(source: Source, at, **kwargs) -> RecoveredState:
     """`restore` of a replica, with every local check: the newest complete cut and the segments
     from it on fetched into a temporary journal directory (removed afterwards) and restored;
     when that restore does not stand on a fetched cut (the cut is unusable, or the restore
     point is before it), the next older cut and its segments are fetched too, and so on, last
-    the whole history (`from_replica.fetch_in_steps`)."""
-    listing = ReplicaListing(replica, options, at_end=at == "end")
+    the whole history (`Source.fetch_in_steps`)."""
     with tempfile.TemporaryDirectory(prefix="oj-replica-") as tmp:
-        for last in fetch_in_steps(listing, tmp, at):
+        for last in source.fetch_in_steps(tmp, at):
             if not os.listdir(tmp):
-                return _empty_state()
+                return _empty_state(kwargs["identity"])
             try:
                 result = _restore_dir(tmp, at, **kwargs)
+            except IdentityChanged as exc:  # the point's identity, whichever cut it stands on
+                raise IdentityChanged(str(exc).replace(tmp, source.where), exc.changes) from None
             except RestoreError:
                 if last:
                     raise
@@ -381,7 +412,7 @@ def _restore_replica(replica, options: dict | None, at, **kwargs) -> RecoveredSt
         # a writer continuing on another node cannot read these ids off its own disk
         result.group_id_floor = _wrap_journal_errors(Reader(tmp).max_group_id) + 1
     # the cuts named as the bucket names them: the temporary directory is gone
-    fetched_cuts, in_bucket = os.path.join(tmp, SNAPSHOTS_DIR) + os.sep, f"{describe_replica(replica)}/{CUTS_PREFIX}"
+    fetched_cuts, in_bucket = os.path.join(tmp, SNAPSHOTS_DIR) + os.sep, f"{source.where}/{CUTS_PREFIX}"
     if result.base_cut is not None:
         result.base_cut = result.base_cut.replace(fetched_cuts, in_bucket)
     result.skipped = [dataclasses.replace(s, path=s.path.replace(fetched_cuts, in_bucket),

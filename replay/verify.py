@@ -29,8 +29,8 @@ from journal import Owner, ProblemKind, Reader, State, history
 from snapshot import CHECKS, Cut, cut_dirs
 
 from .cut_status import check_one_cut, classify_cut, cut_entry, is_cut, is_journal, list_cuts
-from .from_replica import is_replica, report_of_replica
 from .reports import Check, Finding, NotAJournal, VerifyReport
+from .source import Source
 from .walk import Progress, no_progress, span_bytes, tracked, unique_problems
 
 CUT_CHECKS = f"checks 1-{len(CHECKS)}"  # the whole chain of a cut, as the labels name it
@@ -73,8 +73,9 @@ def verify(path: str, *, progress: Progress = no_progress,
     """Every check restore relies on, over the journal or cut directory at `path`; raises
     `NotAJournal` when it is neither. `progress(label, total_bytes)` makes the scan's bar.
     A replica URL (with `replica_options`) is verified from the bucket alone."""
-    if is_replica(path):
-        return report_of_replica(verify, path, replica_options, False, progress=progress)
+    source = Source(path, replica_options)
+    if source.location is not None:
+        return source.report(verify, at_end=False, progress=progress)
     full = os.path.abspath(path)
     if is_cut(full):
         return _verify_cut(full)

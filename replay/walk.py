@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol
 
 import journal
 from journal import Reader, Record, State, fold_records, history
+from journal.events import event_name
 from journal.history import Branch
 
 
@@ -174,10 +175,6 @@ def unique_problems(reader: Reader) -> list:
             seen.add(key)
             out.append(p)
     return out
-
-
-def event_name(event) -> str:
-    return type(event).__struct_config__.tag
 
 
 def kinds(events: Iterable) -> Iterator[str]:

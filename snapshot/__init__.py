@@ -15,8 +15,8 @@ from .cut import (DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, R
 from .data_plane import DataPlane, row_locators
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, JournalMismatch, ManifestMissing,
                      MissingFile, OrphanFile, RestoreError, SchemaMismatch, TwoOwners, UnsafePath)
-from .errors import (DataPlaneError, DataPlaneUnreachable, InvalidLocator, RowConflict, RowsCorrupt,
-                     RowsNotFound, RowsNotStorable)
+from .errors import (DataPlaneError, DataPlaneIOError, DataPlaneUnreachable, InvalidLocator, RowConflict,
+                     RowsCorrupt, RowsNotFound, RowsNotStorable)
 from .manifest import FORMAT_NAME, MANIFEST_NAME, SCHEMA_VERSION, Manifest
 from .retention import RETENTION_MODES
 from .catalog import (SNAPSHOTS_DIR, ManifestView, Skipped, anchor_problem, check_anchor, cut_dirs,
@@ -31,7 +31,7 @@ __all__ = [
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
     "DataPlaneError", "InvalidLocator", "RowsNotFound", "RowConflict", "RowsCorrupt", "RowsNotStorable",
-    "DataPlaneUnreachable",
+    "DataPlaneUnreachable", "DataPlaneIOError",
     "Manifest", "FORMAT_NAME", "MANIFEST_NAME", "SCHEMA_VERSION", "SNAPSHOTS_DIR", "RETENTION_MODES",
     "DATALOADER_FILE", "RECOVERY_FILE", "REPLAY_FILE", "RESERVE_FILE", "DATA_PLANE_DIR", "TMP_PREFIX",
 ]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
 from journal import Group, LoaderState, Owner, State
+from journal.identity import from_hex
 
 from . import cut as cut_module, manifest as mf
 from .cut import DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, \
@@ -246,7 +247,8 @@ def _loader_state(r: Reading) -> None:
 
 
 def _manifest_fields(r: Reading) -> None:
-    """The counts, checkpoints and anchor (timeline, LSN, chain) of the state, from the manifest."""
+    """The counts, checkpoints, run identity and anchor (timeline, LSN, chain) of the state, from
+    the manifest."""
     m, state = r.manifest, r.state
     try:
         for o in Owner:
@@ -255,6 +257,10 @@ def _manifest_fields(r: Reading) -> None:
         state.committed_checkpoints = {int(k): v for k, v in m.committed_checkpoints.items()}
     except ValueError:
         raise CorruptRecord(f"{r.cut_dir}: manifest checkpoint steps are not integers") from None
+    try:
+        state.identity = from_hex(m.identity)
+    except ValueError:
+        raise CorruptRecord(f"{r.cut_dir}: manifest identity fingerprints are not hex") from None
     state.lsn, state.chain, state.next_group_id = m.lsn, m.chain, m.next_group_id
     state.timeline = m.timeline  # with lsn and chain: the anchor (a fold on top keeps it)
 

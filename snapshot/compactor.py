@@ -22,9 +22,8 @@ from journal import DEFAULT_FS, Journal, OsFileSystem, Reader, checkpoint_marker
 from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp_name
 from journal.leftovers import remove_compaction_leftovers
 from journal.locks import compaction_lock
-from journal.replica import RetentionRequest
+from journal.replica import RetentionDecision, RetentionRequest
 
-from .bucket_retention import request_bucket_retention
 from .catalog import Skipped, anchor_problem, anchored_cuts, newest_readable, usable_cuts
 from .checks import read_cut
 from .cut import DATA_PLANE_DIR, Cut, write_cut
@@ -44,7 +43,7 @@ class CompactResult:
     removed_cuts: list[str] = field(default_factory=list)
     retired_segments: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
-    bucket_retention: RetentionRequest | None = None  # what the replica's shipper was asked to delete
+    bucket_retention: RetentionRequest | None = None  # what the journal's replica was asked to delete
 
 
 def _remove_tmp_dirs(fs: OsFileSystem, parent: str, prefix: str) -> None:
@@ -94,8 +93,8 @@ def compact(path: str, at: str | int = "latest-checkpoint", into: str | None = N
     wholly covered by the oldest cut kept are archived (`retention="archive"`,
     zstd) or deleted (`"delete"`); `retention=None` retires nothing. With no
     committed checkpoint nothing is retired (a restart resumes from LSN 0). When `journal`
-    has a replica, the bucket is trimmed by the same rule once the kept cuts are in it
-    (`bucket_retention`).
+    has a replica, it is handed the retention decision and trims the bucket by the same rule
+    once the kept cuts are in it (`bucket_retention`: the request made).
     """
     with compaction_lock(os.path.abspath(path)):
         return _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retention, fs)
@@ -146,8 +145,9 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
                       ledger=ledger)
     result = CompactResult(target, state.lsn, step, skipped=skipped)
     if retention is not None:
-        _apply_retention(fs, path, keep_cuts, pins, retention, result, protect=target,
-                         replica=journal.replica if journal is not None else None)
+        decision = _apply_retention(fs, path, keep_cuts, pins, retention, result, protect=target)
+        if decision is not None and journal is not None and journal.replica is not None:
+            result.bucket_retention = journal.replica.apply_retention(decision)
     return result
 
 
@@ -192,12 +192,12 @@ def _reusable(journal_path: str, cut_path: str, data_plane: DataPlane | None) ->
 
 
 def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int], mode: str,
-                     result: CompactResult, protect: str, replica) -> None:
+                     result: CompactResult, protect: str) -> RetentionDecision | None:
     """Choose the cuts to keep from their manifests (`anchored_cuts`: nothing else is read), then
     load in full only those retention stands on: the newest one, whose checkpoint markers the
     tail is folded onto, and the base of each point kept restorable. Segments are retired only
-    up to the oldest cut kept, which is at or before every verified base; with a replica, the
-    bucket is trimmed by the same rule (`request_bucket_retention`)."""
+    up to the oldest cut kept, which is at or before every verified base. The decision (None
+    when nothing is retired), for a replica to trim the bucket by the same rule."""
     reader = Reader(path, "strict")
     views = anchored_cuts(reader, path, [])  # newest first
     loaded: dict[str, Cut] = {}
@@ -219,7 +219,7 @@ def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int]
 
     newest = verified(None)
     if newest is None:
-        return
+        return None
     _, committed = checkpoint_markers(reader.records(start_lsn=newest.lsn + 1), newest.state)
     latest = max(committed.values()) if committed else 0  # no checkpoint: a restart resumes at 0
     points = {latest} | {committed[s] for s in pins if s in committed}
@@ -239,10 +239,10 @@ def _apply_retention(fs: OsFileSystem, path: str, keep_cuts: int, pins: set[int]
             result.removed_cuts.append(os.path.basename(v.path))
     if boundary is None:
         boundary = min(v.lsn for v in views if v.path in keep)
-    if boundary > 0:
-        result.retired_segments = retire(fs, path, retirable_segments(reader, boundary), mode)
-        if replica is not None:
-            result.bucket_retention = request_bucket_retention(replica, reader, path, keep, boundary)
+    if boundary <= 0:
+        return None
+    result.retired_segments = retire(fs, path, retirable_segments(reader, boundary), mode)
+    return RetentionDecision(frozenset(keep), boundary, reader)
 
 
 class BackgroundCompactor:

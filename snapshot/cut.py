@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from journal import DEFAULT_FS, Group, Owner, OsFileSystem, State, state_file
+from journal.identity import to_hex
 
 from . import manifest as mf
 from .data_plane import DataPlane
@@ -242,4 +243,5 @@ def _manifest_of(state: State, run_id: bytes, timeline: int, has_loader_state: b
         pending_checkpoints={str(k): v for k, v in state.pending_checkpoints.items()},
         committed_checkpoints={str(k): v for k, v in state.committed_checkpoints.items()},
         has_loader_state=has_loader_state, files=files, created_unix=time.time(),
-        loader_epoch=state.loader.epoch if state.loader is not None else None)
+        loader_epoch=state.loader.epoch if state.loader is not None else None,
+        identity=to_hex(state.identity))

@@ -14,9 +14,10 @@ plane, and the journal holds only their locators (`finished(locators=...)`, the 
 
 Restore calls `has` (are a REPLAY group's rows, or a sealed rollout's row, still there?),
 compaction calls `save` (a cut carries the rows it needs in its `data_plane/`), the trainer
-calls the rest. The library's implementations: `replay.LocalDataPlane` (one crash-safe file per
-group or rollout attempt) and `replay.ObjectStoreDataPlane` (immutable objects in a bucket);
-both store rows in the row codec (`replay/data_plane/rows.py`, no pickle).
+calls the rest. The library's implementations: `replay.LocalDataPlane` (rows packed into
+append-only files in a directory) and `replay.ObjectStoreDataPlane` (immutable objects in a
+bucket); both store rows in the row codec (`replay/data_plane/rows.py`, no pickle).
+docs/data-planes.md describes both.
 """
 
 from __future__ import annotations

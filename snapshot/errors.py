@@ -80,5 +80,10 @@ class RowsNotStorable(DataPlaneError, ValueError):
     """Rows hold a value the row codec does not store (names its place in the rows)."""
 
 
+class DataPlaneIOError(DataPlaneError, OSError):
+    """The data plane's file system failed an operation (names the file and the operation, keeps
+    the errno). Rows a failed put was writing are not listed; retry once the disk is healthy."""
+
+
 class DataPlaneUnreachable(DataPlaneError):
     """The store kept failing a request after every retry (names the object and the last error)."""

@@ -16,7 +16,7 @@ import zstandard
 
 from journal import JournalIOError, OsFileSystem, Reader, history, read_segment_bytes
 from journal.layout import REPLACE_TMP_SUFFIX, archive_name
-from journal.replica import shipped_filter
+from journal.replica.retention import shipped_filter
 
 from .io_errors import io_step, remove_quietly
 
@@ -32,7 +32,7 @@ def retirable_segments(reader: Reader, boundary_lsn: int) -> list:
     history) that left it at or before the boundary. Archived, dead tails stay readable.
 
     Never the last segment of the newest timeline (it grows), nor, in a journal with a
-    replica, a segment not yet in the bucket (`journal.replica.shipped_filter`). In creation
+    replica, a segment not yet in the bucket (`journal.replica.retention.shipped_filter`). In creation
     order (timeline, first LSN): a parent's segments go before its child's first one. Readers
     take a timeline's branch point from its first segment on disk, so deleted the other way
     round, a parent would be read past the real branch point into its dead tail; this way a

@@ -12,16 +12,16 @@ into the new directory it is given.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 import threading
 
 from journal import MODES
+from journal.replica import parse_options
 
 from . import audit, cuts, export, group, log, rescue, state, steps, summary, verify
-from ..from_replica import fetched, is_replica
+from ..source import Source
 from .progress import erase_line
 from .source import INTERRUPTED, USAGE, InspectError, user_error
 
@@ -92,11 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if is_replica(args.path):  # a bucket: its history, fetched read-only into a temporary journal
-            with fetched(args.path, _replica_options(args.replica_options), at_end=True) as local:
-                args.path = local
-                code = args.run(args)
-        else:
+        # a bucket: its history, fetched read-only into a temporary journal
+        with Source(args.path, _replica_options(args.replica_options)).directory(at_end=True) as args.path:
             code = args.run(args)
         sys.stdout.flush()
         return code
@@ -111,12 +108,9 @@ def _replica_options(text: str | None) -> dict | None:
     if text is None:
         return None
     try:
-        options = json.loads(text)
+        return parse_options(text)
     except ValueError as exc:
-        raise InspectError(f"--replica-options is not JSON: {exc}") from None
-    if not isinstance(options, dict):
-        raise InspectError("--replica-options must be a JSON object of obstore.store.from_url options")
-    return options
+        raise InspectError(str(exc)) from None
 
 
 def _interrupted(signum, frame):

@@ -19,17 +19,21 @@ from __future__ import annotations
 from typing import Iterator
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     Record, RolloutFailed, RolloutSealed, Taken, Trained)
+                     IdentityRecorded, Record, RolloutFailed, RolloutSealed, Taken, Trained)
+from journal.events import event_name
+from journal.identity import to_hex
 
+from . import render
 from .render import id_list
 
 
 def groups_of(event) -> list[int]:
-    """The group ids an event names (taken: the allocated ids; markers: none)."""
+    """The group ids an event names (taken: the allocated ids; an event that moves no group, a
+    checkpoint marker or the identity: none)."""
     t = type(event)
     if t is Taken:
         return [g.group_id for g in event.groups]
-    if t is CheckpointBegun or t is CheckpointCommitted:
+    if t.to is None:
         return []
     if t is RolloutSealed or t is RolloutFailed:
         return list(dict.fromkeys(r.group_id for r in event.rollouts))
@@ -42,7 +46,7 @@ def names_group(event, gid: int) -> bool:
         gs = event.groups
         return bool(gs) and gs[0].group_id <= gid <= gs[-1].group_id and any(
             g.group_id == gid for g in gs)
-    if t is CheckpointBegun or t is CheckpointCommitted:
+    if t.to is None:
         return False
     if t is RolloutSealed or t is RolloutFailed:
         return any(r.group_id == gid for r in event.rollouts)
@@ -56,7 +60,7 @@ def _hex(b: bytes | None) -> str | None:
 def event_dict(rec: Record, index: int, event) -> dict:
     c = rec.commit
     d = {"lsn": c.lsn, "timeline": rec.timeline, "segment": rec.segment, "offset": rec.offset,
-         "index": index, "kind": type(event).__struct_config__.tag, "groups": groups_of(event)}
+         "index": index, "kind": event_name(event), "groups": groups_of(event)}
     t = type(event)
     if t is Taken:
         d["rows"] = [{"group_id": g.group_id, "idx": g.idx, "task_name": g.task_name,
@@ -83,6 +87,8 @@ def event_dict(rec: Record, index: int, event) -> dict:
         d["reason"] = event.reason
     elif t is CheckpointBegun or t is CheckpointCommitted:
         d["step"] = event.step
+    elif t is IdentityRecorded:
+        d["identity"] = to_hex(event.digests)
     elif t is Diverted:
         pass
     return d
@@ -141,6 +147,8 @@ def details(event, focus: tuple[int, str | None] | None = None) -> str:
         return f"step={event.step}"
     if t is Discarded:
         return f"reason={event.reason}"
+    if t is IdentityRecorded:
+        return render.identity(to_hex(event.digests))
     return ""
 
 
@@ -159,7 +167,7 @@ LINE_HEADER = f"{'LSN':>10}  {'TL':>3}  {'KIND':<20}  {'GROUPS':<24}  DETAILS"
 
 
 def event_line(rec: Record, event, *, note: str = "", focus: tuple[int, str | None] | None = None) -> str:
-    kind = type(event).__struct_config__.tag
+    kind = event_name(event)
     line = (f"{rec.commit.lsn:>10}  {rec.timeline:>3}  {kind:<20}  {id_list(groups_of(event), 4):<24}  "
             f"{details(event, focus)}")
     return (line + ("  " + note if note else "")).rstrip()

@@ -11,6 +11,7 @@ import sys
 from typing import TextIO
 
 from journal import EVENT_KINDS, ProblemKind, Taken
+from journal.events import event_name
 
 from ..walk import history_bytes, unique_problems
 from . import options, render
@@ -92,7 +93,7 @@ def run(args) -> int:
             gaps.append(_Gap(rec, last))
         last = rec.commit.lsn
         for i, ev in enumerate(rec.commit.events):
-            kind = type(ev).__struct_config__.tag
+            kind = event_name(ev)
             if want_idx is not None:
                 if type(ev) is Taken:
                     hit = [g.group_id for g in ev.groups if g.idx == want_idx

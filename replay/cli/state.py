@@ -16,6 +16,7 @@ from typing import Any
 import journal
 from journal import Owner, State, checkpoint_markers
 from journal.history import NoSuchPoint, restore_point
+from journal.identity import to_hex
 from snapshot import RestoreError, read_cut, state_at
 
 from ..walk import Fold
@@ -26,7 +27,8 @@ HELP = "owners of the live groups at a checkpoint, the end, or an LSN"
 DESCRIPTION = (
     "The ownership state at one point of the active history, built as restore builds it "
     "(newest valid cut at or before the point plus the journal tail): counts per owner, "
-    "the loader state, and every live group with its dataset row and, once its rollout is "
+    "the loader state, the run identity (each key with the first digits of its value's "
+    "fingerprint), and every live group with its dataset row and, once its rollout is "
     "finished, its data-plane locator. Trained and dropped groups "
     "are counted, not listed.")
 EPILOG = ("examples:\n  journal-inspect state J                        # the latest committed checkpoint\n"
@@ -140,6 +142,7 @@ def compute(src: Source, at, step: int | None) -> dict:
             "lsn": state.lsn, "step": point_step, "end_lsn": end, "base_cut": base,
             "skipped_cuts": skipped, "skipped_commits": [s._asdict() for s in skipped_commits],
             "counts": {o.name: state.counts[o] for o in Owner}, "next_group_id": state.next_group_id,
+            "identity": to_hex(state.identity),
             "checkpoints": {"committed": {str(k): v for k, v in state.committed_checkpoints.items()},
                             "pending": {str(k): v for k, v in state.pending_checkpoints.items()}},
             "_state": state}
@@ -175,6 +178,7 @@ def run(args) -> int:
          if src.kind == "journal" else "the cut"),
         ("next group id", doc["next_group_id"]),
         ("loader state", "none" if loader is None else _loader_brief(loader)),
+        ("run identity", render.identity(doc["identity"])),
     ])
     for s in doc["skipped_cuts"]:
         lines.append(f"skipped cut {s['path']}: {s['reason']}")

@@ -1,8 +1,8 @@
 """`summary`: what a journal holds, in one pass over its active history.
 
 Runs, branches (timelines, where each one branched, its dead tail), the LSN
-range, segments live and archived, cuts, checkpoints, owner counts, events by
-kind, size on disk, and every problem the reader met (torn tails; in salvage
+range, segments live and archived, cuts, checkpoints, owner counts, the run
+identity, events by kind, size on disk, and every problem the reader met (torn tails; in salvage
 mode the damaged frames and commits it skipped).
 
 The fold starts at LSN 1 when the first segment is still there (archived
@@ -17,6 +17,8 @@ import sys
 from typing import Iterable, Iterator
 
 from journal import EVENT_KINDS, Owner, ProblemKind, Record, State
+from journal.events import EVENT_NAMES
+from journal.identity import to_hex
 from snapshot import RestoreError, Skipped, read_cut
 from snapshot.catalog import anchored_cuts
 
@@ -65,7 +67,7 @@ def _cut_summary(src: Source) -> dict:
     m = cut.manifest
     return {"path": src.path, "kind": "cut", "run_id": m.run_id, "timeline": m.timeline, "lsn": m.lsn,
             "chain": m.chain, "step": m.checkpoint_step, "owners": dict(m.counts),
-            "next_group_id": m.next_group_id,
+            "next_group_id": m.next_group_id, "identity": to_hex(cut.state.identity),
             "checkpoints": {"committed": {k: v for k, v in m.committed_checkpoints.items()},
                             "pending": {k: v for k, v in m.pending_checkpoints.items()}},
             "loader_state": m.has_loader_state,
@@ -107,7 +109,7 @@ def summarize(src: Source) -> dict:
         "checkpoints": _checkpoints(state),
         "owners": {o.name: state.counts[o] for o in Owner},
         "live_groups": len(state.live), "next_group_id": state.next_group_id,
-        "loader_state": state.loader is not None,
+        "loader_state": state.loader is not None, "identity": to_hex(state.identity),
         "problems": problem_dicts(reader),
         "skipped_commits": [s._asdict() for s in fold.skipped],
     }
@@ -203,7 +205,7 @@ class EventTally:
         """Events by kind name, every kind listed."""
         out = {k: 0 for k in EVENT_KINDS}
         for kind, n in self.by_type.items():
-            out[kind.__struct_config__.tag] = n
+            out[EVENT_NAMES[kind]] = n
         return out
 
 
@@ -291,7 +293,8 @@ def _render_cut(s: dict) -> list[str]:
     lines = render.keyvalues([
         ("cut", s["path"]), ("run", s["run_id"]), ("timeline", s["timeline"]), ("LSN", s["lsn"]),
         ("checkpoint step", s["step"]), ("next group id", s["next_group_id"]),
-        ("loader state", s["loader_state"]), ("size on disk", render.size(s["disk_bytes"]))])
+        ("loader state", s["loader_state"]), ("run identity", render.identity(s["identity"])),
+        ("size on disk", render.size(s["disk_bytes"]))])
     lines += ["", "owners"] + render.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
     lines += ["", "files"] + render.table(["file", "size", "sha256"], [
         [k, v["size"], v["sha256"][:16] + "..."] for k, v in sorted(s["files"].items())], indent="  ")
@@ -331,6 +334,7 @@ def _journal_keyvalues(s: dict, show_all: bool) -> list[str]:
                                   show_all) or "-"),
         ("live groups", f"{s['live_groups']} (next group id {s['next_group_id']}); loader state "
                         f"{'recorded' if s['loader_state'] else 'none'}"),
+        ("run identity", f"{render.identity(s['identity'])} (at the end)"),
     ])
 
 

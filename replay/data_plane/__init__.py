@@ -1,6 +1,6 @@
 """The library's data planes (the protocol: `snapshot.DataPlane`, `snapshot/data_plane.py`).
 
-`LocalDataPlane(root)`: one crash-safe file per group or rollout attempt in a directory.
+`LocalDataPlane(root)`: rows packed into append-only files in a directory (`local.py`).
 `ObjectStoreDataPlane(url, options)`: immutable objects in a bucket, with the replica's URLs
 and options. Both store rows in the row codec (`rows.py`: no pickle) under the locators of
 `names.py`.

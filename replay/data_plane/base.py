@@ -1,6 +1,7 @@
 """What both library data planes share: locators made from numbers, rows encoded before they
 are stored, and a cut's rows imported; a subclass stores bytes under a locator durably
-(`_store`) and does the rest of `snapshot.DataPlane` its own way."""
+(`_store`, and `_store_all` for many at once) and does the rest of `snapshot.DataPlane` its own
+way."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from snapshot.errors import RowsCorrupt
 from . import names
 from .rows import checked_body, encode_rows
 
+IMPORT_BATCH_BYTES = 64 << 20   # import_cut stores a cut's rows this many bytes at a time
+
 
 class RowStore:
     """`put`, `put_rollout` and `import_cut` over the subclass's `_store(locator, data)`, which
@@ -20,6 +23,11 @@ class RowStore:
 
     def _store(self, locator: str, data: bytes) -> None:
         raise NotImplementedError
+
+    def _store_all(self, items: list[tuple[str, bytes]]) -> None:
+        """`_store` of each `(locator, data)`; a subclass may make them durable together."""
+        for locator, data in items:
+            self._store(locator, data)
 
     def put(self, group_id: int, rows: Any) -> str:
         return self._put(names.group_locator(group_id), rows)
@@ -33,12 +41,12 @@ class RowStore:
 
     def import_cut(self, cut_dir: str) -> int:
         """Each row file of the cut's `data_plane/`, checked (`RowsCorrupt` names a damaged one,
-        or one that is not a plain file), stored in locator order; files that are no row
-        locator (another data plane's) are passed over."""
+        or one that is not a plain file), stored in locator order, IMPORT_BATCH_BYTES at a time;
+        files that are no row locator (another data plane's) are passed over."""
         src = os.path.join(cut_dir, DATA_PLANE_DIR)
         if not os.path.isdir(src):
             return 0
-        n = 0
+        n, batch, size = 0, [], 0
         for name in sorted(filter(names.is_locator, os.listdir(src))):
             path = os.path.join(src, name)
             if os.path.islink(path) or not os.path.isfile(path):
@@ -46,6 +54,11 @@ class RowStore:
             with open(path, "rb") as f:
                 data = f.read()
             checked_body(data, path)
-            self._store(name, data)
+            batch.append((name, data))
+            size += len(data)
             n += 1
+            if size >= IMPORT_BATCH_BYTES:
+                self._store_all(batch)
+                batch, size = [], 0
+        self._store_all(batch)
         return n

@@ -1,8 +1,8 @@
 """`ObjectStoreDataPlane`: rows as immutable objects in a bucket, through obstore.
 
-It takes the journal's replica URLs and options (`journal.replica.open_store`): `s3://`,
-`gs://`, `az://`, `file://` or `memory://` with `options` the keyword arguments of
-`obstore.store.from_url`, or an obstore store. Rows live under `<url>/<prefix>/<locator>`
+It takes what the journal's replica takes (`journal.replica.Location`): a URL, `s3://`,
+`gs://`, `az://`, `file://` or `memory://`, with `options` the keyword arguments of
+`obstore.store.from_url`, an obstore store, or a Location. Rows live under `<url>/<prefix>/<locator>`
 (`prefix` "rows" by default), so it may share the replica's URL: the journal ignores objects
 that are not its own (and lists them once when its replica opens).
 
@@ -11,10 +11,11 @@ that are not its own (and lists them once when its replica opens).
   bytes are `RowConflict`. An acknowledged PUT is durable by the store's contract.
 * has: HEAD. get: GET. delete: HEAD and DELETE per locator. locators: LIST of the prefix.
   save: downloads into the cut. import_cut: uploads as put does.
-* Every request is retried with exponential backoff while the store fails for
-  `retry_seconds`, then `DataPlaneUnreachable` names the object and the last error. The
-  store's verdicts (no such object, permission denied, a request it does not support) are
-  not retried; those other than "not found" become a `DataPlaneError` naming the object.
+* Every request is retried under the replica's retry policy (`journal.replica.retry`) while
+  the store fails for `retry_seconds`, then `DataPlaneUnreachable` names the object and the
+  last error. The store's verdicts (no such object, permission denied, a request it does not
+  support: `journal.replica.store.store_verdicts`) are not retried; those other than "not
+  found" become a `DataPlaneError` naming the object.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import time
 from typing import Any, Callable, Iterable, Iterator
 
 from journal import Group
-from journal.replica import BACKOFF_FIRST, BACKOFF_MAX, Bucket, describe, open_store
+from journal.replica import Location, retry
+from journal.replica.errors import said
+from journal.replica.store import store_verdicts
 from snapshot.data_plane import row_locators
 from snapshot.errors import DataPlaneError, DataPlaneUnreachable, RowConflict, RowsNotFound
 
@@ -33,11 +36,6 @@ from .base import RowStore
 from .rows import decode_rows
 
 RETRY_SECONDS = 30.0
-
-
-def _said(exc: BaseException) -> str:
-    """An exception's class and the first line of its message (obstore's run long)."""
-    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
 
 
 class ObjectStoreDataPlane(RowStore):
@@ -52,14 +50,11 @@ class ObjectStoreDataPlane(RowStore):
             raise ValueError(f"prefix {prefix!r} must be a relative object path without '.', "
                              "'..' or empty parts")
         self._args = (url_or_store, options, prefix, retry_seconds)
-        self.where = describe(url_or_store)
+        location = Location.of(url_or_store, options, options_arg="options")
+        self.where = location.where
         self.prefix, self.retry_seconds = prefix, retry_seconds
-        store = open_store(url_or_store, options, role="data plane", options_arg="options")
-        self._bucket = Bucket(store, self.where, role="data plane")
-        from obstore import exceptions as ex
-        self._verdicts = (ex.PermissionDeniedError, ex.UnauthenticatedError, ex.InvalidPathError,
-                          ex.NotSupportedError, ex.PreconditionError, ex.AlreadyExistsError,
-                          ex.UnknownConfigurationKeyError, NotImplementedError)
+        self._bucket = location.open(role="data plane", options_arg="options")
+        self._verdicts = store_verdicts()
 
     def __reduce__(self):
         return type(self), self._args
@@ -72,25 +67,18 @@ class ObjectStoreDataPlane(RowStore):
         return f"{self.prefix}/{locator}" if self.prefix else locator
 
     def _retrying(self, fn: Callable[[], Any], what: str, key: str) -> Any:
-        delay, tries = BACKOFF_FIRST, 0
-        deadline = time.monotonic() + self.retry_seconds
-        while True:
-            tries += 1
-            try:
-                return fn()
-            except (FileNotFoundError, DataPlaneError):
-                raise
-            except self._verdicts as exc:
-                raise DataPlaneError(f"data plane {self.where}: {what} object {key} failed: "
-                                     f"{_said(exc)}") from exc
-            except Exception as exc:
-                if time.monotonic() + delay > deadline:
-                    raise DataPlaneUnreachable(
-                        f"data plane {self.where}: {what} object {key} failed {tries} times in "
-                        f"{self.retry_seconds:g} s, the last with {_said(exc)}; check that the "
-                        "store is reachable, then retry") from exc
-                time.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX)
+        try:
+            return retry.retrying(fn, f"{what} object {key}",
+                                  final=(FileNotFoundError, DataPlaneError) + self._verdicts,
+                                  deadline=time.monotonic() + self.retry_seconds)
+        except self._verdicts as exc:
+            raise DataPlaneError(f"data plane {self.where}: {what} object {key} failed: "
+                                 f"{said(exc)}") from exc
+        except retry.GaveUp as exc:
+            raise DataPlaneUnreachable(
+                f"data plane {self.where}: {what} object {key} failed {exc.tries} times in "
+                f"{self.retry_seconds:g} s, the last with {said(exc.last)}; check that the "
+                "store is reachable, then retry") from exc.last
 
     def _store(self, locator: str, data: bytes) -> None:
         """`data` as the object of `locator`, unless other bytes are there already."""

@@ -28,10 +28,11 @@ from typing import Any, Callable, Iterable
 
 from journal import (GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt,
                      Transaction, list_segments)
+from journal.fingerprint import fingerprint
+from journal.replica import Location
 from snapshot import BackgroundCompactor
 from snapshot.data_plane import row_locators
 
-from ..fingerprint import fingerprint
 from ..recovered import RecoveredState
 from ..restore import restore
 from .batch import Key, rows_of
@@ -63,15 +64,18 @@ class Opened:
 
 def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, load_weights,
                  sync: str, salvage: bool, must_exist: bool, replica, replica_options,
-                 on_row_changed: str) -> Opened:
+                 on_row_changed: str, identity, on_identity_changed: str) -> Opened:
     """What a (re)start needs, in order: restore (from the bucket when `replica` is given and
-    the local journal holds no history: a fresh node), the weights of the restored step, the
-    loader's state, then the journal continuing the restored history."""
+    the local journal holds no history: a fresh node) with the run identity checked, the
+    weights of the restored step, the loader's state, then the journal continuing the restored
+    history (recording the identity when it differs)."""
     local = os.path.abspath(journal_dir)
+    replica = Location.of(replica, replica_options) if replica is not None else None
     source = replica if replica is not None and not _holds_history(local) else local
     state = restore(source, dataset=dataset, collate_fn=collate_fn, data_plane=data_plane,
                     salvage=salvage and data_plane is not None, must_exist=must_exist,
-                    replica_options=replica_options, on_row_changed=on_row_changed)
+                    on_row_changed=on_row_changed, identity=identity,
+                    on_identity_changed=on_identity_changed)
     if state.step is not None and load_weights is not None:
         try:
             load_weights(state.step)
@@ -84,8 +88,7 @@ def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, l
     if loader is not None and state.loader_state is not None:
         loader.load_state_dict(state.loader_state)
     fs = MeasuredFileSystem()
-    j = Journal.open(local, resume=state, sync=sync, fs=fs, replica=replica,
-                     replica_options=replica_options)
+    j = Journal.open(local, resume=state, sync=sync, fs=fs, replica=replica, identity=identity)
     return Opened(j, state, fs)
 
 
@@ -348,8 +351,10 @@ class Core:
             "replica_lag_lsns": lag.lsns if lag is not None else None,
             "restored": {"step": r.step, "lsn": r.lsn, "train": len(r.replay), "generate": len(r.admitted),
                          "admit": len(r.reserved), "spare": len(r.spare), "salvaged": len(r.salvaged),
-                         "demoted": len(r.demoted), "adopted": len(r.adopted), "rollouts_adopted": len(r.adopted_rollouts), "rollouts_kept": kept,
-                         "rollouts_regenerated": regenerated, "rollouts_newer_weights": len(r.newer_weights)},
+                         "demoted": len(r.demoted), "adopted": len(r.adopted),
+                         "rollouts_adopted": len(r.adopted_rollouts), "rollouts_kept": kept,
+                         "rollouts_regenerated": regenerated, "rollouts_newer_weights": len(r.newer_weights),
+                         "identity": r.identity_check},
             "rows_reclaimed": self._reclaimed, "rows_awaiting_reclaim": waiting,
             "compactions": self._compactions, "compaction_error": self._compaction_error,
         }

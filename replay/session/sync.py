@@ -37,7 +37,8 @@ class Session(Core):
              load_weights: Callable[[int], Any] | None = None, sync: str = "always",
              salvage: bool = True, must_exist: bool = False, replica: Any = None,
              replica_options: dict | None = None, compact_every: int | None = 10,
-             key: Callable | None = None, on_row_changed: str = "error") -> "Session":
+             key: Callable | None = None, on_row_changed: str = "error",
+             identity: dict | None = None, on_identity_changed: str = "error") -> "Session":
         """Open (or start) the run whose journal is `journal_dir`, doing what a restart needs,
         in order: `replay.restore` of the latest committed checkpoint (salvaging work finished
         after it when a data plane is given), `load_weights(step)` (only when a checkpoint was
@@ -52,12 +53,18 @@ class Session(Core):
         restores from the bucket. `compact_every`: every that many checkpoints a background
         compaction folds the journal into a cut and retires what it covers (None: never).
         `key(batch)`: the rows of a batch as `(idx, task_name)` pairs, for batches that are
-        not a mapping with an "idx" column."""
+        not a mapping with an "idx" column. `identity` (the run's tokenizer, sampling
+        parameters, prompt template, reward version: a mapping of str keys to plain values or
+        tensors) is compared at the restore point (`replay.restore(identity=,
+        on_identity_changed=)`: a change raises `replay.IdentityChanged` by default) and recorded
+        in the journal when it differs from the one recorded (`s.restored.identity_check` says
+        what the restore found)."""
         return cls._start(journal_dir, dataset=dataset, loader=loader, collate_fn=collate_fn,
                           data_plane=data_plane, load_weights=load_weights, sync=sync,
                           salvage=salvage, must_exist=must_exist, replica=replica,
                           replica_options=replica_options, compact_every=compact_every, key=key,
-                          on_row_changed=on_row_changed)
+                          on_row_changed=on_row_changed, identity=identity,
+                          on_identity_changed=on_identity_changed)
 
     def _commit(self, fill: Fill) -> Any:
         with self.journal.transaction() as tx:

@@ -7,28 +7,19 @@ calls."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from bench.recovery_policies import PROGRESS_MISSING, WrittenRows, calls, record_progress
 from bench.recovery_workload import Shape, Transition, simulate
+from tests.support.bench_run import quick_report
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES = ("two_node_27b", "agentic")
 POLICIES = ("loader", "ledger", "bank", "seals", "progress")
 
 
 @pytest.fixture(scope="module")
 def report():
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    p = subprocess.run([sys.executable, "-m", "bench", "recovery", "--quick", "--json"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
+    return quick_report("recovery", timeout=120)
 
 
 def test_every_shape_prices_every_policy(report):

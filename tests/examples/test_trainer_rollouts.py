@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from journal import GroupRef, Journal, Reader, RolloutRef
-from replay import fingerprint
+from replay import LocalDataPlane, fingerprint
 
-from examples.trainer import ADMITTED, REPLAY, Config, NoOwnership, Trainer, _rollout_row, step_dir
+from examples.trainer import (ADMITTED, REPLAY, RUN_IDENTITY, Config, NoOwnership, Trainer, _rollout_row,
+                              step_dir)
 
 
 def _close(t: Trainer) -> None:
@@ -42,7 +43,7 @@ def trainer(tmp_path):
 def test_restore_dispatches_only_the_pending_rollouts_with_their_attempts(trainer, capsys):
     t = trainer()
     cfg, ds = t.cfg, t.ds
-    j = Journal.open(cfg.journal_dir)
+    j = Journal.open(cfg.journal_dir, identity=RUN_IDENTITY)  # the trainer's run: restore checks it
     (g,) = j.taken([GroupRef(idx=5, task_name=ds[5]["task_name"], epoch=0, fingerprint=fingerprint(ds[5]))],
                    loader_state=t.dl.state_dict(), dataset_size=len(ds))
     j.admitted([g], target_step=2, policy_version=1, rollouts=4)
@@ -92,7 +93,7 @@ def test_a_late_result_is_rejected_by_the_journal_and_its_row_deleted(trainer):
     # both by the attempt fence, also the one whose retry had sealed first
     assert (t.stats["fenced_stale_attempt"], t.stats["fenced_already_done"]) == (2, 0)
     # the late rows are gone, the sealed one of attempt 1 stays
-    rows = sorted(os.listdir(t.cfg.rows_dir))
+    rows = sorted(LocalDataPlane(t.cfg.rows_dir).locators())
     assert rows == [f"g{w.gid}-r2-a1.rows"] and w.sealed[2] == rows[0]
     # the journal holds the raised attempts and the one seal
     r = Reader(t.cfg.journal_dir).fold().live[w.gid].rollouts
@@ -129,7 +130,7 @@ def test_ray_mode_group_level_keeps_each_actors_row_with_its_group(trainer):
     w, locs, event = asyncio.run(scenario())
     assert event == ("finished", w) and w.status == REPLAY and w.attempts is None
     assert not any(t.dp.has(loc) for loc in locs)
-    assert os.listdir(t.cfg.rows_dir) == [w.locator]
+    assert list(LocalDataPlane(t.cfg.rows_dir).locators()) == [w.locator]
     assert t.dp.get(w.locator)["answers"].tolist() == [0, 1, 2, 3]
     assert t.dp.get(w.locator)["rewards"].tolist() == [0.0, 1.0, 0.0, 1.0]
     t.gc_pool.shutdown(wait=True)

@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 from journal import LIVE_OWNERS, Journal, Transaction
-from journal.arguments import CALLS
+from journal.events import CALLS
 from journal.fold import TRANSITIONS
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, OwnershipError,
@@ -96,3 +97,52 @@ def test_every_event_kind_has_a_row():
 def test_the_readme_shows_the_table():
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert transition_table_markdown() in readme
+
+
+def _fold_module_reading(monkeypatch, rows: dict) -> object:
+    """A fresh copy of `journal.fold` built after the declarations of `rows` (event class ->
+    from-owners) were widened: the module reads the table when it is loaded."""
+    import importlib
+    import importlib.util
+
+    for kind, owners in rows.items():
+        monkeypatch.setattr(kind, "from_owners", frozenset(owners))
+    source = importlib.import_module("journal.fold").__file__
+    spec = importlib.util.spec_from_file_location("journal._fold_widened", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_WIDENED = {Diverted: {Owner.RESERVED, Owner.ADMITTED}, Admitted: {Owner.RESERVED, Owner.SPARE, Owner.REPLAY},
+            Finished: {Owner.ADMITTED, Owner.RESERVED, Owner.SPARE}, Trained: {Owner.REPLAY, Owner.ADMITTED},
+            Discarded: {Owner.RESERVED, Owner.SPARE}}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_widened_table_keeps_the_counts(data):
+    """The fold reads each move's from- and to-owners from the declarations: with every row
+    widened, every accepted commit still leaves each owner's count equal to its groups (a
+    count taken from one hard-coded from-owner would drift)."""
+    with pytest.MonkeyPatch.context() as mp:
+        widened = _fold_module_reading(mp, _WIDENED)
+        assert widened.TRANSITIONS["finished"].from_owners == _WIDENED[Finished]
+        state = widened.State()
+        for _ in range(data.draw(st.integers(1, 25), label="commits")):
+            kind = data.draw(st.sampled_from(["taken", *sorted(_MOVES)]), label="kind")
+            if kind == "taken":
+                gids = [state.next_group_id]
+            else:
+                gids = [data.draw(st.sampled_from(sorted(state.live) or [0]), label="group")]
+            try:
+                widened.apply(state, Commit(state.lsn + 1, [_event(kind, gids)]))
+            except OwnershipError:
+                continue
+            counted = [0] * 7
+            for g in state.live.values():
+                counted[g.owner] += 1
+            for code in list(state.terminal.codes) + list(state.terminal.sparse.values()):
+                counted[code] += code != 0
+            counted[0] = 0
+            assert state.counts == counted, (kind, gids)

@@ -57,6 +57,7 @@ TX_CALLS = {
     "discarded": lambda tx, g: tx.discarded([g], reason="rollout_failed"),
     "begin_checkpoint": lambda tx, g: tx.begin_checkpoint(step=1),
     "commit_checkpoint": lambda tx, g: tx.commit_checkpoint(step=1),
+    "record_identity": lambda tx, g: tx.record_identity({"temperature": 0.7}),
 }
 
 

@@ -1,4 +1,4 @@
-"""Adoption (docs/recovery.md, "Restoring" step 4): with salvage, the loader's takes on the dead
+"""Adoption (docs/recovery.md, "Restoring" step 6): with salvage, the loader's takes on the dead
 tail come back under fresh group ids, each where its work allows, with the loader state after
 the last adopted take; the resume's first commit records all of it, and the resumed journal
 audits clean (a row adopted counts once)."""

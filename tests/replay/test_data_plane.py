@@ -22,6 +22,7 @@ from journal import Group, GroupRef, Journal, Owner, Reader, RolloutRef
 from replay import (InvalidLocator, LocalDataPlane, ObjectStoreDataPlane, RowConflict, RowsCorrupt,
                     RowsNotFound, RowsNotStorable, restore)
 from snapshot import DataPlane, compact, row_locators
+from tests.support import packs
 from tests.support.equality import deep_equal
 from tests.support.s3_support import S3, options
 from tests.support.trees import AWKWARD, values
@@ -50,14 +51,12 @@ class Store:
 
     def raw(self, locator: str) -> bytes:
         if self.kind == "local":
-            with open(os.path.join(self.root, locator), "rb") as f:
-                return f.read()
+            return packs.stored_bytes(self.root, locator)
         return self.s3.keys(self.prefix)[f"rows/{locator}"]
 
     def overwrite(self, locator: str, data: bytes) -> None:
         if self.kind == "local":
-            with open(os.path.join(self.root, locator), "wb") as f:
-                f.write(data)
+            packs.overwrite_rows(self.root, locator, data)
         else:
             self.s3.put(self.prefix, f"rows/{locator}", data)
 

@@ -110,7 +110,7 @@ class Recovered:
 
 def recovered_by_the_rules(want: dict, tail: list[tuple[int, tuple]], rows: set[str], step: int | None,
                            max_gid: int) -> Recovered:
-    """The recovery rules (docs/recovery.md, "Restoring" step 4) for groups admitted without
+    """The recovery rules (docs/recovery.md, "Restoring" steps 5 and 6) for groups admitted without
     rollouts=, written again from the model's view at the checkpoint (`want`) and its log of the
     dead tail (`tail`): salvage, demotion, adoption, in that order; fresh ids above `max_gid`."""
     live = {gid: dict(zip(FIELDS, t)) for gid, t in want["live"].items()}

@@ -1,5 +1,5 @@
-"""Retention in the bucket (snapshot/bucket_retention.py) and a restore that fetches only its
-plan (replay/from_replica.py), against the real S3 server of test_replica (moto's server
+"""Retention in the bucket (journal/replica/retention.py) and a restore that fetches only its
+plan (journal/replica/fetch.py), against the real S3 server of test_replica (moto's server
 mode, real conditional writes) and its fault-injecting proxy."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
-import journal.replica
-import replay.from_replica
+import journal.replica.fetch
+import journal.replica.shipper
 from journal import GroupRef, JournalFailed, layout
-from replay import restore
-from replay.from_replica import ReplicaChanged
+from journal.replica.names import LEASE_NAME, ReplicaObject, parse_replica_object
+from replay import ReplicaChanged, restore
 from snapshot import compact
 from tests.replica.test_replica import open_replica, train
 from tests.support.s3_support import S3, fault_options, options
@@ -25,12 +25,12 @@ def summary(state) -> tuple:
             [g.group_id for g in state.replay])
 
 
-def segment_objects(names) -> list[layout.ReplicaObject]:
-    return [o for o in map(layout.parse_replica_object, names) if o is not None and o.kind != "cut"]
+def segment_objects(names) -> list[ReplicaObject]:
+    return [o for o in map(parse_replica_object, names) if o is not None and o.kind != "cut"]
 
 
 def cuts_in(names) -> set[str]:
-    return {o.cut for o in map(layout.parse_replica_object, names) if o is not None and o.kind == "cut"}
+    return {o.cut for o in map(parse_replica_object, names) if o is not None and o.kind == "cut"}
 
 
 def two_compactions(j, keep_cuts: int = 1, start: int = 0):
@@ -63,12 +63,12 @@ def test_retention_deletes_what_it_may_and_nothing_else(s3, proxy, prefix, tmp_p
     last_first = max(o.seg_first_lsn for o in segment_objects(before))
     # exactly: every cut but the kept one, and the segments wholly at or before the boundary
     # (but the timeline's last), their tail pieces too
-    doomed = {n for n in before if (o := layout.parse_replica_object(n)) is not None and (
+    doomed = {n for n in before if (o := parse_replica_object(n)) is not None and (
         o.kind == "cut" and o.cut != kept or o.kind != "cut" and o.seg_first_lsn < last_first and
         next(s.to_lsn for s in segment_objects(before) if s.kind == "sealed" and
              s.seg_first_lsn == o.seg_first_lsn) <= boundary)}
     assert doomed and set(before) - set(after) == doomed
-    assert layout.LEASE_NAME in after and cuts_in(after) == {kept}
+    assert LEASE_NAME in after and cuts_in(after) == {kept}
     assert all(o.to_lsn > boundary or o.seg_first_lsn == last_first for o in segment_objects(after)
                if o.kind == "sealed")
     assert set(result.bucket_retention.deletions) == doomed and j.replica_lag().error is None
@@ -77,7 +77,7 @@ def test_retention_deletes_what_it_may_and_nothing_else(s3, proxy, prefix, tmp_p
     for cut in cuts_in(doomed):  # a cut's MANIFEST.json first: from then on it is incomplete
         files = [d for d in deletes if d.startswith(f"cuts/{cut}/")]
         assert files[0].endswith("/" + layout.MANIFEST_NAME)
-    order = [layout.parse_replica_object(d) for d in deletes if not d.startswith("cuts/")]
+    order = [parse_replica_object(d) for d in deletes if not d.startswith("cuts/")]
     assert [o.seg_first_lsn for o in order] == sorted(o.seg_first_lsn for o in order)  # oldest first
     assert all(a.kind == "piece" or b.seg_first_lsn > a.seg_first_lsn for a, b in zip(order, order[1:]))
     # the bucket alone restores what the local journal restores
@@ -119,7 +119,7 @@ def test_a_restore_racing_retention_succeeds_or_names_the_object(s3, prefix, tmp
     train(j, 30, start=60)
     j.flush_replica(timeout=30)
     expected = restore(j.path)
-    listed = replay.from_replica.ReplicaListing.__init__
+    listed = journal.replica.fetch.Listing.__init__
     deleted = set()
 
     def list_then_retention(self, *args, **kwargs):
@@ -129,7 +129,7 @@ def test_a_restore_racing_retention_succeeds_or_names_the_object(s3, prefix, tmp
         j.flush_replica(timeout=30)
         deleted.update(before - set(s3.keys(prefix)))
 
-    monkeypatch.setattr(replay.from_replica.ReplicaListing, "__init__", list_then_retention)
+    monkeypatch.setattr(journal.replica.fetch.Listing, "__init__", list_then_retention)
     url, opts = S3.url(prefix), options(s3.endpoint)
     if keep_cuts == 2:
         assert summary(restore(url, replica_options=opts)) == summary(expected)
@@ -146,7 +146,7 @@ def test_a_restore_racing_retention_succeeds_or_names_the_object(s3, prefix, tmp
 def test_store_fault_sweep_for_retention(s3, proxy, prefix, tmp_path, monkeypatch, nth, persistent):
     """The N-th delete of a retention pass fails once, or from then on: nothing needed is
     deleted, the journal keeps committing, and the pass after the store heals finishes the job."""
-    monkeypatch.setattr(journal.replica, "RETENTION_SECONDS", 0.5)
+    monkeypatch.setattr(journal.replica.shipper, "RETENTION_SECONDS", 0.5)
     j = open_replica(tmp_path / "j", proxy.endpoint, prefix, replica_options=fault_options(proxy.endpoint),
                      segment_bytes=4096)
     train(j, 30)
@@ -191,7 +191,7 @@ def test_restore_fetches_only_its_plan_and_fewer_bytes_after_retention(s3, proxy
         return {n: len(stored[n]) for n in got}
 
     got = fetched_by_restore(names)
-    everything = sum(map(len, names.values())) - len(names[layout.LEASE_NAME])  # what restore fetched before
+    everything = sum(map(len, names.values())) - len(names[LEASE_NAME])  # what restore fetched before
     segments = segment_objects(names)
     last_first = max(o.seg_first_lsn for o in segments)
     wholly_before = {o.name for o in segments if o.kind == "sealed" and o.to_lsn <= cut.lsn
@@ -268,7 +268,7 @@ def test_a_writer_that_lost_its_lease_deletes_nothing(s3, prefix, tmp_path):
     assert result.bucket_retention.deletions  # asked for, never carried out
     with pytest.raises(JournalFailed, match="lost its lease"):
         zombie.flush_replica(timeout=30)
-    assert set(s3.keys(prefix)) - {layout.LEASE_NAME} == before - {layout.LEASE_NAME}
+    assert set(s3.keys(prefix)) - {LEASE_NAME} == before - {LEASE_NAME}
     heir.close()
     zombie.close()
 

@@ -15,7 +15,8 @@ import time
 import pytest
 import torch
 
-from journal import Group, GroupRef, Journal, Owner, RolloutRef, Rollouts, layout
+from journal import Group, GroupRef, Journal, Owner, RolloutRef, Rollouts
+from journal.replica.names import LEASE_NAME
 from replay import DataPlaneUnreachable, ObjectStoreDataPlane, restore
 from tests.replica.test_replica import SHIP
 from tests.support.equality import deep_equal
@@ -125,7 +126,7 @@ def test_a_fresh_node_restores_journal_and_rows_from_the_bucket_alone(s3, prefix
     shutil.rmtree(tmp_path / "node1")                       # the node and its disk are gone
     names = set(s3.listing(prefix))
     assert {"rows/g0.rows", "rows/g1-r0-a0.rows", "rows/g1-r1-a0.rows", "rows/g2-r1-a0.rows",
-            layout.LEASE_NAME} <= names
+            LEASE_NAME} <= names
 
     node2 = ObjectStoreDataPlane(url, opts)
     state = restore(url, replica_options=opts, data_plane=node2)

@@ -13,9 +13,10 @@ import time
 import pytest
 
 from journal import GroupRef, Journal, JournalFailed, JournalLocked, JournalWarning, layout, list_segments
-from journal.errors import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
-from replay import DamagedCutWarning, NothingToRestore, audit, restore, verify
-from replay.from_replica import ReplicaChanged, ReplicaCorrupt, ReplicaGap, ReplicaUnreachable
+from journal import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
+from journal.replica.names import LEASE_NAME, parse_replica_object
+from replay import (DamagedCutWarning, NothingToRestore, ReplicaChanged, ReplicaCorrupt, ReplicaGap,
+                    ReplicaUnreachable, audit, restore, verify)
 from tests.support.cli_run import cli, cli_json, cli_json_lines
 from tests.support.s3_support import S3, fault_options, options
 from snapshot import compact
@@ -62,7 +63,7 @@ def test_ships_sealed_segments_tail_and_cuts_manifest_last(s3, proxy, prefix, tm
     j.flush_replica(timeout=30)
     assert j.replica_lag().lsns == 0 and j.replica_lag().error is None
     objects = s3.keys(prefix)
-    parsed = [layout.parse_replica_object(n) for n in objects if n != layout.LEASE_NAME]
+    parsed = [parse_replica_object(n) for n in objects if n != LEASE_NAME]
     assert None not in parsed
     local = list_segments(j.path)
     sealed = {(o.timeline, o.seg_first_lsn): o for o in parsed if o.kind == "sealed"}
@@ -89,7 +90,7 @@ def test_tail_is_shipped_without_flush_and_idle_makes_no_requests(s3, proxy, pre
     j = open_replica(tmp_path / "j", proxy.endpoint, prefix)
     lsn = j.begin_checkpoint(step=1)
     wait_for(lambda: any(o and o.kind == "piece" and o.to_lsn >= lsn
-                         for o in map(layout.parse_replica_object, s3.keys(prefix))), "the tail piece")
+                         for o in map(parse_replica_object, s3.keys(prefix))), "the tail piece")
     wait_for(lambda: j.replica_lag().lsns == 0, "the lag to reach 0")
     seen, counted = len(proxy.requests()), j.replica_lag().requests
     time.sleep(10 * SHIP)  # idle: ten ship intervals
@@ -291,7 +292,7 @@ def test_second_writer_is_locked_and_takeover_fences_the_zombie(s3, prefix, tmp_
         zombie.begin_checkpoint(step=101)
     heir.flush_replica(timeout=30)
     heir.close()
-    new = [layout.parse_replica_object(n) for n in set(s3.keys(prefix)) - before - {layout.LEASE_NAME}]
+    new = [parse_replica_object(n) for n in set(s3.keys(prefix)) - before - {LEASE_NAME}]
     assert new and all(o.kind == "cut" or o.timeline == heir.timeline for o in new)  # nothing of the zombie
     zombie.close()
 
@@ -300,10 +301,10 @@ def test_a_takeover_branches_above_the_timeline_the_previous_holder_reserved(s3,
     j = open_replica(tmp_path / "a", s3, prefix)
     train(j, 2)
     j.close()
-    lease = json.loads(s3.keys(prefix)[layout.LEASE_NAME])
+    lease = json.loads(s3.keys(prefix)[LEASE_NAME])
     assert lease["reserved"] == 1
     # a holder that reserved timeline 7 and was taken over before it uploaded anything
-    s3.put(prefix, layout.LEASE_NAME, json.dumps({**lease, "holder": "zombie", "reserved": 7,
+    s3.put(prefix, LEASE_NAME, json.dumps({**lease, "holder": "zombie", "reserved": 7,
                                                   "renewed": time.time()}).encode())
     state = restore(S3.url(prefix), replica_options=options(s3.endpoint))
     heir = open_replica(tmp_path / "b", s3, prefix, resume=state)
@@ -312,10 +313,10 @@ def test_a_takeover_branches_above_the_timeline_the_previous_holder_reserved(s3,
 
 
 def test_expired_or_released_lease_is_taken_by_a_plain_open(s3, prefix, tmp_path):
-    s3.put(prefix, layout.LEASE_NAME, json.dumps({"holder": "dead", "renewed": 0.0, "ttl": 30.0}).encode())
+    s3.put(prefix, LEASE_NAME, json.dumps({"holder": "dead", "renewed": 0.0, "ttl": 30.0}).encode())
     j = open_replica(tmp_path / "a", s3, prefix)
     j.close()  # releases it
-    assert json.loads(s3.keys(prefix)[layout.LEASE_NAME])["ttl"] == 0.0
+    assert json.loads(s3.keys(prefix)[LEASE_NAME])["ttl"] == 0.0
     Journal.open(str(tmp_path / "a"), replica=S3.url(prefix), replica_options=options(s3.endpoint)).close()
 
 
@@ -424,9 +425,9 @@ def test_truncated_or_replaced_object_is_refused(s3, prefix, shipped):
 
 def test_missing_middle_object_is_a_gap_naming_the_range(s3, prefix, shipped):
     objects, sealed = shipped
-    gone = layout.parse_replica_object(sealed[1])
+    gone = parse_replica_object(sealed[1])
     for name in objects:  # the sealed segment and the pieces it was shipped as while active
-        obj = layout.parse_replica_object(name)
+        obj = parse_replica_object(name)
         if obj is not None and obj.kind != "cut" and obj.seg_first_lsn == gone.seg_first_lsn:
             s3.delete(prefix, name)
     with pytest.raises(ReplicaGap, match=f"LSNs {gone.from_lsn}..{gone.to_lsn} of timeline 1") as info:

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from journal import ReplicaTimeout, layout
+from journal.replica.names import LEASE_NAME
 from replay import restore
 from snapshot import compact
 from tests.replica.test_replica import open_replica, train
@@ -79,4 +80,4 @@ def test_the_nth_request_of_shipping_fails(s3, proxy, prefix, tmp_path, request_
         remote = restore(S3.url(where), replica_options=options(s3.endpoint))
         assert (remote.lsn, remote.step, remote.loader_state) == (local.lsn, local.step, local.loader_state), nth
         names = set(s3.keys(where))
-        assert layout.LEASE_NAME in names and any(n.endswith(layout.MANIFEST_NAME) for n in names), nth
+        assert LEASE_NAME in names and any(n.endswith(layout.MANIFEST_NAME) for n in names), nth

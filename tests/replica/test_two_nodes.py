@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from journal import layout
+from journal.replica.names import LEASE_NAME, ReplicaObject, parse_replica_object
 from tests.support.s3_support import S3, options
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -40,13 +40,13 @@ class NodeProcess:
         assert self.proc.wait(30) == 0
 
 
-def bucket_objects(s3: S3, prefix: str) -> list[tuple[layout.ReplicaObject, float]]:
+def bucket_objects(s3: S3, prefix: str) -> list[tuple[ReplicaObject, float]]:
     """Every journal object under `prefix` with its creation time (Unix seconds), the lease aside."""
-    return [(layout.parse_replica_object(name), created.timestamp())
-            for name, created in s3.listing(prefix).items() if name != layout.LEASE_NAME]
+    return [(parse_replica_object(name), created.timestamp())
+            for name, created in s3.listing(prefix).items() if name != LEASE_NAME]
 
 
-def timeline_and_lsn(obj: layout.ReplicaObject) -> tuple[int, int]:
+def timeline_and_lsn(obj: ReplicaObject) -> tuple[int, int]:
     """The timeline an object belongs to and the last LSN it holds (a cut: its own)."""
     if obj.kind == "cut":
         _, timeline, lsn = obj.cut.split("-")

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-import journal.replica
+import journal.replica.shipper
 from journal import ReplicaError
 from replay import restore
 from snapshot import compact
@@ -20,7 +20,7 @@ from tests.support.s3_support import S3, options
 
 def _listing_that_loses_a_file(monkeypatch, times: int) -> list[int]:
     """`list_segments` as the shipper calls it: its first `times` calls find a segment gone."""
-    real, calls = journal.replica.list_segments, []
+    real, calls = journal.replica.shipper.list_segments, []
 
     def listing(path):
         calls.append(1)
@@ -29,7 +29,7 @@ def _listing_that_loses_a_file(monkeypatch, times: int) -> list[int]:
                                     os.path.join(path, "00000001-00000000000000000002.wal"))
         return real(path)
 
-    monkeypatch.setattr(journal.replica, "list_segments", listing)
+    monkeypatch.setattr(journal.replica.shipper, "list_segments", listing)
     return calls
 
 
@@ -41,10 +41,10 @@ def test_a_file_gone_during_a_pass_is_shipped_around_by_the_next(s3, prefix, tmp
     j = open_replica(tmp_path / "j", s3, prefix, segment_bytes=4096)
     train(j, 4)
     j.flush_replica(timeout=30)
-    calls = _listing_that_loses_a_file(monkeypatch, journal.replica.VANISHED_PASSES - 1)
+    calls = _listing_that_loses_a_file(monkeypatch, journal.replica.shipper.VANISHED_PASSES - 1)
     train(j, 8, start=4)
     j.flush_replica(timeout=30)
-    assert len(calls) > journal.replica.VANISHED_PASSES - 1
+    assert len(calls) > journal.replica.shipper.VANISHED_PASSES - 1
     assert j.replica_lag().error is None
     assert _summary(restore(S3.url(prefix), replica_options=options(s3.endpoint))) == _summary(restore(j.path))
     j.close()

@@ -16,6 +16,7 @@ Events are plain tuples:
     ("sealed", [[gid, index, attempt, locator], ...], policy_version_or_None)
     ("failed", [[gid, index, attempt], ...])
     ("begin" | "commit", step)
+    ("identity", {key: fingerprint})                 (the run identity; moves no group)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import os
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     GroupRef, Owner, RolloutFailed, RolloutSealed, Taken, Trained)
+                     GroupRef, IdentityRecorded, Owner, RolloutFailed, RolloutSealed, Taken, Trained)
 
 from tests.support.loader_states import loader_state
 
@@ -56,6 +57,7 @@ class Model:
         self.loader = None                   # the last loader_state a taken carried (as given)
         self.has_loader = False
         self.rollouts: dict[int, list] = {}  # live gid -> [attempts, {index: (locator, version)}]
+        self.identity: dict | None = None    # the run identity recorded last
 
     def copy(self) -> "Model":
         m = Model()
@@ -63,7 +65,7 @@ class Model:
         m.next_gid, m.lsn = self.next_gid, self.lsn
         m.pending, m.committed = dict(self.pending), dict(self.committed)
         m.open_lsn, m.appending = self.open_lsn, self.appending
-        m.loader, m.has_loader = self.loader, self.has_loader
+        m.loader, m.has_loader, m.identity = self.loader, self.has_loader, self.identity
         m.rollouts = {g: [list(a), dict(s)] for g, (a, s) in self.rollouts.items()}
         return m
 
@@ -181,6 +183,8 @@ class Model:
             if ev[1] not in self.pending:
                 raise Illegal("no pending begin")
             self.committed[ev[1]] = self.pending.pop(ev[1])
+        elif kind == "identity":
+            self.identity = dict(ev[1])
         else:
             raise ValueError(kind)
 
@@ -221,6 +225,8 @@ def events_of(commit) -> list[tuple]:
             out.append(("begin", ev.step))
         elif t is CheckpointCommitted:
             out.append(("commit", ev.step))
+        elif t is IdentityRecorded:
+            out.append(("identity", dict(ev.digests)))
         else:
             raise AssertionError(f"unknown event {ev!r}")
     return out
@@ -262,6 +268,7 @@ def assert_state_matches(st, model: Model) -> None:
     assert st.owner_counts() == model.counts()
     assert st.pending_checkpoints == model.pending
     assert st.committed_checkpoints == model.committed
+    assert st.identity == model.identity
     tracked = {g: grp.rollouts for g, grp in st.live.items() if grp.rollouts is not None}
     assert set(tracked) == set(model.rollouts), "groups whose rollouts are tracked"
     for g, r in tracked.items():

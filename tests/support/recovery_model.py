@@ -1,4 +1,4 @@
-"""The recovery rules written again for the tests (docs/recovery.md, "Restoring" step 4), without
+"""The recovery rules written again for the tests (docs/recovery.md, "Restoring" steps 5 and 6), without
 the library's code: what a restore with salvage and a data plane hands back, and the first
 commit a resume writes, from the history alone.
 

@@ -1,14 +1,15 @@
 """Helpers for the snapshot tests: random legal histories, reference folds, state comparison.
 
 `drive(j, pick, n)` appends `n` random *legal* commits to a live `Journal`
-(every event kind, transactions, checkpoint markers, loader states holding
+(every event kind, transactions, checkpoint markers, run identities, loader states holding
 tensors, tuples and bytes), choosing with a `Picker` so the same driver runs
 under hypothesis (`HypothesisPicker`) and under a seeded `random.Random`
 (`RandomPicker`). `reference_states(path)` folds the journal commit by commit
 with the journal's own `apply` and keeps the state at every LSN.
 `assert_same_state(got, want)` compares two states field by field (live
 records, per-owner counts, terminal owners, next group id, checkpoints, the
-loader state deeply, LSN, chain, timeline) and says which field differs.
+loader state deeply, LSN, chain, timeline; the run identity and the rest through
+`State.same_as`) and says which field differs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import random
 import torch
 
 from journal import GroupRef, Journal, Owner, Reader, State, apply
+from journal.identity import digests
 
 from tests.support.equality import deep_equal
 from tests.support.journal_model import Model
@@ -83,7 +85,7 @@ def _one(pick, m: Model, tx, allow_checkpoint: bool = True) -> tuple | None:
     (nothing appended). The dataset index is the number of groups taken so far, and
     checkpoint steps are begun in order 1, 2, 3, ..."""
     kinds = ["taken", "taken", "diverted", "admitted", "admitted", "finished", "finished", "trained",
-             "discarded"]
+             "discarded", "identity"]
     if allow_checkpoint:
         kinds += ["begin", "commit"]
     kind = pick.choice(kinds)
@@ -136,6 +138,10 @@ def _one(pick, m: Model, tx, allow_checkpoint: bool = True) -> tuple | None:
         gs = pick.sample(cand, pick.int(1, min(2, len(cand))))
         tx.discarded(gs, reason=pick.choice(["rollout_failed", "filtered"]))
         return ("discarded", gs)
+    if kind == "identity":
+        identity = {"temperature": pick.int(0, 2), "tokenizer": pick.choice(TASKS)}
+        tx.record_identity(identity)
+        return ("identity", digests(identity))
     if kind == "begin":
         if m.pending:  # a writer has one checkpoint in flight at a time
             return None

@@ -25,7 +25,7 @@ else:  # pragma: no cover - Python 3.10
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 # import name -> distribution name, where they differ
-DISTRIBUTION_OF = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn"}
+DISTRIBUTION_OF = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn", "straw": "straw-queue"}
 
 
 def _normalize(name: str) -> str:

@@ -1,14 +1,15 @@
-"""Restoring from a replica alone: the bucket's objects laid out as a local journal directory.
+"""Fetching a replica's history back: the bucket's objects laid out as a local journal directory,
+which `replay` then reads with every local check (its `Source`).
 
-`restore(URL, replica_options=...)` lists the bucket once and fetches into a temporary
-directory only what it needs (`fetch_in_steps`): the newest complete cut and the segments from
-it on (with each timeline's last segment, as local retention leaves a journal), restored with
-every local check; only when that restore does not stand on a fetched cut is the next older
-cut fetched too, and so on, last the whole history. verify, audit and journal-inspect fetch the
-whole history (`fetched`). Before a byte is used:
+`replay.restore(URL, replica_options=...)` lists the bucket once (`Listing`) and fetches into a
+temporary directory only what it needs (`fetch_in_steps`): the newest complete cut and the
+segments from it on (with each timeline's last segment, as local retention leaves a journal);
+only when the restore does not stand on a fetched cut is the next older cut fetched too, and so
+on, last the whole history. verify, audit and journal-inspect fetch the whole history
+(`fetched`). Before a byte is used:
 
-* names are parsed (`journal.layout.parse_replica_object`): anything else, also a name with
-  `..`, `.` or empty parts, is never turned into a local path;
+* names are parsed (`names.parse_replica_object`): anything else, also a name with `..`, `.`
+  or empty parts, is never turned into a local path;
 * every segment object's bytes (streamed to disk, never held whole) must hash to the sha256
   prefix in its name and have the listed size: a truncated object or other bytes under a
   valid name is `ReplicaCorrupt` naming it;
@@ -16,9 +17,11 @@ whole history (`fetched`). Before a byte is used:
   `ReplicaGap` naming the missing LSN range, or, with `at="end"`, the end of that timeline
   (the point-in-time end; what follows the gap is not used);
 * a cut's files are fetched only when its MANIFEST.json (uploaded last, so present only for
-  a complete cut) decodes and names safe paths; the local checks then verify every sha256.
+  a complete cut) decodes and names safe paths (`ManifestFiles`: the cut format is the
+  snapshot package's); the local checks then verify every sha256.
 
-The chain of checksums across objects and segments is the local reader's check.
+The chain of checksums across objects and segments is the local reader's check. Requests are
+retried under the one policy (`retry.py`) FETCH_ATTEMPTS times.
 """
 
 from __future__ import annotations
@@ -26,79 +29,43 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import time
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
-from journal import layout
-from journal.errors import ReplicaError
-from journal.replica import BACKOFF_FIRST, BACKOFF_MAX, Bucket, describe, open_store
-
-describe_replica = describe  # how messages and reports name a replica (its URL)
-from snapshot import RestoreError
-from snapshot.manifest import decode as decode_manifest
+from .. import layout
+from . import names, retry
+from .errors import ReplicaChanged, ReplicaCorrupt, ReplicaError, ReplicaGap, ReplicaUnreachable
+from .store import Bucket, Location
 
 FETCH_ATTEMPTS = 5
 
-
-class ReplicaGap(RestoreError):
-    """The bucket lacks the objects of an LSN range that the history needs."""
-
-    def __init__(self, message: str, *, timeline: int, first_lsn: int, last_lsn: int):
-        super().__init__(message)
-        self.timeline, self.first_lsn, self.last_lsn = timeline, first_lsn, last_lsn
-
-
-class ReplicaCorrupt(RestoreError):
-    """An object's bytes do not match its name (truncated, replaced), or two objects claim the
-    same part of a segment."""
-
-    def __init__(self, message: str, *, object: str | None):
-        super().__init__(message)
-        self.object = object
-
-
-class ReplicaChanged(RestoreError):
-    """An object listed a moment ago is gone (something deleted it while the restore ran)."""
-
-    def __init__(self, message: str, *, object: str):
-        super().__init__(message)
-        self.object = object
-
-
-class ReplicaUnreachable(RestoreError):
-    """The store kept failing while the replica was read."""
+ManifestFiles = Callable[[bytes, str], "Iterable[str] | None"]
+"""The files a cut's MANIFEST.json names, given its bytes and where it was read (for messages);
+None when it does not decode or names an unsafe path."""
 
 
 def _retry(fn, what: str, where: str):
-    delay = BACKOFF_FIRST
-    for attempt in range(FETCH_ATTEMPTS):
-        try:
-            return fn()
-        except (FileNotFoundError, FileExistsError):
-            raise
-        except ReplicaError as exc:  # the bucket's content, not the network: final
-            raise ReplicaCorrupt(str(exc), object=exc.object) from None
-        except Exception as exc:
-            if attempt == FETCH_ATTEMPTS - 1:
-                raise ReplicaUnreachable(f"replica {where}: {what} failed {FETCH_ATTEMPTS} times, "
-                                         f"last with {type(exc).__name__}: {exc}; check that the "
-                                         "store is reachable and retry the restore") from exc
-            time.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX)
+    try:
+        return retry.retrying(fn, what, tries=FETCH_ATTEMPTS,
+                              final=(FileNotFoundError, FileExistsError, ReplicaError))
+    except ReplicaError as exc:  # the bucket's content, not the network: final
+        raise ReplicaCorrupt(str(exc), object=exc.object) from None
+    except retry.GaveUp as exc:
+        raise ReplicaUnreachable(f"replica {where}: {exc}; check that the store is reachable and "
+                                 "retry the restore") from exc.last
 
 
 class _Segment:
     def __init__(self, timeline: int, first_lsn: int):
         self.timeline, self.first_lsn = timeline, first_lsn
-        self.sealed: list[layout.ReplicaObject] = []
-        self.pieces: list[layout.ReplicaObject] = []
+        self.sealed: list[names.ReplicaObject] = []
+        self.pieces: list[names.ReplicaObject] = []
 
     def objects(self, sizes: dict[str, int], where: str) -> tuple[list, int, tuple | None]:
         """(objects to concatenate, last LSN, the gap (first, last LSN) that ends it, if any)."""
         if len(self.sealed) > 1:
-            names = ", ".join(o.name for o in self.sealed)
+            claims = ", ".join(o.name for o in self.sealed)
             raise ReplicaCorrupt(f"replica {where}: two objects claim segment {self.timeline}/"
-                                 f"{self.first_lsn}: {names}", object=self.sealed[1].name)
+                                 f"{self.first_lsn}: {claims}", object=self.sealed[1].name)
         if self.sealed:
             return self.sealed, self.sealed[0].to_lsn, None
         out, offset, lsn = [], 0, self.first_lsn - 1
@@ -113,12 +80,13 @@ class _Segment:
         return out, lsn, None
 
 
-def _plan(names: dict[str, int], where: str, at_end: bool) -> tuple[dict, dict]:
-    """({(timeline, first LSN): objects} of the segments to fetch, {cut: {rel: name}})."""
+def _plan(listed: dict[str, int], where: str, at_end: bool) -> tuple[dict, dict]:
+    """({(timeline, first LSN): objects} of the segments to fetch, {cut: {rel: name}}) of the
+    objects `listed` (name -> size)."""
     segments: dict[tuple[int, int], _Segment] = {}
     cuts: dict[str, dict[str, str]] = {}
-    for name in names:
-        obj = layout.parse_replica_object(name)
+    for name in listed:
+        obj = names.parse_replica_object(name)
         if obj is None:
             continue
         if obj.kind == "cut":
@@ -138,7 +106,7 @@ def _plan(names: dict[str, int], where: str, at_end: bool) -> tuple[dict, dict]:
         if tl in previous and first != previous[tl] + 1:
             gap, objs = (previous[tl] + 1, first - 1), []
         else:
-            objs, previous[tl], gap = segments[key].objects(names, where)
+            objs, previous[tl], gap = segments[key].objects(listed, where)
             if objs:
                 chosen[key] = objs
         if gap is not None:
@@ -166,7 +134,7 @@ def _download(bucket: Bucket, name: str, path: str, where: str) -> tuple[int, st
                              "restored: restore again", object=name) from None
 
 
-def _fetch_object(bucket: Bucket, obj: layout.ReplicaObject, size: int, path: str, where: str) -> None:
+def _fetch_object(bucket: Bucket, obj: names.ReplicaObject, size: int, path: str, where: str) -> None:
     got, sha = _download(bucket, obj.name, path, where)
     if got != size or not sha.startswith(obj.sha):
         raise ReplicaCorrupt(f"replica {where}: object {obj.name} holds {got} bytes with sha256 "
@@ -188,7 +156,8 @@ def _fetch_segment(bucket: Bucket, key: tuple[int, int], objs: list, sizes: dict
             os.unlink(part)
 
 
-def _fetch_cut(bucket: Bucket, cut: str, files: dict[str, str], into: str, where: str) -> None:
+def _fetch_cut(bucket: Bucket, cut: str, files: dict[str, str], into: str, where: str,
+               manifest_files: ManifestFiles) -> None:
     """The cut's manifest, and the files it names when it decodes and names only safe paths
     (else the local checks report the manifest, and the restore skips the cut)."""
     if layout.MANIFEST_NAME not in files:
@@ -199,26 +168,23 @@ def _fetch_cut(bucket: Bucket, cut: str, files: dict[str, str], into: str, where
     _download(bucket, files[layout.MANIFEST_NAME], manifest_path, where)
     with open(manifest_path, "rb") as f:
         data = f.read()
-    try:
-        manifest = decode_manifest(data, f"{where}/{layout.CUTS_PREFIX}{cut}")
-    except RestoreError:
-        return
-    for rel in manifest.files:
+    for rel in manifest_files(data, f"{where}/{names.CUTS_PREFIX}{cut}") or ():
         if rel in files and rel != layout.MANIFEST_NAME:
             local = os.path.join(cut_dir, *rel.split("/"))
             os.makedirs(os.path.dirname(local), exist_ok=True)
             _download(bucket, files[rel], local, where)
 
 
-class ReplicaListing:
+class Listing:
     """One LIST of a replica and what it holds: the segment objects to fetch (names checked,
-    each timeline contiguous) and the cuts; `fetch` lays some or all of it out as a journal."""
+    each timeline contiguous; with `at_end` a gap ends its timeline) and the cuts; `fetch` lays
+    some or all of it out as a journal."""
 
-    def __init__(self, replica, options: dict | None, *, at_end: bool):
-        self.where = describe(replica)
-        self.bucket = Bucket(open_store(replica, options), self.where)
-        self.names = _retry(self.bucket.list, "list the bucket", self.where)
-        self.segments, self.cuts = _plan(self.names, self.where, at_end)
+    def __init__(self, location: Location, *, at_end: bool, manifest_files: ManifestFiles):
+        self.where, self.manifest_files = location.where, manifest_files
+        self.bucket = location.open()
+        self.sizes = _retry(self.bucket.list, "list the bucket", self.where)
+        self.segments, self.cuts = _plan(self.sizes, self.where, at_end)
 
     def complete_cuts(self) -> list[str]:
         """The cuts whose MANIFEST.json (uploaded last) is in the bucket, newest first."""
@@ -233,19 +199,13 @@ class ReplicaListing:
         for key, objs in sorted(self.segments.items()):
             needed = from_lsn is None or last_of[key[0]] == key[1] or objs[-1].to_lsn > from_lsn
             if needed and not os.path.exists(os.path.join(into, layout.segment_name(*key))):
-                _fetch_segment(self.bucket, key, objs, self.names, into, self.where)
+                _fetch_segment(self.bucket, key, objs, self.sizes, into, self.where)
         for cut in cuts:
             if not os.path.exists(os.path.join(into, layout.SNAPSHOTS_DIR, cut)):
-                _fetch_cut(self.bucket, cut, self.cuts[cut], into, self.where)
+                _fetch_cut(self.bucket, cut, self.cuts[cut], into, self.where, self.manifest_files)
 
 
-def fetch_replica(replica, options: dict | None, into: str, *, at_end: bool) -> None:
-    """Lay the replica's whole history out in the empty directory `into` as a journal directory."""
-    listing = ReplicaListing(replica, options, at_end=at_end)
-    listing.fetch(into, from_lsn=None, cuts=sorted(listing.cuts))
-
-
-def fetch_in_steps(listing: ReplicaListing, into: str, at) -> Iterator[bool]:
+def fetch_in_steps(listing: Listing, into: str, at) -> Iterator[bool]:
     """Fill `into` step by step for a restore at `at` to try after each (yielded: whether this
     is the last step, the whole history): the newest complete cut (at or before `at` when it is
     an LSN) and the segments from it on; then also the next older cut and the segments from
@@ -261,24 +221,9 @@ def fetch_in_steps(listing: ReplicaListing, into: str, at) -> Iterator[bool]:
 
 
 @contextlib.contextmanager
-def fetched(replica, options: dict | None, *, at_end: bool) -> Iterator[str]:
-    """A temporary journal directory holding the replica's history (removed afterwards)."""
+def fetched(listing: Listing) -> Iterator[str]:
+    """A temporary journal directory holding all of the history `listing` lists (removed
+    afterwards)."""
     with tempfile.TemporaryDirectory(prefix="oj-replica-") as tmp:
-        fetch_replica(replica, options, tmp, at_end=at_end)
+        listing.fetch(tmp, from_lsn=None, cuts=sorted(listing.cuts))
         yield tmp
-
-
-def report_of_replica(fn, replica, options: dict | None, at_end: bool, *args, **kwargs):
-    """`fn(directory, *args, **kwargs)` (verify, audit) on the replica's history, its report
-    naming the replica."""
-    with fetched(replica, options, at_end=at_end) as tmp:
-        report = fn(tmp, *args, **kwargs)
-    report.path = describe_replica(replica)
-    return report
-
-
-def is_replica(path) -> bool:
-    """Whether `restore`'s `path` names a replica (a URL or an obstore store), not a directory."""
-    if isinstance(path, str):
-        return "://" in path
-    return type(path).__module__.split(".")[0] == "obstore"

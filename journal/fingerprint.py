@@ -1,6 +1,8 @@
-"""Content fingerprints of dataset rows, stable across processes, Python and torch versions.
+"""Content fingerprints, stable across processes, Python and torch versions: of dataset rows
+(`GroupRef.fingerprint`, which restore checks) and of the values of a run identity
+(`identity.py`).
 
-The row is encoded canonically (a type tag and a length before every value,
+A value is encoded canonically (a type tag and a length before every value,
 dict items sorted by their encoded key, tensors by dtype, shape and
 little-endian bytes, floats by their IEEE-754 bits) and hashed with
 BLAKE2b-128. Never pickle: pickle output changes between versions.
@@ -8,8 +10,8 @@ Lists and tuples encode alike, so a row that round-trips through JSON or a
 collate step keeps its fingerprint; a numpy array encodes as the tensor it
 converts to and a numpy scalar as its Python value.
 
-torch is not imported to fingerprint a row without tensors: a row holding a tensor comes from
-a caller that imported torch, so `fingerprint` finds it in `sys.modules`; only a numpy array
+torch is not imported to fingerprint a value without tensors: a value holding a tensor comes
+from a caller that imported torch, so `fingerprint` finds it in `sys.modules`; only a numpy array
 (encoded as the tensor it converts to) imports it.
 """
 
@@ -74,12 +76,13 @@ def _encode(value: Any, out: list[bytes], tensor_type: type | tuple) -> None:
         else:
             _encode(value.item(), out, tensor_type)  # a scalar is its Python value: np.int64(5) is 5
     else:
-        raise TypeError(f"cannot fingerprint a {type(value).__name__}: rows may hold dict, list, "
-                        "tuple, str, int, float, bool, None, bytes, torch.Tensor or numpy values")
+        raise TypeError(f"cannot fingerprint a {type(value).__name__}: a fingerprinted value holds "
+                        "dict, list, tuple, str, int, float, bool, None, bytes, torch.Tensor or numpy values")
 
 
 def fingerprint(row: Any) -> bytes:
-    """A 16-byte content hash of a dataset row, for `GroupRef(fingerprint=...)`."""
+    """A 16-byte content hash of a dataset row (for `GroupRef(fingerprint=...)`) or any value
+    made of the types above."""
     parts: list[bytes] = []
     # without torch loaded nothing can be a tensor; () makes the isinstance in _encode False
     _encode(row, parts, getattr(sys.modules.get("torch"), "Tensor", ()))

@@ -1,12 +1,13 @@
-"""Shipping a journal to object storage, and the writer's lease there (README "Object storage").
+"""Shipping a journal to object storage (docs/object-storage.md): the `ReplicaLink` a writer
+opened with `Journal.open(path, replica=URL, ...)` holds.
 
-`Journal.open(path, replica=URL, ...)` makes a `Replica`: it takes the writer's lease in the
-bucket, then one background thread (the shipper) uploads what is durable on disk:
+It takes the writer's lease in the bucket (`lease.py`), then one background thread (the shipper)
+uploads what is durable on disk:
 
-* every sealed segment, whole (`layout.sealed_object_name`), after which the local marker
+* every sealed segment, whole (`names.sealed_object_name`), after which the local marker
   `replica/<segment>.shipped` tells retention it may retire the segment;
 * the durable tail of the active segment, as immutable pieces named by byte offset and LSN
-  range (`layout.piece_name`), at most `ship_interval` seconds after a commit is durable;
+  range (`names.piece_name`), at most `ship_interval` seconds after a commit is durable;
 * every cut in `<journal>/snapshots/`, its MANIFEST.json last (the cut's commit marker).
 
 Objects are immutable. Names carry the first 16 hex digits of the bytes' sha256, so an
@@ -16,292 +17,63 @@ done) and other bytes for the same segment or offset have another name, which th
 stops and `ReplicaConflict` is reported. Cut files have plain names: an existing one is read
 back and compared.
 
-The lease (`LEASE`, JSON) is created with `mode="create"` and renewed by compare-and-swap on
-its ETag (`mode={"e_tag": ...}`), every `LEASE_SECONDS / 3`. Before every pass that uploads,
-the shipper checks (HEAD) that the ETag is still its own: a writer that lost the lease uploads
-nothing more and the journal fails (`JournalFailed`). An idle journal makes no LIST and no GET:
-only the renewals.
+A store that cannot compare-and-swap (`Bucket.supports_cas`) is refused before any request.
+Before every pass that uploads, the shipper checks (HEAD) that the lease's ETag is still its
+own: a writer that lost the lease uploads nothing more and the journal fails (`JournalFailed`).
+An idle journal makes no LIST and no GET: only the lease renewals. Compaction's retention
+decision is carried out in the bucket by the same thread (`apply_retention`, `retention.py`).
 
-Every request is retried with exponential backoff while the store is unreachable or failing;
-the journal keeps committing locally meanwhile and `lag()` grows. `obstore` is imported only
-here, and only when a replica is opened.
+Every request is retried with backoff (`retry.py`) while the store is unreachable or failing,
+without end while the journal runs (it keeps committing locally meanwhile and `lag()` grows),
+for a while when the replica opens or closes or retention deletes.
 """
 
 from __future__ import annotations
 
-import collections
 import hashlib
-import json
 import os
-import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
-from . import layout
-from .errors import JournalError, JournalLocked, ReplicaConflict, ReplicaError, ReplicaTimeout
-from .reader import Reader, Segment, list_segments, read_segment_bytes
-from .vfs import OsFileSystem
+from .. import layout
+from ..errors import JournalError, JournalIOError, JournalLocked
+from ..reader import Reader, Segment, list_segments, read_segment_bytes
+from ..vfs import OsFileSystem
+from . import names, retry
+from .errors import LeaseLost, ReplicaConflict, ReplicaError, ReplicaTimeout
+from .lease import LEASE_SECONDS, Lease
+from .link import ReplicaLag, ReplicaLink
+from .retention import RetentionDecision, RetentionRequest, retention_request
+from .store import Location
 
-LEASE_SECONDS = 30.0        # a lease not renewed for this long may be taken by another writer
-BACKOFF_FIRST = 0.05        # seconds before the first retry of a failed request
-BACKOFF_MAX = 2.0
 CLOSE_SECONDS = 5.0         # how long close() keeps trying to ship the rest
 RETENTION_SECONDS = 5.0     # how long a retention pass retries one request before it leaves the rest
 OPEN_SECONDS = 30.0         # how long open keeps trying to list the bucket and take the lease
 VANISHED_PASSES = 3         # passes in a row that may find a local file gone before shipping stops
 
 
-class ReplicaLag(NamedTuple):
-    """`Journal.replica_lag()`: how far the bucket is behind what the journal acknowledged."""
-
-    seconds: float            # age of the oldest durable commit not yet in the bucket (0: none)
-    lsns: int                 # durable LSNs not yet in the bucket
-    shipped_lsn: int          # everything up to this LSN is in the bucket
-    error: str | None         # the last failure (retrying), or why shipping stopped
-    requests: dict            # requests made so far, by kind (LIST pages, GET, HEAD, PUT)
-
-
-class RetentionRequest(NamedTuple):
-    """What bucket retention (snapshot/bucket_retention.py) asks the shipper to delete, and what
-    must be in the bucket first."""
-
-    deletions: tuple[str, ...]   # object names, in the order they are deleted
-    needs_cuts: tuple[str, ...]  # cut directory names whose MANIFEST.json must be in the bucket
-    needs_lsn: int               # the history must be shipped through this LSN
-
-
-class LeaseLost(ReplicaError):
-    """Another writer holds the lease now: this one must stop."""
-
-
-def open_store(replica: Any, options: dict | None = None, *, role: str = "replica",
-               options_arg: str = "replica_options"):
-    """The obstore store for `replica`: a URL (`s3://`, `gs://`, `az://`, `file://`,
-    `memory://`) opened with `obstore.store.from_url(replica, **options)`, or a store object.
-    Messages name what opens it (`role`) and the argument that holds `options`."""
-    if isinstance(replica, str):
-        try:
-            from obstore.store import from_url
-        except ImportError as exc:
-            raise JournalError(f"{role} {replica!r} needs the obstore package: pip install "
-                               "'ownership-journal[replica]'") from exc
-        try:
-            return from_url(replica, **(options or {}))
-        except Exception as exc:  # a bad URL or option: obstore's own classes, not ours
-            raise ReplicaError(f"{role} {replica!r} cannot be opened with {options_arg} keys "
-                               f"{sorted(options or {})}: {type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0]}") from exc
-    if options:
-        raise ValueError(f"{options_arg}= applies to a {role} URL, not to a store object")
-    return replica
-
-
-def describe(replica: Any) -> str:
-    return replica if isinstance(replica, str) else repr(replica)
-
-
-def sha256_hex(data) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-class Bucket:
-    """The requests the journal makes (and `replay.ObjectStoreDataPlane`, with `role` "data
-    plane"), each raising the store's own exception on failure."""
-
-    def __init__(self, store, where: str, role: str = "replica"):
-        import obstore
-        from obstore import exceptions
-        self._ob, self._exc = obstore, exceptions
-        self.store, self.where, self.role = store, where, role
-        self.requests: collections.Counter = collections.Counter()  # by kind; not the client's retries
-
-    def list(self, prefix: str | None = None) -> dict[str, int]:
-        """name -> size of every object under the store's prefix, or under `prefix` within it
-        (paginated LIST)."""
-        out, pages = {}, 0
-        try:
-            for batch in self._ob.list(self.store, prefix=prefix):
-                pages += 1
-                out.update((m["path"], m["size"]) for m in batch)
-            self.requests["LIST"] += max(pages, 1)  # an empty listing is one request too
-            return out
-        except self._exc.InvalidPathError as exc:
-            raise ReplicaError(f"{self.role} {self.where}: the bucket holds an object whose name is not "
-                               f"a plain path (a '..', '.' or empty part), so nothing in it is "
-                               f"used: {str(exc).splitlines()[0]}; remove that object") from None
-
-    def exists(self, name: str) -> bool:
-        self.requests["HEAD"] += 1
-        try:
-            self._ob.head(self.store, name)
-        except FileNotFoundError:
-            return False
-        return True
-
-    def get(self, name: str) -> bytes:
-        self.requests["GET"] += 1
-        return bytes(self._ob.get(self.store, name).bytes())
-
-    def download(self, name: str, path: str) -> tuple[int, str]:
-        """Stream object `name` into the new file `path`; (size, sha256 hex)."""
-        digest, size = hashlib.sha256(), 0
-        self.requests["GET"] += 1
-        with open(path, "xb") as f:
-            for chunk in self._ob.get(self.store, name):
-                view = memoryview(chunk)
-                digest.update(view)
-                f.write(view)
-                size += len(view)
-        return size, digest.hexdigest()
-
-    def create(self, name: str, data) -> bool:
-        """Put `data` (bytes or a Path) as `name` unless it exists; False if it existed."""
-        self.requests["PUT"] += 1
-        try:
-            self._ob.put(self.store, name, data, mode="create")
-        except self._exc.AlreadyExistsError:
-            return False
-        return True
-
-    def delete(self, name: str) -> None:
-        """Delete object `name`; one already gone counts as deleted."""
-        self.requests["DELETE"] += 1
-        try:
-            self._ob.delete(self.store, name)
-        except FileNotFoundError:
-            pass
-
-    def lease_get(self) -> tuple[dict, str] | None:
-        self.requests["GET"] += 1
-        try:
-            got = self._ob.get(self.store, layout.LEASE_NAME)
-        except FileNotFoundError:
-            return None
-        return _lease_fields(bytes(got.bytes())), got.meta["e_tag"]
-
-    def lease_etag(self) -> str | None:
-        self.requests["HEAD"] += 1
-        try:
-            return self._ob.head(self.store, layout.LEASE_NAME)["e_tag"]
-        except FileNotFoundError:
-            return None
-
-    def lease_put(self, body: dict, e_tag: str | None) -> str | None:
-        """Create the lease (`e_tag` None) or swap it for `body` if its ETag is still `e_tag`;
-        the new ETag, None when the precondition failed."""
-        mode = "create" if e_tag is None else {"e_tag": e_tag}
-        self.requests["PUT"] += 1
-        try:
-            return self._ob.put(self.store, layout.LEASE_NAME, json.dumps(body).encode(), mode=mode)["e_tag"]
-        except (self._exc.AlreadyExistsError, self._exc.PreconditionError):
-            return None
-        except NotImplementedError as exc:  # obstore's LocalStore (file://) has no PutMode::Update
-            raise ReplicaError(
-                f"replica {self.where}: this store cannot replace {layout.LEASE_NAME} only if its "
-                f"ETag is unchanged (compare-and-swap), which the writer's lease needs "
-                f"({str(exc).splitlines()[0]}); use an s3://, gs:// or az:// URL") from None
-
-
-def _lease_fields(data: bytes) -> dict:
-    """The lease's JSON; one that does not parse, or has no numeric `renewed` and `ttl`, counts as
-    expired (a writer may replace it)."""
-    try:
-        body = json.loads(data)
-        if isinstance(body, dict) and all(isinstance(body.get(k), (int, float)) for k in ("renewed", "ttl")):
-            return body
-    except ValueError:
-        pass
-    return {"holder": None, "renewed": 0.0, "ttl": 0.0}
-
-
-class Lease:
-    """The writer's lease object: who writes this replica now."""
-
-    def __init__(self, bucket: Bucket):
-        self.bucket = bucket
-        self.token = os.urandom(8).hex()
-        self.e_tag: str | None = None
-        self.renewed = 0.0
-        self.reserved = 0  # the timeline a new branch of this writer takes
-
-    def _body(self, released: bool = False) -> dict:
-        return {"holder": self.token, "host": socket.gethostname(), "pid": os.getpid(),
-                "renewed": time.time(), "ttl": 0.0 if released else LEASE_SECONDS,
-                "reserved": self.reserved}
-
-    def acquire(self, *, takeover: bool, floor: int) -> None:
-        """Take the lease; `takeover` (a resume) takes it from a live holder too. The lease
-        reserves a timeline above `floor` and above the one its previous holder reserved: a
-        holder that was taken over before its first upload could otherwise pick the same
-        number as the writer that took over, and their objects would share names."""
-        current = self.bucket.lease_get()
-        previous = 0
-        if current is not None:
-            holder, e_tag = current
-            previous = holder.get("reserved") if isinstance(holder.get("reserved"), int) else 0
-            age = time.time() - holder["renewed"]
-            if not takeover and age < holder["ttl"]:
-                raise JournalLocked(
-                    f"replica {self.bucket.where}: another writer holds its lease ({layout.LEASE_NAME}: "
-                    f"host {holder.get('host')!r}, pid {holder.get('pid')}, renewed {age:.1f} s ago, "
-                    f"valid for {holder['ttl']:.0f} s). Stop that writer, wait for the "
-                    "lease to expire, or take it over with a resume: state = restore(URL, ...); "
-                    "Journal.open(path, resume=state, replica=URL)")
-        else:
-            e_tag = None
-        self.reserved = max(previous, floor) + 1
-        body = self._body()
-        new = self.bucket.lease_put(body, e_tag) or self._ours_after_all()
-        if new is None:
-            raise JournalLocked(f"replica {self.bucket.where}: another writer took its lease "
-                                f"({layout.LEASE_NAME}) at the same moment; try again")
-        self.e_tag, self.renewed = new, time.monotonic()
-
-    def check(self) -> None:
-        """LeaseLost unless the lease's ETag is still ours (one HEAD)."""
-        if self.bucket.lease_etag() != self.e_tag:
-            raise LeaseLost(f"replica {self.bucket.where}: this writer lost its lease "
-                            f"({layout.LEASE_NAME} was replaced by another writer)", object=layout.LEASE_NAME)
-
-    def _ours_after_all(self) -> str | None:
-        """The lease's ETag if it holds our token: a write of ours whose answer was lost (its
-        retry then failed its precondition) still made the lease ours."""
-        current = self.bucket.lease_get()
-        return current[1] if current is not None and current[0].get("holder") == self.token else None
-
-    def renew(self, *, released: bool = False) -> None:
-        new = self.bucket.lease_put(self._body(released), self.e_tag) or self._ours_after_all()
-        if new is None:
-            raise LeaseLost(f"replica {self.bucket.where}: renewing the lease failed: another "
-                            f"writer replaced {layout.LEASE_NAME}", object=layout.LEASE_NAME)
-        self.e_tag, self.renewed = new, time.monotonic()
-
-    def renew_due(self) -> bool:
-        return time.monotonic() - self.renewed >= LEASE_SECONDS / 3
-
-
 class Inventory:
     """What the bucket holds, as far as this writer knows: the objects listed when the replica
     opened, plus its own uploads. Keys: ("sealed", tl, first) and ("piece", tl, first, offset)."""
 
-    def __init__(self, names: dict[str, int]):
-        self.by_key: dict[tuple, layout.ReplicaObject] = {}
+    def __init__(self, listed: dict[str, int]):
+        self.by_key: dict[tuple, names.ReplicaObject] = {}
         self.cut_files: set[str] = set()
-        self.sizes = dict(names)
-        for name in names:
-            obj = layout.parse_replica_object(name)
+        self.sizes = dict(listed)
+        for name in listed:
+            obj = names.parse_replica_object(name)
             if obj is not None:
                 self.add(obj)
 
     @staticmethod
-    def key(obj: layout.ReplicaObject) -> tuple:
+    def key(obj: names.ReplicaObject) -> tuple:
         if obj.kind == "sealed":
             return ("sealed", obj.timeline, obj.seg_first_lsn)
         return ("piece", obj.timeline, obj.seg_first_lsn, obj.offset)
 
-    def add(self, obj: layout.ReplicaObject) -> None:
+    def add(self, obj: names.ReplicaObject) -> None:
         if obj.kind == "cut":
             self.cut_files.add(obj.name)
         else:
@@ -311,7 +83,7 @@ class Inventory:
         """Forget object `name` (deleted by retention)."""
         self.sizes.pop(name, None)
         self.cut_files.discard(name)
-        obj = layout.parse_replica_object(name)
+        obj = names.parse_replica_object(name)
         if obj is not None and obj.kind != "cut" and self.by_key.get(self.key(obj)) == obj:
             del self.by_key[self.key(obj)]
 
@@ -321,7 +93,7 @@ class Inventory:
     def has_history(self) -> bool:
         return bool(self.by_key)
 
-    def shipped_pieces(self, timeline: int, first_lsn: int) -> list[layout.ReplicaObject]:
+    def shipped_pieces(self, timeline: int, first_lsn: int) -> list[names.ReplicaObject]:
         """The contiguous pieces of a segment from offset 0."""
         out, offset = [], 0
         while (obj := self.by_key.get(("piece", timeline, first_lsn, offset))) is not None:
@@ -330,15 +102,21 @@ class Inventory:
         return out
 
 
-class Replica:
-    """A journal's replica: the lease, the inventory and the shipper thread."""
+class Shipper:
+    """A journal's replica (`ReplicaLink`): the lease, the inventory and the shipper thread."""
 
     def __init__(self, replica: Any, options: dict | None, *, journal_path: str, fs: OsFileSystem,
                  ship_interval: float, on_lost: Callable[[BaseException], None]):
         if not ship_interval > 0:
             raise ValueError(f"ship_interval must be a number of seconds > 0, not {ship_interval!r}")
-        self.where = describe(replica)
-        self.bucket = Bucket(open_store(replica, options), self.where)
+        location = Location.of(replica, options)
+        self.where = location.where
+        self.bucket = location.open()
+        if not self.bucket.supports_cas:
+            raise ReplicaError(
+                f"replica {self.where}: this store cannot replace {names.LEASE_NAME} only while its "
+                "ETag is unchanged (compare-and-swap), which the writer's lease needs; use an "
+                "s3://, gs:// or az:// URL")
         self.path, self.fs, self.ship_interval, self._on_lost = journal_path, fs, ship_interval, on_lost
         self._cv = threading.Condition()
         self._note: tuple[int, str, int] | None = None   # (durable LSN, its segment, end offset)
@@ -362,18 +140,24 @@ class Replica:
 
     # -- called by the writer ---------------------------------------------------------------
 
-    def acquire(self, *, takeover: bool, local_timeline: int) -> None:
-        """Take the lease, reserving a timeline above every one in the bucket, on disk
-        (`local_timeline`) and reserved by the previous holder (`Lease.reserved`)."""
-        floor = max(self.inventory.max_timeline(), local_timeline)
-        self._on_open(lambda: self.lease.acquire(takeover=takeover, floor=floor), "take the lease")
-        # the first renewal at once: a store without compare-and-swap fails the open, not the
-        # shipper 10 s later; the lease it created goes with the failed open
+    def acquire(self, *, resuming: bool) -> int:
+        """`ReplicaLink.acquire`. The lease reserves a timeline above every one in the bucket, on
+        disk and reserved by the previous holder (`Lease.reserved`)."""
+        on_disk = list_segments(self.path)
+        floor = max(self.inventory.max_timeline(), max((s.timeline for s in on_disk), default=0))
+        self._on_open(lambda: self.lease.acquire(takeover=resuming, floor=floor), "take the lease")
+        if not on_disk and not resuming and self.inventory.has_history():
+            raise JournalError(
+                f"replica {self.where} already holds a journal history (up to timeline "
+                f"{self.inventory.max_timeline()}) and {self.path} holds none: to continue it "
+                "after losing the node, state = replay.restore(URL, replica_options=...); "
+                "Journal.open(path, resume=state, replica=URL); to start a new run, use another URL")
+        status = os.path.join(self.path, layout.REPLICA_DIR)
         try:
-            self._on_open(self.lease.renew, "renew the lease")
-        except ReplicaError:
-            self._on_open(lambda: self.bucket.delete(layout.LEASE_NAME), "remove the lease")
-            raise
+            self.fs.makedirs(status)  # from now on retention retires shipped segments only
+        except OSError as exc:
+            raise JournalIOError.from_os_error(exc, "create the replica status directory", status) from exc
+        return self.lease.reserved - 1
 
     def _on_open(self, fn: Callable[[], Any], what: str):
         """`fn()` retried for at most OPEN_SECONDS: an open fails rather than hang on a store
@@ -381,21 +165,19 @@ class Replica:
         self._deadline = time.monotonic() + OPEN_SECONDS
         try:
             return self._retrying(fn, what)
-        except _GaveUp as exc:
+        except retry.GaveUp as exc:
             raise ReplicaError(f"replica {self.where}: could not {what} within {OPEN_SECONDS:.0f} s "
                                f"({exc}); check the URL, the options and that the store is reachable, "
                                "then open again") from exc
         finally:
             self._deadline = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="journal-shipper", daemon=True)
-        self._thread.start()
-
     def note_durable(self, lsn: int, segment_path: str, end_offset: int) -> None:
-        """Commits up to `lsn` are durable; the active segment ends at `end_offset` (cheap: the
-        writer calls it under its lock)."""
+        """`ReplicaLink.note_durable`."""
         with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="journal-shipper", daemon=True)
+                self._thread.start()
             if self._note is not None and self._note[0] == lsn:
                 return
             had_news = self._has_news()
@@ -417,17 +199,16 @@ class Replica:
                               max(0, durable - self._shipped_lsn), self._shipped_lsn, error,
                               dict(self.bucket.requests))
 
-    def bucket_names(self) -> set[str]:
-        """What the bucket holds under the prefix, as far as this writer knows (the open's LIST,
-        its own uploads, less its own deletions): no request."""
-        return set(self.inventory.sizes) | set(self.inventory.cut_files)
-
-    def request_retention(self, request: RetentionRequest) -> None:
-        """Have the shipper delete `request.deletions` in order, once the cuts and the history
-        it needs are in the bucket; it replaces a request not carried out yet."""
+    def apply_retention(self, decision: RetentionDecision) -> RetentionRequest:
+        """`ReplicaLink.apply_retention`. The deletions are computed from what the bucket holds
+        as far as this writer knows (the open's LIST, its own uploads, less its own deletions:
+        no request); the request replaces one not carried out yet."""
+        known = set(self.inventory.sizes) | set(self.inventory.cut_files)
+        request = retention_request(decision, known, self.path, _cuts_on_disk(self.path))
         with self._cv:
             self._retention, self._retention_error = request, None
             self._cv.notify_all()
+        return request
 
     def flush(self, timeout: float | None) -> None:
         """Wait until everything durable now (and every cut on disk now) is in the bucket, and
@@ -504,7 +285,7 @@ class Replica:
             except (ReplicaConflict, LeaseLost) as exc:
                 self._stop(exc)
                 return
-            except _GaveUp:
+            except retry.GaveUp:
                 return
             except FileNotFoundError as exc:
                 if not self._passed_over_vanished(exc):
@@ -535,7 +316,7 @@ class Replica:
         return self._note is not None and self._note[0] > self._shipped_lsn
 
     def _cuts_changed(self) -> bool:
-        return self._list_cuts() != self._cuts_seen
+        return _cuts_on_disk(self.path) != self._cuts_seen
 
     def _stop(self, exc: BaseException) -> None:
         if isinstance(exc, LeaseLost):  # the journal fails before any flush hears of it
@@ -545,25 +326,18 @@ class Replica:
             self._cv.notify_all()
 
     def _retrying(self, fn: Callable[[], Any], what: str, deadline: float | None = None):
-        """`fn()`, retried with backoff on any failure of the store; our own verdicts (a conflict,
-        a lost or held lease, a local file gone) are final. Past the deadline (set by open and close, or
-        `deadline`), gives up (`_GaveUp`)."""
-        delay = BACKOFF_FIRST
-        while True:
-            try:
-                out = fn()
-            except (ReplicaError, JournalLocked, _LocalFileGone):
-                raise
-            except Exception as exc:
-                self._error = f"{what}: {type(exc).__name__}: {exc}"
-                limit = min((d for d in (self._deadline, deadline) if d is not None), default=None)
-                if limit is not None and time.monotonic() + delay > limit:
-                    raise _GaveUp(self._error) from exc
-                time.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX)
-                continue
-            self._error = None
-            return out
+        """`fn()` under the retry policy, `lag().error` naming the last failure until a request
+        succeeds. Every failure of the store is retried; our own verdicts (a conflict, a lost or
+        held lease, a local file gone) are final. Past the deadline that open and close set, or
+        `deadline`, it gives up (`retry.GaveUp`)."""
+        def noted(exc: BaseException) -> None:
+            self._error = f"{what}: {type(exc).__name__}: {exc}"
+
+        out = retry.retrying(
+            fn, what, final=(ReplicaError, JournalLocked, _LocalFileGone), on_failure=noted,
+            deadline=lambda: min((d for d in (self._deadline, deadline) if d is not None), default=None))
+        self._error = None
+        return out
 
     def _ship_pass(self) -> None:
         with self._cv:
@@ -590,7 +364,7 @@ class Replica:
     def _retention_ready(self) -> bool:
         request = self._retention
         return request is not None and self._shipped_lsn >= request.needs_lsn and all(
-            layout.cut_object_name(c, layout.MANIFEST_NAME) in self.inventory.cut_files
+            names.cut_object_name(c, layout.MANIFEST_NAME) in self.inventory.cut_files
             for c in request.needs_cuts)
 
     def _retention_pass(self) -> None:
@@ -608,7 +382,7 @@ class Replica:
                                time.monotonic() + RETENTION_SECONDS)
                 self.inventory.remove(name)
                 done += 1
-        except _GaveUp as exc:
+        except retry.GaveUp as exc:
             with self._cv:
                 if self._retention is request:
                     self._retention = request._replace(deletions=request.deletions[done:])
@@ -619,7 +393,7 @@ class Replica:
             if self._retention is request:
                 self._retention, self._retention_error = None, None
 
-    def _upload(self, obj: layout.ReplicaObject, data) -> None:
+    def _upload(self, obj: names.ReplicaObject, data) -> None:
         """Upload an immutable segment object unless the bucket already has it; a different
         object under the same key is a conflict."""
         key = Inventory.key(obj)
@@ -655,8 +429,8 @@ class Replica:
             else:
                 last = _last_lsn(self.path, seg)
             data = read_segment_bytes(seg)
-            name = layout.sealed_object_name(seg.timeline, seg.first_lsn, last, sha256_hex(data))
-            self._upload(layout.parse_replica_object(name), data)
+            name = names.sealed_object_name(seg.timeline, seg.first_lsn, last, sha256_hex(data))
+            self._upload(names.parse_replica_object(name), data)
             self.fs.replace_file(marker, mark)
             self._sealed_done.add(key)
 
@@ -668,8 +442,8 @@ class Replica:
             return
         with open(path, "rb") as f:
             data = os.pread(f.fileno(), end - offset, offset)
-        name = layout.piece_name(tl, first, offset, shipped + 1, lsn, sha256_hex(data))
-        self._upload(layout.parse_replica_object(name), data)
+        name = names.piece_name(tl, first, offset, shipped + 1, lsn, sha256_hex(data))
+        self._upload(names.parse_replica_object(name), data)
         self._active = (tl, first, offset + len(data), lsn)
 
     def _adopt_pieces(self, tl: int, first: int, path: str) -> tuple[int, int]:
@@ -685,29 +459,21 @@ class Replica:
                 offset, lsn = offset + size, piece.to_lsn
         return offset, lsn
 
-    def _list_cuts(self) -> tuple:
-        snapshots = os.path.join(self.path, layout.SNAPSHOTS_DIR)
-        try:
-            names = os.listdir(snapshots)
-        except FileNotFoundError:
-            return ()
-        return tuple(sorted(n for n in names if layout.parse_cut_dir_name(n) is not None))
-
     def _ship_cuts(self, upto: int | None) -> None:
         """Ship the cuts on disk not in the bucket yet (those at or before LSN `upto`)."""
-        cuts = self._list_cuts()
+        cuts = _cuts_on_disk(self.path)
         for cut in cuts:
-            manifest = layout.cut_object_name(cut, layout.MANIFEST_NAME)
+            manifest = names.cut_object_name(cut, layout.MANIFEST_NAME)
             if manifest in self.inventory.cut_files or upto is not None and \
                     layout.parse_cut_dir_name(cut)[1] > upto:
                 continue
             root = os.path.join(self.path, layout.SNAPSHOTS_DIR, cut)
             files = []
-            for base, _, names in os.walk(root):
-                for n in names:
+            for base, _, files_here in os.walk(root):
+                for n in files_here:
                     files.append(os.path.relpath(os.path.join(base, n), root).replace(os.sep, "/"))
             for rel in sorted(files, key=lambda r: r == layout.MANIFEST_NAME):  # manifest last
-                self._upload_cut_file(layout.cut_object_name(cut, rel), os.path.join(root, rel))
+                self._upload_cut_file(names.cut_object_name(cut, rel), os.path.join(root, rel))
         if upto is None:
             self._cuts_seen = cuts
 
@@ -731,6 +497,29 @@ class Replica:
         self.inventory.cut_files.add(name)
 
 
+def open_replica(replica: Any, options: dict | None, *, journal_path: str, fs: OsFileSystem,
+                 ship_interval: float, on_lost: Callable[[BaseException], None]) -> ReplicaLink:
+    """The replica of the journal at `journal_path`: `replica` (a `Location`, or a URL or an
+    obstore store with `options` the keyword arguments of `obstore.store.from_url`) opened and
+    listed, its lease not taken yet. `on_lost(exc)` is called when another writer takes the
+    lease."""
+    return Shipper(replica, options, journal_path=journal_path, fs=fs, ship_interval=ship_interval,
+                   on_lost=on_lost)
+
+
+def _cuts_on_disk(journal_path: str) -> tuple[str, ...]:
+    """The names of the cut directories in `<journal>/snapshots/`, sorted."""
+    try:
+        entries = os.listdir(os.path.join(journal_path, layout.SNAPSHOTS_DIR))
+    except FileNotFoundError:
+        return ()
+    return tuple(sorted(n for n in entries if layout.parse_cut_dir_name(n) is not None))
+
+
+def sha256_hex(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def _holds(path: str, data: bytes) -> bool:
     try:
         with open(path, "rb") as f:
@@ -739,13 +528,9 @@ def _holds(path: str, data: bytes) -> bool:
         return False
 
 
-class _GaveUp(Exception):
-    """close() ran out of time while the store kept failing."""
-
-
 class _LocalFileGone(FileNotFoundError):
     """A local file an upload was to read is gone (a cut retention removed meanwhile): the pass
-    ends, and the next one lists the directory again (`Replica._passed_over_vanished`)."""
+    ends, and the next one lists the directory again (`Shipper._passed_over_vanished`)."""
 
 
 def _last_lsn(journal_path: str, seg: Segment) -> int:
@@ -757,22 +542,3 @@ def _last_lsn(journal_path: str, seg: Segment) -> int:
         last = rec.commit.lsn
     return last
 
-
-def shipped_filter(journal_path: str, segments: list) -> list:
-    """The `segments` retention may retire: all of them without a replica, else only those
-    whose `replica/<segment>.shipped` marker says they are in the bucket."""
-    if not os.path.isdir(os.path.join(journal_path, layout.REPLICA_DIR)):
-        return segments
-    return [s for s in segments if os.path.exists(
-        os.path.join(journal_path, layout.shipped_marker_name(s.timeline, s.first_lsn)))]
-
-
-def refuse_foreign_history(replica: "Replica", has_local_history: bool, resuming: bool) -> None:
-    """A new journal (no history on disk, no resume) must not ship into a bucket that holds a
-    history already: that is a lost node's run, to be restored first."""
-    if not has_local_history and not resuming and replica.inventory.has_history():
-        raise JournalError(
-            f"replica {replica.where} already holds a journal history (up to timeline "
-            f"{replica.inventory.max_timeline()}) and {replica.path} holds none: to continue it "
-            "after losing the node, state = replay.restore(URL, replica_options=...); "
-            "Journal.open(path, resume=state, replica=URL); to start a new run, use another URL")
