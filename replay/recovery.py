@@ -24,16 +24,16 @@ The rules, in the order they apply:
    worker may still hold), so a worker of a dead run that answers late cannot seal.
 4. **Adoption** (with salvage, like rule 1, at a checkpoint): the loader's takes after L
    (`dead_tail.py`: in order, up to the last `taken` that carries a loader state) come back
-   under fresh group ids,
-   above every id any history used (the dead ids stay dead), with that last take's loader
-   state, so the resumed loader goes on after them: none is taken twice, none lost. Each
-   comes back where its work allows, as if it were taken on the resumed history: its rollouts
-   sealed on the tail under rule 1's conditions are kept (sealed again under the new id, at
-   attempt 0: nothing ever dispatched the new id), the others are pending at attempt 0; all
-   of them kept: REPLAY (a group without `rollouts=`: REPLAY when its `finished` qualifies);
-   admitted: ADMITTED; never admitted: RESERVED, or SPARE when diverted. Trained or dropped
-   on the tail makes no difference: the dead history's decisions do not bind the resumed one
-   (its weights never saw that training). Re-admission is demotion's (rule 2), once per group.
+   under fresh group ids, above every id any history used (the dead ids stay dead), with that
+   last take's loader state, so the resumed loader goes on after them: none is taken twice,
+   none lost. Each comes back where its work allows, as if it were taken on the resumed
+   history: its rollouts sealed on the tail under rule 1's conditions are kept (sealed again
+   under the new id, at attempt 0: nothing ever dispatched the new id), the others are pending
+   at attempt 0; all of them kept: REPLAY (a group without `rollouts=`: REPLAY when its
+   `finished` qualifies); admitted: ADMITTED; never admitted: RESERVED, or SPARE when
+   diverted. Trained or dropped on the tail makes no difference: the dead history's decisions
+   do not bind the resumed one (its weights never saw that training). Re-admission is
+   demotion's (rule 2), once per group.
 
 Work by weights newer than the checkpoint is never kept (its rollouts regenerate):
 `newer_weights` lists the rollouts so dropped (the group as the dead tail named it, index).
