@@ -117,7 +117,9 @@ def test_a_new_run_with_a_replica_begins_with_a_committed_checkpoint(s3, prefix,
     assert killed_at is not None and child.close() == -signal.SIGKILL, stderr_tail(out)
     shutil.rmtree(out / "journal")
     state = restore(url, replica_options=opts)
-    assert (state.step, state.lsn) == (0, 1)
+    # LSN 1 records the run identity, LSN 2 the checkpoint of the initial weights
+    assert (state.step, state.lsn) == (0, 2)
+    assert state.fold_state.identity is not None
     assert (out / "ckpt" / "step_00000000" / "model.pt").exists()
 
 
