@@ -31,7 +31,7 @@ import zstandard
 from . import format as fmt
 from . import history, layout
 from .errors import JournalCorrupt
-from .events import Commit, RolloutFailed, RolloutSealed, Taken, commit_decoder
+from .events import Admitted, Commit, RolloutFailed, RolloutSealed, Taken, commit_decoder
 from .fold import State, fold_records
 from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame, zero_fill
 
@@ -780,6 +780,20 @@ class Reader:
                         if key in rollouts:
                             used[key] = max(used.get(key, 0), ref.attempt + bump)
         return used
+
+
+    def admitted_groups(self, groups: set, *, skip_active_after: int | None = None) -> set[int]:
+        """Which of `groups` any timeline admitted: an admission dispatches attempt 0 of each of
+        its rollouts, so a group some history admitted has an attempt 0 that a worker of that
+        history may hold. Reads what `attempts_used` reads."""
+        found: set[int] = set()
+        if not groups:
+            return found
+        for rec in self._unbounded_records(min(groups), skip_active_after):
+            for ev in rec.commit.events:
+                if type(ev) is Admitted:
+                    found.update(gid for gid in ev.groups if gid in groups)
+        return found
 
 
 def open_reader(path: str, mode: str = "strict") -> Reader:

@@ -4,7 +4,8 @@ resume abandons, read once for the recovery rules (`recovery.py`).
 Two kinds of facts come out of one pass:
 
 * of the groups live at the point: the results (`finished`, `rollout_sealed`) of those ADMITTED
-  there, the groups dropped, and the attempts dispatched (for salvage and the fences);
+  there, the groups dropped, the attempts dispatched and the admissions of those waiting there
+  (for salvage and the fences);
 * the loader's takes after the point (`TailTake`), in order, each with what the tail did with
   its group (diverted, admitted, rollouts sealed, finished), up to the last `taken` that carries
   a loader state, and that loader state with its blobs: what adoption may bring back. A take
@@ -52,6 +53,8 @@ class DeadTail:
     # (group, index) -> the highest attempt the tail dispatched, for rollouts of groups live at
     # the point (`Reader.attempts_used`'s rule), so the fences need not read the tail again
     attempts: dict[tuple[int, int], int] = field(default_factory=dict)
+    # the groups waiting at the point (RESERVED, SPARE) that the tail admitted (`Reader.admitted_groups`)
+    admitted: set[int] = field(default_factory=set)
     takes: list[TailTake] = field(default_factory=list)
     loader: LoaderState | None = None  # the loader state of the last take in `takes`
     dataset_size: int | None = None
@@ -87,6 +90,8 @@ class _Reading:
                 for gid in ev.groups:
                     if gid in self.takes:
                         self.takes[gid].admitted = ev
+                    elif gid in self.live:
+                        self.tail.admitted.add(gid)
             elif kind is Diverted:
                 for gid in ev.groups:
                     if gid in self.takes:

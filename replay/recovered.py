@@ -98,6 +98,9 @@ class RecoveredState(ResumePlan):
     # rollouts sealed on the dead tail by weights newer than `step`, never kept (they regenerate):
     # (group as the dead tail named it, index), of the groups handed back
     newer_weights: list[tuple[int, int]] = field(default_factory=list)
+    # groups waiting at `lsn` (reserved, spare) that a later history admitted, back under fresh
+    # ids (each also in its owner's list): that admission handed out their attempts 0
+    reissued: list[RecoveredGroup] = field(default_factory=list)
     changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
     changed_sample: list = field(default_factory=list)  # sampled rows whose fingerprint differs, accepted
     # damage in the journal this restore read past (segment, offset, LSN, what), not needed by

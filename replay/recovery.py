@@ -22,6 +22,10 @@ The rules, in the order they apply:
    every attempt any history ever dispatched it in (the next one, unless a dead tail went
    further: restoring the same checkpoint twice must not hand out an attempt a dead run's
    worker may still hold), so a worker of a dead run that answers late cannot seal.
+   A group waiting at L (RESERVED, SPARE) that a later history admitted comes back under a
+   fresh id (the old one dropped, `reissued_on_restore`), where it was: that admission
+   dispatched attempt 0 of its rollouts, and an admission of the same id would hand attempt 0
+   out again. Reported in `reissued`.
 4. **Adoption** (with salvage, like rule 1, at a checkpoint): the loader's takes after L
    (`dead_tail.py`: in order, up to the last `taken` that carries a loader state) come back
    under fresh group ids, above every id any history used (the dead ids stay dead), with that
@@ -65,6 +69,7 @@ from .recovered import RecoveredGroup, RecoveredRollout
 
 ROWS_LOST = "rows_lost_on_restore"
 IDENTITY_CHANGED = "identity_changed_on_restore"  # the drop reason of a regenerated group
+REISSUED = "reissued_on_restore"  # the drop reason of a waiting group a dead history admitted
 ABANDONED = ABANDONED_ON_RESTORE  # the reason of a resume's fences (the audit counts them)
 
 
@@ -85,6 +90,7 @@ class Recovery:
     adopted_rollouts: list[tuple[int, int]] = field(default_factory=list)
     newer_weights: list[tuple[int, int]] = field(default_factory=list)
     regenerated: list[RecoveredGroup] = field(default_factory=list)
+    reissued: list[RecoveredGroup] = field(default_factory=list)
     dropped_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (old group, index)
     loader: LoaderState | None = None  # the adopted takes' loader state (None: the point's)
     first_commit: list = field(default_factory=list)
@@ -164,17 +170,32 @@ class _Plan:
     def demote(self, g: RecoveredGroup, reason: str = ROWS_LOST, report: list | None = None) -> None:
         """Regenerate `g` under a fresh id, the old one dropped with `reason`; its surviving
         rollouts are sealed again there. Reported in `report` (default: `demoted`)."""
-        old = g.group_id
         if g.rollouts is not None:  # a new group: every attempt starts at 0, the survivors sealed
             g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version)
                           if r.sealed and (r.locator is None or self.data_plane.has(r.locator))
                           else RecoveredRollout(r.index, 0, False) for r in g.rollouts]
-        g.group_id, g.replaces, g.owner, g.locator = self.next_free_id(), old, Owner.ADMITTED, None
-        self.demotion_events += [Discarded([old], reason),
-                                 Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)])]
+        g.replaces, g.owner, g.locator = self.retake(g, reason), Owner.ADMITTED, None
         self.demotion_events += self.readmission(g)
         (self.out.demoted if report is None else report).append(g)
         self.out.admitted.append(g)
+
+    def retake(self, g: RecoveredGroup, reason: str) -> int:
+        """Give `g` a fresh id: its old one dropped with `reason`, its row taken again under the
+        new one in the same commit. Returns the old id."""
+        old, g.group_id = g.group_id, self.next_free_id()
+        self.demotion_events += [Discarded([old], reason),
+                                 Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)])]
+        return old
+
+    def reissue(self, waiting: list[RecoveredGroup], admitted_ever: Callable[[set], set]) -> None:
+        """Rule 3 for the waiting groups: those a later history admitted, under fresh ids."""
+        again = admitted_ever({g.group_id for g in waiting})
+        for g in waiting:
+            if g.group_id in again:
+                self.retake(g, REISSUED)
+                if g.owner == Owner.SPARE:
+                    self.demotion_events.append(Diverted([g.group_id]))
+                self.out.reissued.append(g)
 
     def regenerate(self, g: RecoveredGroup) -> None:
         """Drop the work of `g` (its rows, its sealed rollouts) and regenerate it under a fresh id."""
@@ -277,11 +298,13 @@ def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -
 
 def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,
             recommit: list[int], next_free_id: Callable[[], int],
-            attempts_used: Callable[[set], dict], regenerate: bool = False) -> Recovery:
+            attempts_used: Callable[[set], dict], admitted_ever: Callable[[set], set],
+            regenerate: bool = False) -> Recovery:
     """Apply the rules to every live group of `state` (the state at the restore point) and to
     the takes of `tail` (read only with salvage). `next_free_id()` hands out the ids of
     demoted and adopted groups (beyond every id ever used); `attempts_used(rollouts)` says how
-    far any history took each rollout's attempts; `regenerate`: drop every generated result
+    far any history took each rollout's attempts, `admitted_ever(groups)` which of the groups any
+    history admitted; `regenerate`: drop every generated result
     first (see the module docstring)."""
     plan = _Plan(step, tail, data_plane, next_free_id)
     out = plan.out
@@ -297,6 +320,7 @@ def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane
         else:
             out.spare.append(g)
     out.replay += sorted(out.salvaged + out.completed, key=lambda g: g.group_id)
+    plan.reissue(out.reserved + out.spare, admitted_ever)
     plan.adopt(state)
     out.admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
     out.first_commit = ([CheckpointCommitted(s) for s in recommit] + plan.keep_events

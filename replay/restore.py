@@ -95,6 +95,18 @@ def _attempts_used(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Ca
     return used
 
 
+def _admitted_ever(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Callable[[set], set]:
+    """`recover`'s `admitted_ever`: which of the given groups any history of the journal
+    admitted (none without one), read as `_attempts_used` reads."""
+    def admitted(gids: set) -> set:
+        if reader is None:
+            return set()
+        if tail is None:
+            return _wrap_journal_errors(reader.admitted_groups, gids)
+        return _wrap_journal_errors(reader.admitted_groups, gids, skip_active_after=lsn) | (gids & tail.admitted)
+    return admitted
+
+
 def _ledger_of(cut) -> RowLedger | None:
     """The row ledger of the cut the restore point stands on; None when it has none or it does
     not load (an audit of a journal resumed from it then reports what it cannot cover)."""
@@ -360,7 +372,8 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
     tail = None if regenerate else r.tail  # what came after L was generated under some identity
     groups = recover(state, r.step, tail=tail, data_plane=data_plane, recommit=marks,
                      next_free_id=_id_allocator(state, r.reader),
-                     attempts_used=_attempts_used(r.reader, r.tail, state.lsn), regenerate=regenerate)
+                     attempts_used=_attempts_used(r.reader, r.tail, state.lsn),
+                     admitted_ever=_admitted_ever(r.reader, r.tail, state.lsn), regenerate=regenerate)
     loader = groups.loader if groups.loader is not None else state.loader
     result = RecoveredState(
         loader_state=_decode_loader(loader, state, path),
@@ -370,7 +383,8 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
         salvaged=groups.salvaged, completed=groups.completed, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, adopted=groups.adopted, adopted_rollouts=groups.adopted_rollouts,
-        newer_weights=groups.newer_weights, run_id=r.run_id, fold_state=state, recommit=recommit,
+        newer_weights=groups.newer_weights, reissued=groups.reissued, run_id=r.run_id, fold_state=state,
+        recommit=recommit,
         first_commit=groups.first_commit, first_commit_blobs=groups.first_commit_blobs,
         ledger_source=r.ledger,
         write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start,

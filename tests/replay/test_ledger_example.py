@@ -76,8 +76,10 @@ def test_ledger_worked_example(tmp_path):
     assert len(dp.rows[state.replay[0].locator]) == ROLLOUTS_PER_GROUP
     # g21 -> admitted, redispatched for step 8 (all 4 rollouts regenerate: no salvage asked)
     assert [(g.group_id, g.target_step, g.policy_version) for g in state.admitted] == [(21, 8, 6)]
-    # g22 -> reserved: goes through admission again
-    assert [(g.group_id, g.target_step) for g in state.reserved] == [(22, None)]
+    # g22 -> reserved: goes through admission again, under a fresh id: the dead tail admitted
+    # it, and its workers may hold attempt 0 of its rollouts (23 was handed out there too)
+    assert [(g.group_id, g.target_step) for g in state.reserved] == [(24, None)]
+    assert state.reissued == state.reserved
     assert state.spare == [] and not state.salvaged and not state.demoted
     # the prompts are rebuilt from the dataset rows the groups were taken from
     for g, row in ((state.replay[0], row20), (state.admitted[0], row21), (state.reserved[0], row22)):
@@ -95,13 +97,13 @@ def test_ledger_worked_example(tmp_path):
     late.load_state_dict(restore(path, at="end").loader_state)
     assert next(iter(late)) != row23
 
-    # the trainer resumes: redispatch g21 as-is, admit g22, take g23's row again
+    # the trainer resumes: redispatch g21 as-is, admit g22's row as g24, take g23's row again
     j = Journal.open(path, sync="none", resume=state)
-    assert j.owner_of(21) == Owner.ADMITTED and j.owner_of(22) == Owner.RESERVED
-    assert j.owner_of(20) == Owner.REPLAY
-    j.admitted([22], target_step=8, policy_version=6)
+    assert j.owner_of(21) == Owner.ADMITTED and j.owner_of(24) == Owner.RESERVED
+    assert j.owner_of(22) == Owner.DROPPED and j.owner_of(20) == Owner.REPLAY
+    j.admitted([24], target_step=8, policy_version=6)
     (g_new,) = j.taken([ref_of(row23)], loader_state=fresh.state_dict())
-    assert g_new > 23  # 23 was handed out on the dead tail: never reused
+    assert g_new > 24  # 23 was handed out on the dead tail, 24 by the resume: never reused
     j.trained([20], step=7)
     j.close()
 

@@ -2,7 +2,8 @@
 (compactions at random LSNs, some with archival of covered segments) and a random dead tail
 (crash, restore at a random committed checkpoint, resume on a new branch, go on; up to
 twice, so a later restore can land before an earlier branch point),
-`restore(step=S)` equals the fold of the active history up to `checkpoint_begun(S)`, and the
+`restore(step=S)` equals the fold of the active history up to `checkpoint_begun(S)` (a group
+waiting there that any history admitted back under a fresh id: rule 3), and the
 restore a crashed run resumes from (`salvage=True`, a data plane that lost a few rows) is that
 fold with the recovery rules applied: salvage of groups admitted at the point and finished on
 the dead tail, demotion of groups whose rows are gone, adoption of the dead tail's takes.
@@ -88,6 +89,7 @@ class Recovered:
     def __init__(self, live: dict[int, dict], loader) -> None:
         self.live, self.loader = live, loader
         self.demoted_from: list[int] = []
+        self.reissued_from: list[int] = []
         self.adopted_from: list[int] = []
         self.new_ids: list[int] = []
         self.log: list[tuple] = []
@@ -101,7 +103,7 @@ class Recovered:
         for g in self.live.values():
             out[g["owner"].name] += 1
         out["TRAINED"] = at_point["TRAINED"]
-        out["DROPPED"] = at_point["DROPPED"] + len(self.demoted_from)
+        out["DROPPED"] = at_point["DROPPED"] + len(self.demoted_from) + len(self.reissued_from)
         return out
 
     def next_gid(self, at_point: int) -> int:
@@ -109,10 +111,10 @@ class Recovered:
 
 
 def recovered_by_the_rules(want: dict, tail: list[tuple[int, tuple]], rows: set[str], step: int | None,
-                           max_gid: int) -> Recovered:
+                           max_gid: int, admitted_ever: set[int]) -> Recovered:
     """The recovery rules (docs/recovery.md, "Restoring" steps 5 and 6) for groups admitted without
     rollouts=, written again from the model's view at the checkpoint (`want`) and its log of the
-    dead tail (`tail`): salvage, demotion, adoption, in that order; fresh ids above `max_gid`."""
+    dead tail (`tail`): salvage, demotion, reissue, adoption, in that order; fresh ids above `max_gid`."""
     live = {gid: dict(zip(FIELDS, t)) for gid, t in want["live"].items()}
     rec = Recovered(live, want["loader"])
     if step is None:  # no checkpoint: the empty state, nothing kept
@@ -143,8 +145,31 @@ def recovered_by_the_rules(want: dict, tail: list[tuple[int, tuple]], rows: set[
             rec.new_ids.append(new)
             rec.log += [("discard", [gid]), ("take", [_taken(g, new)], None),
                         ("admit", [new], g["target_step"], g["policy_version"], gid)]
+    _reissue(rec, admitted_ever, fresh)
     _adopt(rec, want, tail, rows, step, fresh)
     return rec
+
+
+def _reissue(rec: Recovered, admitted_ever: set[int], fresh) -> None:
+    """Rule 3 for the groups waiting at the point (reserved, then spare, each by id): one that
+    any history admitted comes back under a fresh id where it was."""
+    for owner in (Owner.RESERVED, Owner.SPARE):
+        for gid in sorted(g for g, v in rec.live.items() if v["owner"] == owner and g in admitted_ever):
+            new = next(fresh)
+            rec.live[new] = {**rec.live.pop(gid), "group_id": new}
+            rec.reissued_from.append(gid)
+            rec.new_ids.append(new)
+            rec.log += [("discard", [gid]), ("take", [_taken(rec.live[new], new)], None)]
+            if owner == Owner.SPARE:
+                rec.log.append(("divert", [new]))
+
+
+def restored(want: dict, admitted_ever: set[int], max_gid: int) -> dict:
+    """The view `restore` returns without salvage: the state at the point with rule 3 for the
+    waiting groups applied (no other rule needs the dead tail or a data plane)."""
+    rec = Recovered({gid: dict(zip(FIELDS, t)) for gid, t in want["live"].items()}, want["loader"])
+    _reissue(rec, admitted_ever, iter(range(max(want["next_group_id"], max_gid + 1), 1 << 62)))
+    return {**want, "live": rec.view()}
 
 
 def _adopt(rec: Recovered, want: dict, tail: list[tuple[int, tuple]], rows: set[str], step: int,
@@ -236,6 +261,7 @@ class Run:
         self.j = Journal.open(path, sync="none", segment_bytes=4096, fs=NOSYNC)
         self.opened_at = 0         # the LSN when the writer opened: it began the later checkpoints
         self.rows: set[str] = set()  # the data plane: the rows finished groups named, less those lost
+        self.admitted_ever: set[int] = set()  # every id any history admitted
 
     def commit(self) -> None:
         self.m.lsn += 1
@@ -278,6 +304,7 @@ class Run:
             ts, pv = self.step + d.draw(st.integers(1, 2)), d.draw(st.sampled_from((None, self.step)))
             rep = d.draw(st.sampled_from([None] + sorted(m.taken)[-6:]))  # a spare substitutes for it
             j.admitted(gids, target_step=ts, policy_version=pv, replaces=rep)
+            self.admitted_ever.update(gids)
             for gid in gids:
                 m.move(gid, Owner.ADMITTED, target_step=ts, policy_version=pv, replaces=rep)
             self.commit()
@@ -346,15 +373,18 @@ class Run:
             want = m.snaps[s0]
         else:
             s0, want = None, Model().view()
-        _equal(recovered_view(restore(self.path, step=s0)), want)
+        _equal(recovered_view(restore(self.path, step=s0)), restored(want, self.admitted_ever, self.max_gid))
         self.rows -= self.data.draw(st.sets(st.sampled_from(sorted(self.rows)), max_size=1)
                                     if self.rows else st.just(set()), label="rows lost")
         state = restore(self.path, step=s0, salvage=True, data_plane=_DataPlane(self.rows))
         l0 = want["lsn"]
-        rec = recovered_by_the_rules(want, [e for e in m.log if e[0] > l0], self.rows, s0, self.max_gid)
+        rec = recovered_by_the_rules(want, [e for e in m.log if e[0] > l0], self.rows, s0, self.max_gid,
+                                     self.admitted_ever)
         _equal(recovered_view(state), {**want, "live": rec.view(), "loader": rec.loader})
         assert [g.adopted_from for g in state.adopted] == rec.adopted_from
         assert [g.replaces for g in state.demoted] == rec.demoted_from
+        assert [g.group_id for g in state.reissued] == rec.new_ids[len(rec.demoted_from):][:len(rec.reissued_from)]
+        self.admitted_ever.update(gid for op in rec.log if op[0] == "admit" for gid in op[1])
         # the model goes back to the checkpoint: its state then...
         back = Model()
         back.lsn, back.counts, back.next_gid = l0, rec.counts(want["counts"]), rec.next_gid(want["next_group_id"])
@@ -390,15 +420,15 @@ class Run:
         for s in sorted(m.committed):
             got = restore(self.path, step=s)
             assert got.step == s
-            _equal(recovered_view(got), m.snaps[s])
+            _equal(recovered_view(got), restored(m.snaps[s], self.admitted_ever, self.max_gid))
         latest = restore(self.path)
         if m.committed:
             s = max(m.committed, key=m.committed.get)
             assert latest.step == s
-            _equal(recovered_view(latest), m.snaps[s])
+            _equal(recovered_view(latest), restored(m.snaps[s], self.admitted_ever, self.max_gid))
         else:
             _equal(recovered_view(latest), Model().view())
-        _equal(recovered_view(restore(self.path, at="end")), m.view())
+        _equal(recovered_view(restore(self.path, at="end")), restored(m.view(), self.admitted_ever, self.max_gid))
 
 
 @settings(max_examples=30, deadline=None, derandomize=False,

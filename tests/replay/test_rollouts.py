@@ -154,3 +154,38 @@ def test_a_late_result_after_its_retry_sealed_is_stale_not_a_double_seal(tmp_pat
         with pytest.raises(OwnershipError, match="already sealed") as again:  # the same attempt twice
             j.rollout_sealed([RolloutRef(g, 0, 1, "row-a1")])
         assert not isinstance(again.value, StaleAttempt)
+
+
+@pytest.mark.parametrize("salvage", [False, True])
+@pytest.mark.parametrize("owner", ["reserved", "spare"])
+def test_a_group_waiting_at_the_checkpoint_that_a_dead_run_admitted_comes_back_under_a_fresh_id(
+        tmp_path, salvage, owner):
+    """g22 waits at the checkpoint (RESERVED, or SPARE); the dead run admits it after the
+    checkpoint, and its workers hold attempt 0 of every rollout. Admitted again under the same
+    id, attempt 0 would be handed out twice: a late answer of the dead run would seal, and its
+    row would sit where the new attempt 0 puts its own. It comes back under a fresh id."""
+    path, dp = str(tmp_path / "journal"), FakeDataPlane()
+    j = Journal.open(path, sync="none")
+    (g22,) = j.taken([GroupRef(idx=22)], loader_state={"pos": 1})
+    if owner == "spare":
+        j.diverted([g22])
+    j.begin_checkpoint(step=CHECKPOINT_STEP)
+    j.commit_checkpoint(step=CHECKPOINT_STEP)
+    j.admitted([g22], target_step=7, policy_version=CHECKPOINT_STEP + 1, rollouts=2)
+    j.close()  # killed: a worker of this run generates (g22, 0, attempt 0)
+
+    state = restore(path, data_plane=dp, salvage=salvage)
+    (back,) = state.reserved if owner == "reserved" else state.spare
+    assert back.idx == 22 and back.group_id > g22
+    assert [g.group_id for g in state.reissued] == [back.group_id]
+    j = Journal.open(path, sync="none", resume=state)
+    assert j.owner_of(g22) == Owner.DROPPED
+    assert j.owner_of(back.group_id) == (Owner.RESERVED if owner == "reserved" else Owner.SPARE)
+    with pytest.raises(OwnershipError):   # the dead run's late answer names the old id
+        j.rollout_sealed([RolloutRef(g22, 0, 0, "tq/late")])
+    j.admitted([back.group_id], target_step=7, policy_version=CHECKPOINT_STEP, rollouts=2)
+    j.close()
+    # restored again (the new admission died too): the fresh id keeps its fences
+    again = restore(path, data_plane=dp, salvage=salvage)
+    assert {g.idx for g in again.reserved + again.spare} == {22}
+    assert all(g.group_id not in (g22, back.group_id) for g in again.reserved + again.spare)
