@@ -1,1 +1,1 @@
-"""Whole-project checks: crash states, I/O error sweep, fuzzing, soak, packaging, CI, dependencies."""
+"""Whole-project checks: crash states, I/O error sweep, fuzzing, packaging, CI, dependencies."""
