@@ -30,7 +30,7 @@ from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Dis
 from journal.loader_state import unpack
 from tests.support.equality import deep_equal
 from tests.support.journal_model import Model, events_of
-from tests.support.recovery_model import Expected, expected_recovery
+from tests.support.recovery_model import Expected, expected_recovery, reissued_order
 from tests.support.loader_states import loader_state
 from replay import restore
 from replay.recovery import ABANDONED
@@ -403,6 +403,13 @@ def attempts_on_disk(path: str) -> dict[tuple[int, int], int]:
     return used
 
 
+def admitted_on_disk(path: str) -> set[int]:
+    """The groups any timeline on disk admitted."""
+    reader = Reader(path)
+    return {gid for t in reader.timelines for rec in reader.timeline_records(t)
+            for ev in rec.commit.events if type(ev) is Admitted for gid in ev.groups}
+
+
 def w_rollouts(run: Run) -> None:
     """Rollouts sealed and failed (alone and in transactions) across segment rotations, a
     compaction while the journal is open (the cut holds a rollout table of partly sealed
@@ -588,6 +595,13 @@ def check_restore(path: str, model: Model, step: int | None) -> None:
         raise Violation(f"restore says step {rs.step}, the model {step}")
     got = {g.group_id: g.owner for g in rs.groups}
     want = model.recovered()
+    waiting = reissued_order(want, admitted_on_disk(path))
+    fresh = sorted(set(got) - set(want))
+    if len(fresh) != len(waiting) or (fresh and fresh[0] <= _max_gid_on_disk(path)):
+        raise Violation(f"restore gave fresh ids {fresh} to the waiting groups a later history admitted "
+                        f"{waiting}: not one fresh id each, above every id on disk")
+    want = {gid: o for gid, o in want.items() if gid not in waiting} | {
+        new: want[old] for new, old in zip(fresh, waiting)}
     if got != want:
         raise Violation(f"restored owners {sorted(got.items())} != model {sorted(want.items())}")
     counts = {k: v for k, v in rs.counts.items()}
@@ -651,7 +665,7 @@ def expected_salvage(path: str, run: Run, keys: list, at: Model, step: int, rs) 
         raise Violation(f"the groups restore demoted or adopted got ids {new_ids}: not consecutive ids "
                         f"above every id on disk (up to {top})")
     return expected_recovery(at, [run.expected[k] for k in keys], at.lsn, step, WrittenRows(run).has,
-                             attempts_on_disk(path), new_ids)
+                             attempts_on_disk(path), admitted_on_disk(path), new_ids)
 
 
 def check_salvage_restore(path: str, run: Run, keys: list, at: Model, step: int | None) -> None:

@@ -4,7 +4,8 @@ commit a resume writes, from the history alone.
 
 The input is the active history as commits of journal events, each with the loader states of
 its `taken` events (as objects, one per `taken`, None for none: `crash_oracle.Run.expected`), the restore point L (an LSN), its step, the data
-plane's `has`, the attempts any history dispatched (as read off the disk) and the fresh ids the
+plane's `has`, the attempts any history dispatched and the groups it admitted (as read off the
+disk) and the fresh ids the
 restore allocated (`expected_recovery` checks only their number; that they are fresh is the
 caller's check). The groups live at L come from `journal_model.Model` (owners, rollouts); the
 facts the rules need besides (rows, admissions, finishes) from one pass of its own here.
@@ -16,10 +17,17 @@ from dataclasses import dataclass, field
 
 from journal import (Admitted, Discarded, Diverted, Finished, Owner, RolloutFailed, RolloutRef,
                      RolloutSealed, Taken, TakenGroup)
-from replay.recovery import ABANDONED, ROWS_LOST
+from replay.recovery import ABANDONED, REISSUED, ROWS_LOST
 from tests.support.journal_model import Model
 
 A, P = Owner.ADMITTED, Owner.REPLAY
+
+
+def reissued_order(owners: dict, admitted_ever: set) -> list[int]:
+    """Rule 3 for the groups waiting at the point: those any history admitted, in the order
+    restore gives them fresh ids (reserved, then spare, each by id)."""
+    return [gid for owner in (Owner.RESERVED, Owner.SPARE)
+            for gid in sorted(g for g, o in owners.items() if o == owner and g in admitted_ever)]
 
 
 @dataclass
@@ -155,6 +163,15 @@ class _Rules:
         self.out.rollouts[new] = None if rollouts is None else {
             i: [0, i in kept, *(kept[i][2:] if i in kept else (None, None))] for i in rollouts}
 
+    def reissue(self, admitted_ever: set) -> None:
+        for old in reissued_order(self.out.owners, admitted_ever):
+            new, row = next(self.fresh), self.facts[old].row
+            self.out.owners[new], self.out.rollouts[new] = self.out.owners.pop(old), self.out.rollouts.pop(old)
+            self.demotions += [Discarded([old], REISSUED),
+                               Taken([TakenGroup(new, row.idx, row.task_name, row.epoch, row.fingerprint)])]
+            if self.out.owners[new] == Owner.SPARE:
+                self.demotions.append(Diverted([new]))
+
     def fence(self) -> list:
         targets = []
         for gid, rollouts in self.fenced:
@@ -254,14 +271,15 @@ def _adopt(rules: _Rules, known: set[int]) -> None:
 
 
 def expected_recovery(at: Model, commits: list, point: int, step: int, has, used: dict,
-                      new_ids: list[int]) -> Expected:
+                      admitted_ever: set, new_ids: list[int]) -> Expected:
     """What `restore(salvage=True, data_plane=...)` at the committed checkpoint of `step`, whose
     `checkpoint_begun` is LSN `point`, hands back; `at` is the model at `point`, `commits` the
-    active history (LSN 1 first), `used` the attempts any history dispatched."""
+    active history (LSN 1 first), `used` the attempts any history dispatched, `admitted_ever` the groups any history admitted."""
     rules = _Rules(at, commits, point, step, has, used, new_ids)
     rules.read_tail()
     for gid, owner in sorted(at.live().items()):
         rules.live_group(gid, owner)
+    rules.reissue(admitted_ever)
     out = rules.out
     out.first_commit = rules.keep + rules.fence() + rules.demotions
     out.loader, out.has_loader = at.loader, at.has_loader
