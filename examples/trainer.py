@@ -1039,7 +1039,9 @@ class Trainer:
         the group, None once it left the trainer); it must reject the seal; the row at `loc`
         goes. Without a journal (the baseline) or for a group without rollouts= there is no
         attempt to fence with: the trainer gave the result up, and drops it."""
-        if self.journal is None or (w is not None and w.attempts is None):
+        if self.journal is None or (w is not None and (w.attempts is None or w.failed)):
+            # (a group given up as a whole gives up its rollouts without a `rollout_failed`
+            # each: its discard, queued, drops them all; this result goes with it)
             await asyncio.to_thread(self.dp.delete, [loc])
             self.stats["late_results_ignored"] += 1
             self.ledger.count(late_results_ignored=1)
