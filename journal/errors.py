@@ -1,5 +1,9 @@
 """Exception classes of the journal; every message names the file, offset, LSN or group."""
 
+from __future__ import annotations
+
+import contextlib
+
 
 class JournalError(Exception):
     """Base class of every error the journal raises."""
@@ -77,6 +81,15 @@ class JournalIOError(JournalError):
         return cls(f"{operation}: {where}: {exc.strerror or exc} (errno {exc.errno}); nothing "
                    "half-written was left behind: fix the cause (free space, permissions, the "
                    "file named), then retry", path=where, operation=operation, errno=exc.errno)
+
+
+@contextlib.contextmanager
+def io_step(operation: str, path: str):
+    """An OS error of `operation` on `path` becomes a JournalIOError naming both."""
+    try:
+        yield
+    except OSError as exc:
+        raise JournalIOError.from_os_error(exc, operation, path) from exc
 
 
 class TransactionClosed(JournalClosed):
