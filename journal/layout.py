@@ -100,6 +100,19 @@ def parse_cut_dir_name(name: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def cut_dirs(journal_path: str) -> list[tuple[int, int, str]]:
+    """(lsn, timeline, path) of every cut directory under `<journal>/snapshots`, newest LSN
+    first; the one listing of cuts. A temporary directory of an unfinished compaction is never
+    listed (its name does not parse)."""
+    root = os.path.join(journal_path, SNAPSHOTS_DIR)
+    try:
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(((parsed[1], parsed[0], os.path.join(root, name)) for name in names
+                   if (parsed := parse_cut_dir_name(name)) is not None), reverse=True)
+
+
 def cut_tmp_name(cut: str, token: str) -> str:
     """The temporary sibling a cut named `cut` is written in before its rename."""
     return f"{TMP_PREFIX}{cut}-{token}"

@@ -28,7 +28,7 @@ from .data_plane import LocalDataPlane, ObjectStoreDataPlane
 from .audit import audit
 from .identity import IDENTITY_POLICIES
 from .rehydrate import ROW_CHANGED_POLICIES
-from .recovered import RecoveredGroup, RecoveredRollout, RecoveredState
+from .recovered_state import RecoveredGroup, RecoveredRollout, RecoveredState
 from .reports import AuditReport, Check, Finding, NotAJournal, VerifyReport
 from .restore import restore
 from .rescue import RescueReport, rescue

@@ -66,7 +66,7 @@ from snapshot.row_ledger import Bytes, RowLedger, Rows
 from .cut_status import is_journal
 from .reports import AuditReport, NotAJournal
 from .source import Source
-from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records,
+from .inspection import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records,
                    history_bytes, no_progress, tracked, unique_problems)
 
 FENCED_NOT_RECORDED = ("fenced late results (seals of an attempt that was given up) are rejected "

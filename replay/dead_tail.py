@@ -1,5 +1,5 @@
 """What the dead tail did: the commits after the restore point on the active history, which a
-resume abandons, read once for the recovery rules (`recovery.py`).
+resume abandons, read once for the restore rules (`restore_rules.py`).
 
 Two kinds of facts come out of one pass:
 

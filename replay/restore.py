@@ -5,7 +5,7 @@ step S saw only groups trained at or before `checkpoint_begun(S)`, so that is
 the LSN whose ownership state matches them (docs/recovery.md, "Restoring"). The state
 there is the newest usable cut at or before it plus the journal tail replayed
 with the journal's own fold; what comes after it on disk is a dead tail,
-read only for salvage (which also adopts the takes it holds: `recovery.py`).
+read only for salvage (which also adopts the takes it holds: `restore_rules.py`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
 from snapshot.damaged import (check_anchor_past_damage, damage_of, describe, group_id_ceiling,
                               point_past_damage)
 from snapshot.row_ledger import RowLedger, ledger_at
+from snapshot.cut import base_cut_writer
 
 from .errors import (DamagedCutWarning, DamagedJournalWarning, FirstStartWarning, IdentityChanged,
                      JournalCorrupt, NothingToRestore, OwnershipError, RestoreError, Unreadable)
 from .identity import IDENTITY_POLICIES, compare_identity
-from .recovered import RecoveredState, base_cut_writer
+from .recovered_state import RecoveredState
 from .dead_tail import DeadTail, read_dead_tail
-from .recovery import recover
+from .restore_rules import recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
 from .source import Source
 
@@ -283,7 +284,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     `NothingToRestore` instead.
 
     `salvage=True` with a `data_plane`: work done after the point is kept where the rules allow
-    (`replay/recovery.py`): results by weights no newer than the checkpoint whose rows the data
+    (`replay/restore_rules.py`): results by weights no newer than the checkpoint whose rows the data
     plane still has, and the loader's takes on the dead tail, adopted under fresh group ids
     with the loader state after them (`RecoveredState.adopted`).
 

@@ -31,7 +31,7 @@ from snapshot import CHECKS, Cut, cut_dirs
 from .cut_status import check_one_cut, classify_cut, cut_entry, is_cut, is_journal, list_cuts
 from .reports import Check, Finding, NotAJournal, VerifyReport
 from .source import Source
-from .walk import Progress, no_progress, span_bytes, tracked, unique_problems
+from .inspection import Progress, no_progress, span_bytes, tracked, unique_problems
 
 CUT_CHECKS = f"checks 1-{len(CHECKS)}"  # the whole chain of a cut, as the labels name it
 

@@ -13,7 +13,7 @@ from typing import TextIO
 from journal import EVENT_KINDS, ProblemKind, Taken
 from journal.events import event_name
 
-from ..walk import history_bytes, unique_problems
+from ..inspection import history_bytes, unique_problems
 from . import options, render
 from .event_rows import LINE_HEADER, event_dict, event_line, names_group
 from .source import InspectError, Source, open_source

@@ -19,7 +19,7 @@ from journal.history import NoSuchPoint, restore_point
 from journal.identity import to_hex
 from snapshot import RestoreError, read_cut, state_at
 
-from ..walk import Fold
+from ..inspection import Fold
 from . import options, render
 from .source import InspectError, Source, open_source
 

@@ -23,7 +23,7 @@ from snapshot import RestoreError, Skipped, read_cut
 from snapshot.catalog import anchored_cuts
 
 from ..cut_status import FILES_CHECKED, Anchors, anchor_lsns, list_cuts, tally
-from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
+from ..inspection import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
                     history_bytes, unique_problems)
 from . import options, render
 from .source import InspectError, PROBLEMS, Source, open_source

@@ -33,7 +33,7 @@ from journal.replica import Location
 from snapshot import BackgroundCompactor
 from snapshot.data_plane import row_locators
 
-from ..recovered import RecoveredState
+from ..recovered_state import RecoveredState
 from ..restore import restore
 from .batch import Key, rows_of
 from .stats import MeasuredFileSystem

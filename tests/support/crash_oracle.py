@@ -33,7 +33,7 @@ from tests.support.journal_model import Model, events_of
 from tests.support.recovery_model import Expected, expected_recovery
 from tests.support.loader_states import loader_state
 from replay import restore
-from replay.recovery import ABANDONED
+from replay.restore_rules import ABANDONED
 from snapshot import SNAPSHOTS_DIR, compact, read_cut
 
 try:  # faultfs is another engineer's; only its FaultFS is needed here

@@ -61,7 +61,7 @@ from snapshot import DataPlane
 from snapshot.row_ledger import ABANDONED_ON_RESTORE
 
 from .dead_tail import DeadTail, TailTake
-from .recovered import RecoveredGroup, RecoveredRollout
+from .recovered_state import RecoveredGroup, RecoveredRollout
 
 ROWS_LOST = "rows_lost_on_restore"
 IDENTITY_CHANGED = "identity_changed_on_restore"  # the drop reason of a regenerated group
