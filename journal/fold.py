@@ -676,6 +676,46 @@ def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
         live[gid] = changed
 
 
+def dispatched_attempt(event, ref) -> int:
+    """The highest attempt of `ref`'s rollout that rollout event `event` shows dispatched: a seal
+    names its attempt; the failure of attempt a is followed by the dispatch of a + 1 (the rule
+    `_apply_rollouts` folds). A resume fences every unsealed rollout above it."""
+    return ref.attempt + (type(event) is RolloutFailed)
+
+
+def max_group_id(reader) -> int:
+    """The highest group id any timeline of `reader` (a `journal.Reader`) ever allocated (-1 if
+    none): ids are never reused. At least that: a group mark counts ids that commits failed to
+    make durable (never reused either). Reads the group marks of the headers and the records
+    of the segments they do not cover (the newest one)."""
+    top = floor = reader.group_mark_top()
+    for rec in reader.records_naming(floor + 1):
+        for ev in rec.commit.events:
+            if type(ev) is Taken and ev.groups:
+                top = max(top, ev.groups[-1].group_id)
+    return top
+
+
+def attempts_used(reader, rollouts: set, *, skip_active_after: int | None = None) -> dict[tuple[int, int], int]:
+    """For each (group, index) of `rollouts` that any timeline of `reader` names: the highest
+    attempt it was ever dispatched in (`dispatched_attempt`). Attempts are never reused, like
+    group ids: a resume raises the attempt of an unsealed rollout above this, so no worker of
+    a dead run can seal. Reads only the segments that may name the lowest of their groups
+    (`Reader.records_naming`): those written since it was taken. `skip_active_after=L` leaves
+    out the active history after LSN L (a caller that read it already counts it)."""
+    used: dict[tuple[int, int], int] = {}
+    if not rollouts:
+        return used
+    for rec in reader.records_naming(min(gid for gid, _ in rollouts), skip_active_after):
+        for ev in rec.commit.events:
+            if type(ev) is RolloutSealed or type(ev) is RolloutFailed:
+                for ref in ev.rollouts:
+                    key = (ref.group_id, ref.index)
+                    if key in rollouts:
+                        used[key] = max(used.get(key, 0), dispatched_attempt(ev, ref))
+    return used
+
+
 def _refused(event, ref, r: Rollouts | None, seen: set | None, lsn: int) -> OwnershipError:
     """The error for a rollout of an ADMITTED group that `_apply_rollouts` refuses: the first
     rule it breaks, in the rules' order."""

@@ -20,7 +20,7 @@ from . import format as fmt
 from . import layout, leftovers, locks, set_aside, state_file
 from .errors import JournalCorrupt, JournalError, StateFileCorrupt, io_step
 from .events import CheckpointCommitted
-from .fold import State, apply
+from .fold import State, apply, max_group_id
 from .reader import Reader
 from .resume import ResumePlan
 from .segments import SegmentPlan, remove_prepared
@@ -120,7 +120,7 @@ class Opening:
                 first_commit = []  # the tail holds it already: continue the timeline at its end
         # ids are never reused, not even those allocated on a dead tail (the fold of a single
         # timeline has seen every id it allocated)
-        top_gid = reader.max_group_id() if plan is not None or len(reader.timelines) > 1 else -1
+        top_gid = max_group_id(reader) if plan is not None or len(reader.timelines) > 1 else -1
         state.next_group_id = max(state.next_group_id, top_gid + 1, plan.group_id_floor if plan else 0)
         branching = plan is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0)
         segment = self._open_segment(reader, lineage, state, end_lsn, end_blobs, branching)

@@ -25,6 +25,7 @@ from typing import Iterable
 
 from journal import (Admitted, Commit, Discarded, Diverted, Finished, LoaderState, Owner, Reader,
                      RolloutFailed, RolloutSealed, State, Taken, TakenGroup)
+from journal.fold import dispatched_attempt
 
 
 @dataclass
@@ -50,7 +51,7 @@ class DeadTail:
     sealed: dict[tuple[int, int], tuple] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
     # (group, index) -> the highest attempt the tail dispatched, for rollouts of groups live at
-    # the point (`Reader.attempts_used`'s rule), so the fences need not read the tail again
+    # the point (`journal.fold.dispatched_attempt`), so the fences need not read the tail again
     attempts: dict[tuple[int, int], int] = field(default_factory=dict)
     takes: list[TailTake] = field(default_factory=list)
     loader: LoaderState | None = None  # the loader state of the last take in `takes`
@@ -141,7 +142,7 @@ class _Reading:
                     t.sealed[ref.index] = (ev.policy_version, ref.locator)
                 continue
             key = (ref.group_id, ref.index)
-            tail.attempts[key] = max(tail.attempts.get(key, 0), ref.attempt + (not sealing))
+            tail.attempts[key] = max(tail.attempts.get(key, 0), dispatched_attempt(ev, ref))
             if sealing and g.owner == Owner.ADMITTED:
                 tail.sealed[key] = (ev.policy_version, ref.locator)
 

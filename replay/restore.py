@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 import journal
 from journal import LoaderState, LoaderStateError, Owner, Reader, State, list_segments
+from journal.fold import attempts_used, max_group_id
 from journal.identity import digests
 from journal.layout import DirKind, describe_entries, dir_kind
 from journal.replica.names import CUTS_PREFIX
@@ -88,8 +89,8 @@ def _attempts_used(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Ca
         if reader is None:
             return {}
         if tail is None:
-            return _wrap_journal_errors(reader.attempts_used, keys)
-        found = _wrap_journal_errors(reader.attempts_used, keys, skip_active_after=lsn)
+            return _wrap_journal_errors(attempts_used, reader, keys)
+        found = _wrap_journal_errors(attempts_used, reader, keys, skip_active_after=lsn)
         for key in keys & tail.attempts.keys():
             found[key] = max(found.get(key, 0), tail.attempts[key])
         return found
@@ -411,7 +412,7 @@ def _restore_replica(source: Source, at, **kwargs) -> RecoveredState:
                 break
         result.ledger  # computed now: the files it is read from go with the temporary directory
         # a writer continuing on another node cannot read these ids off its own disk
-        result.group_id_floor = _wrap_journal_errors(Reader(tmp).max_group_id) + 1
+        result.group_id_floor = _wrap_journal_errors(max_group_id, Reader(tmp)) + 1
     # the cuts named as the bucket names them: the temporary directory is gone
     fetched_cuts, in_bucket = os.path.join(tmp, SNAPSHOTS_DIR) + os.sep, f"{source.where}/{CUTS_PREFIX}"
     if result.base_cut is not None:

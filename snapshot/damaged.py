@@ -25,6 +25,7 @@ from typing import Iterator
 
 from journal import JournalCorrupt, ProblemKind, Reader, Record, State, checkpoint_markers, fold_records
 from journal.history import NoSuchPoint, restore_point
+from journal.fold import max_group_id
 
 from .catalog import Skipped, anchor_check, anchored_cuts, newest_readable
 from .cut import Cut
@@ -49,7 +50,7 @@ def describe(problem) -> str:
 
 def group_id_ceiling(reader: Reader) -> int:
     """The highest group id the journal can have allocated (see the module docstring)."""
-    top = reader.max_group_id()
+    top = max_group_id(reader)
     return top + sum(p.length for p in damage_of(reader))
 
 
