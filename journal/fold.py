@@ -24,6 +24,12 @@ from .events import (EVENT_TYPES, LIVE_OWNERS, Admitted, CheckpointBegun, Checkp
 from . import loader_state as _loader_state
 
 
+def latest_checkpoint(committed: Mapping[int, int]) -> tuple[int, int] | None:
+    """(step, checkpoint_begun LSN) of the newest of `committed` checkpoints (step ->
+    checkpoint_begun LSN), or None: the one "latest committed checkpoint"."""
+    return max(committed.items(), key=lambda kv: kv[1]) if committed else None
+
+
 class Transition(NamedTuple):
     """One row of the ownership table: an event moves each group it names from one of
     `from_owners` to `to`. `from_owners` is empty for `taken` (the group comes from the
@@ -240,10 +246,7 @@ class State:
 
     def latest_committed_checkpoint(self) -> tuple[int, int] | None:
         """(step, checkpoint_begun LSN) of the newest committed checkpoint, or None."""
-        if not self.committed_checkpoints:
-            return None
-        step, lsn = max(self.committed_checkpoints.items(), key=lambda kv: kv[1])
-        return step, lsn
+        return latest_checkpoint(self.committed_checkpoints)
 
     def copy(self) -> "State":
         """An independent state. Live `Group` records are shared, not copied: the fold never

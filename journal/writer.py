@@ -147,6 +147,9 @@ class Journal(Opening, CommitPipeline, ReplicaWiring):
         # the LSN of the history when this writer opened it (after a resume's first commit):
         # the checkpoints begun after it are this writer's (`_refuse_begin`)
         self._open_lsn = 0
+        # what this writer's last compaction left for the next one (`snapshot.compact`: the row
+        # ledger of its cut); the journal never reads it
+        self.compaction_memo: Any = None
 
     def _release_after_failed_open(self) -> None:
         """Close what a failed open had opened: the segment it reached, then the lock."""

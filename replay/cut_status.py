@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Mapping
 
 from journal import Reader, checkpoint_markers
+from journal.fold import latest_checkpoint
 from snapshot import (CHECKS, FILE_CHECKS, MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, Cut, JournalMismatch,
                       ManifestMissing, ManifestView, RestoreError, anchor_problem, check_cut_files,
                       check_of, cut_dirs, read_cut)
@@ -98,7 +99,8 @@ def latest_checkpoint_lsn(reader: Reader, cut: Cut | None) -> int | None:
     only the tail after `cut` (markers only)."""
     _end, committed = checkpoint_markers(reader.records(start_lsn=(cut.lsn + 1) if cut else 1),
                                          cut.state if cut else None, tolerant=reader.mode == "salvage")
-    return max(committed.values()) if committed else None
+    latest = latest_checkpoint(committed)
+    return latest[1] if latest is not None else None
 
 
 def is_cut(path: str) -> bool:
