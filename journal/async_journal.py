@@ -130,11 +130,10 @@ def _lsn_of(pending) -> int:
 
 class _Outcome:
     """A batch's outcome: futures[i] gets results[i] if i < durable (commit pendings[i] is
-    durable), else `error`. The pendings are held until their futures are settled: freed then,
-    in the loop's turns, among the next commits' allocations, not all at once when the batch
-    returns (the collector counts allocations minus frees, and frees with none to offset are
-    lost to that count: a batch's frees at once and its next commits' allocations later ran a
-    young collection per batch)."""
+    durable), else `error`. A batch's pendings are held until their futures are settled, and
+    freed in the loop's turns that settle them, among the allocations of the commits their
+    coroutines make next: the garbage collector counts allocations minus frees, so frees spread
+    among allocations offset them instead of leaving the allocations to trigger collections."""
 
     __slots__ = ("pendings", "futures", "results", "durable", "error")
 

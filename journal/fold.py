@@ -41,7 +41,8 @@ class Transition(NamedTuple):
 
 
 # The ownership table, read from each event kind's declaration (`events.py`). `fold_records`
-# folds the four kinds every group goes through inline, reading their rows below;
+# folds the kinds every group goes through inline, reading their owners from the same
+# declarations (`_TAKEN_TO`, `_DIVERTED_FROM`, ... above `_sample_rows`);
 # tests/journal/test_fold_table.py holds every kind of the fold against this table, and the
 # README's table is `transition_table_markdown()`.
 TRANSITIONS: dict[str, Transition] = {
@@ -112,9 +113,9 @@ class Rollouts(msgspec.Struct, gc=False, frozen=True):
 class Group(msgspec.Struct, gc=False):
     """The record of a live group: its locator and what the last transitions said.
 
-    A msgspec Struct: built in C (a replay builds one per transition; a Python `__init__`
-    of ten fields was a third of the fold's time) and untracked by the cyclic GC (it only
-    holds ints, strings, bytes and an `Owner`, so it cannot be part of a cycle). Records are
+    A msgspec Struct: built in C (the fold builds one per transition of a group) and
+    untracked by the cyclic GC (it only holds ints, strings, bytes and an `Owner`, so it
+    cannot be part of a cycle). Records are
     treated as immutable once applied (`State.copy` shares them); `copy()` to change one."""
 
     group_id: int
@@ -288,8 +289,8 @@ class Undo:
         self.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
                         list(state.counts), state.dataset_size, state.row_sample, state.identity)
         # Copies of the checkpoint maps, taken by the commit's first checkpoint event only: the
-        # maps grow with the run, and copying them for every commit made a commit cost
-        # O(checkpoints so far) (42 us instead of 8 us after 10,000 checkpoints).
+        # maps grow with the run, and a commit without a checkpoint event copies nothing, so
+        # its cost does not grow with the number of checkpoints.
         self.checkpoints: tuple[dict[int, int], dict[int, int]] | None = None
 
     def save_checkpoints(self, state: State) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import JournalError
-from .replica import ReplicaLink, open_replica
+from .replica.link import ReplicaLink
+from .replica.shipper import open_replica
 
 
 class ReplicaWiring:
@@ -34,7 +35,7 @@ class ReplicaWiring:
 
     @property
     def replica(self) -> ReplicaLink | None:
-        """The replica (`journal.replica.ReplicaLink`) of a journal opened with `replica=`, else None."""
+        """The replica (`journal.replica.link.ReplicaLink`) of a journal opened with `replica=`, else None."""
         return self._replica
 
     def replica_lag(self):

@@ -20,7 +20,7 @@ from .events import IdentityRecorded, Owner
 from .fold import Group, State, begin_refused
 from .identity import digests
 from .opening import Opening, check_journal_dir
-from .replica import ReplicaLink
+from .replica.link import ReplicaLink
 from .replica_wiring import ReplicaWiring
 from .resume import ResumePlan
 from .segments import DEFAULT_SEGMENT_BYTES, SegmentFiles, SegmentPlan, SegmentPolicy
@@ -208,9 +208,8 @@ class Journal(Opening, CommitPipeline, ReplicaWiring):
 
         Appends wait only for the in-memory copy. The copy may include commits still being
         written; it is handed out only after they are durable (this call joins the group
-        commit), and a failed write raises `JournalFailed` instead. (Waiting for a moment with
-        no commit queued or in flight starved: under steady appends from several threads that
-        moment almost never comes; a compaction waited 20 s.)"""
+        commit, so steady appends from other threads never hold it back), and a failed write
+        raises `JournalFailed` instead."""
         with self._cond:
             self._check_usable()
             state = self._state.copy()

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from journal import (Admitted, Commit, Discarded, Diverted, Finished, LoaderState, Owner, Reader,
-                     RolloutFailed, RolloutSealed, State, Taken, TakenGroup)
-from journal.fold import dispatched_attempt
+from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, Reader, RolloutFailed,
+                     RolloutSealed, State, Taken, TakenGroup)
+from journal.fold import LoaderState, dispatched_attempt
 
 
 @dataclass

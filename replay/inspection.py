@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol
 
 import journal
-from journal import Reader, Record, State, fold_records, history
+from journal import Reader, Record, State, history
+from journal.fold import fold_records
 from journal.events import event_name
 from journal.history import Branch
 

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from journal import Group, Owner, ResumePlan
 from journal.identity import IdentityChanges
-from snapshot import Skipped
+from snapshot.catalog import Skipped
 from snapshot.row_ledger import RowLedger
 
 

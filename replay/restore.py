@@ -20,12 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import journal
-from journal import LoaderState, LoaderStateError, Owner, Reader, State, list_segments
-from journal.fold import attempts_used, max_group_id
+from journal import LoaderStateError, Owner, Reader, State
+from journal.fold import LoaderState, attempts_used, max_group_id
+from journal.reader import list_segments
 from journal.identity import digests
-from journal.layout import DirKind, describe_entries, dir_kind
+from journal.layout import DirKind, SNAPSHOTS_DIR, describe_entries, dir_kind
 from journal.replica.names import CUTS_PREFIX
-from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
+from snapshot import DataPlane, read_cut
+from snapshot.state_at import state_at
+from snapshot.catalog import check_anchor
 from snapshot.damaged import (check_anchor_past_damage, damage_of, describe, group_id_ceiling,
                               point_past_damage)
 from snapshot.row_ledger import RowLedger, ledger_at

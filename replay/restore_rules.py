@@ -55,8 +55,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, LoaderState, Owner,
+from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, Owner,
                      RolloutFailed, RolloutRef, RolloutSealed, State, Taken, TakenGroup)
+from journal.fold import LoaderState
 from snapshot import DataPlane
 from snapshot.row_ledger import ABANDONED_ON_RESTORE
 

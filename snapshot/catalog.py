@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from journal import Reader
-from journal.layout import SNAPSHOTS_DIR, cut_dirs
+from journal.layout import cut_dirs
 
 from . import manifest as mf
 from .checks import CutCheck, check_of, read_cut

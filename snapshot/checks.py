@@ -24,7 +24,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-from journal import Group, LoaderState, Owner, State
+from journal import Group, Owner, State
+from journal.fold import LoaderState
 from journal.identity import from_hex
 
 from . import cut as cut_module, manifest as mf

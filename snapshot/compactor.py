@@ -17,11 +17,13 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from journal import DEFAULT_FS, Journal, OsFileSystem, Reader, checkpoint_markers
+from journal import Journal, Reader
+from journal.vfs import DEFAULT_FS, OsFileSystem
+from journal.history import checkpoint_markers
 from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp_name
 from journal.leftovers import remove_compaction_leftovers
 from journal.locks import compaction_lock
-from journal.replica import RetentionDecision, RetentionRequest
+from journal.replica.retention import RetentionDecision, RetentionRequest
 
 from .catalog import Skipped, anchor_problem, anchored_cuts, newest_readable, usable_cuts
 from .checks import read_cut

@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from journal import DEFAULT_FS, Group, Owner, OsFileSystem, State, state_file
-from journal import layout
+from journal import Group, Owner, State, layout, state_file
+from journal.vfs import DEFAULT_FS, OsFileSystem
 from journal.identity import to_hex
 
 from . import manifest as mf
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .row_ledger import RowLedger
 
 from journal.layout import (DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,  # noqa: F401
-                            RESERVE_FILE, TMP_PREFIX, cut_tmp_name)
+                            RESERVE_FILE, cut_tmp_name)
 from journal.layout import LEDGER_FILE, STATE_FILE
 
 TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from journal import OsFileSystem
+from journal.vfs import OsFileSystem
 from journal.errors import io_step as _io_step
 
 _THEN = "compact again (the journal and its previous cuts are intact)"

@@ -33,7 +33,8 @@ from typing import Mapping, Sequence
 
 import torch
 
-from journal import Group, Owner, Rollouts, SampledRow
+from journal import Group, Owner, Rollouts
+from journal.fold import SampledRow
 from journal.layout import RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE
 
 from .errors import CorruptRecord, SchemaMismatch

@@ -10,8 +10,9 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from journal import EVENT_KINDS, ProblemKind, Taken
-from journal.events import event_name
+from journal import Taken
+from journal.events import EVENT_KINDS, event_name
+from journal.reader import ProblemKind
 
 from ..inspection import history_bytes, unique_problems
 from . import options, render

@@ -34,7 +34,8 @@ from tests.support.recovery_model import Expected, expected_recovery
 from tests.support.loader_states import loader_state
 from replay import restore
 from replay.restore_rules import ABANDONED
-from snapshot import SNAPSHOTS_DIR, compact, read_cut
+from snapshot import compact, read_cut
+from journal.layout import SNAPSHOTS_DIR
 
 try:  # faultfs is another engineer's; only its FaultFS is needed here
     from tests.support.faultfs import FaultFS

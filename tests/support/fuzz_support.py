@@ -21,8 +21,8 @@ import zlib
 import pytest
 
 from tests.support.crash_oracle import Run, loader, w_compact_archive
-from journal import JournalError, MODES, Journal, Reader
-from journal import format as fmt
+from journal import Journal, JournalError, Reader, format as fmt
+from journal.reader import MODES
 from journal.fold import max_group_id
 from replay import RestoreError, restore
 

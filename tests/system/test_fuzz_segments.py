@@ -29,8 +29,7 @@ from hypothesis import strategies as st
 from tests.support.fuzz_support import (DERANDOMIZE, EXAMPLES, Guard, build_corpus, copy_corpus, crc_fix,
                                         encode_segment, frame_offsets, read_everything, segment_frames,
                                         summary_fixture)
-from journal import format as fmt
-from journal import layout
+from journal import format as fmt, layout
 from journal.fold import max_group_id
 from journal.reader import read_segment_bytes, list_segments
 
@@ -344,7 +343,7 @@ def test_hostile_loader_state_in_a_valid_frame(corpus, tmp_path, label):
         digest = b"\x01" * 16
         tree = enc(msgspec.msgpack.Ext(3, digest))
         refs = [digest]
-        from journal import Blob
+        from journal.events import Blob
         blobs = [Blob(digest, enc(msgspec.msgpack.Ext(3, digest)))]
 
     def events(gid):

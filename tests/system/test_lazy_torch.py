@@ -18,7 +18,7 @@ import msgspec
 import pytest
 import torch
 
-from journal import LoaderState
+from journal.fold import LoaderState
 from replay import fingerprint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
