@@ -1,25 +1,16 @@
 """The writer's side of its replica (`journal/replica/`, through `ReplicaLink`), a part of
-`Journal`: the lease taken before anything is written, what is durable told to the shipper,
-the lease lost made a fail-stop, the bucket waited for."""
+`Journal`: what is durable told to the shipper, the lease lost made a fail-stop, the bucket
+waited for. `Journal.open` opens the replica (`open_replica`) and takes its lease before
+anything is written."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from .errors import JournalError
 from .replica.link import ReplicaLink
-from .replica.shipper import open_replica
 
 
 class ReplicaWiring:
     """The replica of `Journal` (`_replica` is None without `replica=`)."""
-
-    def _open_replica(self, replica: Any, options: dict | None, ship_interval: float,
-                      resuming: bool) -> None:
-        """Take the replica's lease before anything is written."""
-        self._replica = open_replica(replica, options, journal_path=self.path, fs=self.fs,
-                                     ship_interval=ship_interval, on_lost=self._lose_lease)
-        self._timeline_floor = self._replica.acquire(resuming=resuming)
 
     def _note_durable(self) -> None:
         """Tell the shipper what is durable now (journal lock held)."""

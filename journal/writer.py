@@ -21,6 +21,7 @@ from .fold import Group, State, begin_refused
 from .identity import digests
 from .opening import Opening, check_journal_dir
 from .replica.link import ReplicaLink
+from .replica.shipper import open_replica
 from .replica_wiring import ReplicaWiring
 from .resume import ResumePlan
 from .segments import DEFAULT_SEGMENT_BYTES, SegmentFiles, SegmentPlan, SegmentPolicy
@@ -103,7 +104,9 @@ class Journal(Opening, CommitPipeline, ReplicaWiring):
         self._lock_fd = locks.acquire_writer_lock(self.path, self.fs)
         try:
             if replica is not None:
-                self._open_replica(replica, replica_options, ship_interval, resume is not None)
+                self._replica = open_replica(replica, replica_options, journal_path=self.path, fs=self.fs,
+                                             ship_interval=ship_interval, on_lost=self._lose_lease)
+                self._timeline_floor = self._replica.acquire(resuming=resume is not None)
             with io_step("open and repair the journal", self.path):
                 self._remove_leftovers()
                 self._recover(resume)
@@ -115,12 +118,16 @@ class Journal(Opening, CommitPipeline, ReplicaWiring):
         texts = self._set_aside_warnings + ([self._open_warning] if self._open_warning is not None else [])
         for text in texts:
             warnings.warn(JournalWarning(text), stacklevel=2)  # at the caller's open
-        if sync == "batch":
+        self._start_background()
+        return self
+
+    def _start_background(self) -> None:
+        """Once open: the batch syncer (sync="batch") and the shipping (with a replica)."""
+        if self.sync == "batch":
             self._syncer = threading.Thread(target=self._sync_loop, name="journal-sync", daemon=True)
             self._syncer.start()
         if self._replica is not None:
             self._note_durable()  # the first note starts the shipping
-        return self
 
     def _init_fields(self, path: str, fs: OsFileSystem, sync: str, sync_interval: float,
                      segment_bytes: int) -> None:
