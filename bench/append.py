@@ -63,8 +63,10 @@ import zlib
 
 import msgspec
 
-from journal import (Admitted, AsyncJournal, Commit, Finished, GroupRef, Journal, OsFileSystem, Reader,
-                     Taken, TakenGroup, Trained, list_segments)
+from journal import (Admitted, AsyncJournal, Commit, Finished, GroupRef, Journal, Reader, Taken,
+                     TakenGroup, Trained)
+from journal.vfs import OsFileSystem
+from journal.reader import list_segments
 
 from . import commit_cost
 from .common import (Figure, Report, Rounds, Target, log, scratch_dir, timed_alternating, timed_loop,

@@ -15,8 +15,9 @@ import os
 import resource
 import time
 
-from journal import Admitted, Commit, Finished, GroupRef, Journal, OsFileSystem, Taken, TakenGroup, Trained
-from journal import format as fmt
+from journal import (Admitted, Commit, Finished, GroupRef, Journal, Taken, TakenGroup, Trained,
+                     format as fmt)
+from journal.vfs import OsFileSystem
 from journal.events import commit_decoder, commit_encoder
 from journal.fold import State, apply
 

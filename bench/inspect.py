@@ -151,7 +151,8 @@ _FLOOR = ("import sys; from journal import Reader\n"
           "print(n)\n")
 
 # the same records handed to the journal's fold: what any view that folds cannot go below
-_FOLD = "import sys; from journal import Reader, State, fold_records; fold_records(State(), Reader(sys.argv[1]).records())"
+_FOLD = ("import sys; from journal import Reader, State; from journal.fold import fold_records; "
+         "fold_records(State(), Reader(sys.argv[1]).records())")
 
 # what each view imports (summary: the console script's `replay.cli`; verify: `replay`) beside
 # what the scan imports (`journal`)

@@ -55,8 +55,8 @@ import time
 import torch
 
 from journal import (GroupRef, Journal, Reader, RolloutFailed, RolloutRef, RolloutSealed, State,
-                     list_segments)
-from journal import format as fmt
+                     format as fmt)
+from journal.reader import list_segments
 from journal.events import commit_decoder
 from snapshot import compact
 

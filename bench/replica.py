@@ -32,7 +32,8 @@ import sys
 import threading
 import time
 
-from journal import GroupRef, Journal, list_segments
+from journal import GroupRef, Journal
+from journal.reader import list_segments
 
 from .common import Figure, Report, Target, log, scratch_dir, timed_alternating
 

@@ -90,8 +90,9 @@ from dataclasses import dataclass
 
 import torch
 
-from journal import (DEFAULT_FS, AsyncJournal, GroupRef, Journal, OwnershipError, RolloutRef,
-                     StaleAttempt, list_segments)
+from journal import AsyncJournal, GroupRef, Journal, OwnershipError, RolloutRef, StaleAttempt
+from journal.vfs import DEFAULT_FS
+from journal.reader import list_segments
 from replay import FirstStartWarning, LocalDataPlane, fingerprint, restore
 from snapshot import BackgroundCompactor, compact
 

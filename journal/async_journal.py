@@ -47,7 +47,7 @@ class AsyncJournal:
         # the queued commits, in LSN order, as parallel lists (no container per commit: a
         # pending commit's objects live through garbage collections, and fewer of them
         # promote fewer to the old generations, whose full collections stall the loop)
-        self._pendings: list = []  # the writer's queued commits (writer._Pending)
+        self._pendings: list = []  # the writer's queued commits (`Journal.submit`)
         self._futures: list[asyncio.Future] = []
         self._results: list[Any] = []
         self._flusher: threading.Thread | None = None
@@ -68,14 +68,7 @@ class AsyncJournal:
     def _queue(self, fill: Callable[[Transaction], Any], lsn_result: bool) -> asyncio.Future:
         """Queue the commit `fill` records; the future its caller awaits, which gets `fill`'s
         result, or the commit's LSN when `lsn_result`."""
-        tx = Transaction(self.journal)
-        tx.__enter__()
-        try:
-            result = fill(tx)
-        except BaseException:
-            tx._end(commit=False)
-            raise
-        pending = tx._end(commit=True)
+        pending, result = self.journal.submit(fill)
         future = asyncio.get_running_loop().create_future()
         if pending is None:  # nothing recorded: nothing to wait for
             future.set_result(result)
@@ -103,12 +96,10 @@ class AsyncJournal:
                 pendings, futures, results = self._pendings, self._futures, self._results
                 self._pendings, self._futures, self._results = [], [], []
             error = None
-            with j._cond:
-                try:
-                    j._wait(pendings[-1].lsn)
-                except BaseException as exc:  # JournalFailed: for the commits the write took
-                    error = exc
-                durable = j._durable_lsn
+            try:
+                durable = j.wait_durable(pendings[-1].lsn)
+            except BaseException as exc:  # JournalFailed: for the commits the write took
+                error, durable = exc, j.durable_lsn
             outcome = _Outcome(pendings, futures, results,
                                bisect.bisect_right(pendings, durable, key=_lsn_of), error)
             for loop in {f.get_loop() for f in futures}:
@@ -139,11 +130,10 @@ def _lsn_of(pending) -> int:
 
 class _Outcome:
     """A batch's outcome: futures[i] gets results[i] if i < durable (commit pendings[i] is
-    durable), else `error`. The pendings are held until their futures are settled: freed then,
-    in the loop's turns, among the next commits' allocations, not all at once when the batch
-    returns (the collector counts allocations minus frees, and frees with none to offset are
-    lost to that count: a batch's frees at once and its next commits' allocations later ran a
-    young collection per batch)."""
+    durable), else `error`. A batch's pendings are held until their futures are settled, and
+    freed in the loop's turns that settle them, among the allocations of the commits their
+    coroutines make next: the garbage collector counts allocations minus frees, so frees spread
+    among allocations offset them instead of leaving the allocations to trigger collections."""
 
     __slots__ = ("pendings", "futures", "results", "durable", "error")
 

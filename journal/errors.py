@@ -1,5 +1,9 @@
 """Exception classes of the journal; every message names the file, offset, LSN or group."""
 
+from __future__ import annotations
+
+import contextlib
+
 
 class JournalError(Exception):
     """Base class of every error the journal raises."""
@@ -70,13 +74,24 @@ class JournalIOError(JournalError):
         self.errno = errno
 
     @classmethod
-    def from_os_error(cls, exc: OSError, operation: str, path: str) -> "JournalIOError":
+    def from_os_error(cls, exc: OSError, operation: str, path: str, *, then: str = "retry") -> "JournalIOError":
         """`exc` (raised while doing `operation` to `path`) as a JournalIOError; its `path` is
-        the file the OS error names, else `path`."""
+        the file the OS error names, else `path`. `then`: what to do once the cause is fixed."""
         where = exc.filename if isinstance(exc.filename, str) else path
         return cls(f"{operation}: {where}: {exc.strerror or exc} (errno {exc.errno}); nothing "
                    "half-written was left behind: fix the cause (free space, permissions, the "
-                   "file named), then retry", path=where, operation=operation, errno=exc.errno)
+                   f"file named), then {then}", path=where, operation=operation, errno=exc.errno)
+
+
+@contextlib.contextmanager
+def io_step(operation: str, path: str, *, then: str = "retry"):
+    """An OS error of `operation` on `path` becomes a JournalIOError naming both (and `then`,
+    what to do once its cause is fixed): the one wrapper of OS errors, for the writer's open
+    and repair, compaction and retention alike."""
+    try:
+        yield
+    except OSError as exc:
+        raise JournalIOError.from_os_error(exc, operation, path, then=then) from exc
 
 
 class TransactionClosed(JournalClosed):

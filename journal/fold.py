@@ -24,6 +24,12 @@ from .events import (EVENT_TYPES, LIVE_OWNERS, Admitted, CheckpointBegun, Checkp
 from . import loader_state as _loader_state
 
 
+def latest_checkpoint(committed: Mapping[int, int]) -> tuple[int, int] | None:
+    """(step, checkpoint_begun LSN) of the newest of `committed` checkpoints (step ->
+    checkpoint_begun LSN), or None: the one "latest committed checkpoint"."""
+    return max(committed.items(), key=lambda kv: kv[1]) if committed else None
+
+
 class Transition(NamedTuple):
     """One row of the ownership table: an event moves each group it names from one of
     `from_owners` to `to`. `from_owners` is empty for `taken` (the group comes from the
@@ -35,7 +41,8 @@ class Transition(NamedTuple):
 
 
 # The ownership table, read from each event kind's declaration (`events.py`). `fold_records`
-# folds the four kinds every group goes through inline, reading their rows below;
+# folds the kinds every group goes through inline, reading their owners from the same
+# declarations (`_TAKEN_TO`, `_DIVERTED_FROM`, ... above `_sample_rows`);
 # tests/journal/test_fold_table.py holds every kind of the fold against this table, and the
 # README's table is `transition_table_markdown()`.
 TRANSITIONS: dict[str, Transition] = {
@@ -106,9 +113,9 @@ class Rollouts(msgspec.Struct, gc=False, frozen=True):
 class Group(msgspec.Struct, gc=False):
     """The record of a live group: its locator and what the last transitions said.
 
-    A msgspec Struct: built in C (a replay builds one per transition; a Python `__init__`
-    of ten fields was a third of the fold's time) and untracked by the cyclic GC (it only
-    holds ints, strings, bytes and an `Owner`, so it cannot be part of a cycle). Records are
+    A msgspec Struct: built in C (the fold builds one per transition of a group) and
+    untracked by the cyclic GC (it only holds ints, strings, bytes and an `Owner`, so it
+    cannot be part of a cycle). Records are
     treated as immutable once applied (`State.copy` shares them); `copy()` to change one."""
 
     group_id: int
@@ -240,10 +247,7 @@ class State:
 
     def latest_committed_checkpoint(self) -> tuple[int, int] | None:
         """(step, checkpoint_begun LSN) of the newest committed checkpoint, or None."""
-        if not self.committed_checkpoints:
-            return None
-        step, lsn = max(self.committed_checkpoints.items(), key=lambda kv: kv[1])
-        return step, lsn
+        return latest_checkpoint(self.committed_checkpoints)
 
     def copy(self) -> "State":
         """An independent state. Live `Group` records are shared, not copied: the fold never
@@ -285,8 +289,8 @@ class Undo:
         self.scalars = (state.lsn, state.chain, state.timeline, state.next_group_id, state.loader,
                         list(state.counts), state.dataset_size, state.row_sample, state.identity)
         # Copies of the checkpoint maps, taken by the commit's first checkpoint event only: the
-        # maps grow with the run, and copying them for every commit made a commit cost
-        # O(checkpoints so far) (42 us instead of 8 us after 10,000 checkpoints).
+        # maps grow with the run, and a commit without a checkpoint event copies nothing, so
+        # its cost does not grow with the number of checkpoints.
         self.checkpoints: tuple[dict[int, int], dict[int, int]] | None = None
 
     def save_checkpoints(self, state: State) -> None:
@@ -674,6 +678,60 @@ def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
         changed = g.__copy__()
         changed.rollouts = new
         live[gid] = changed
+
+
+def dispatched_attempt(event, ref) -> int:
+    """The highest attempt of `ref`'s rollout that rollout event `event` shows dispatched: a seal
+    names its attempt; the failure of attempt a is followed by the dispatch of a + 1 (the rule
+    `_apply_rollouts` folds). A resume fences every unsealed rollout above it."""
+    return ref.attempt + (type(event) is RolloutFailed)
+
+
+def max_group_id(reader) -> int:
+    """The highest group id any timeline of `reader` (a `journal.Reader`) ever allocated (-1 if
+    none): ids are never reused. At least that: a group mark counts ids that commits failed to
+    make durable (never reused either). Reads the group marks of the headers and the records
+    of the segments they do not cover (the newest one)."""
+    top = floor = reader.group_mark_top()
+    for rec in reader.records_naming(floor + 1):
+        for ev in rec.commit.events:
+            if type(ev) is Taken and ev.groups:
+                top = max(top, ev.groups[-1].group_id)
+    return top
+
+
+def attempts_used(reader, rollouts: set, *, skip_active_after: int | None = None) -> dict[tuple[int, int], int]:
+    """For each (group, index) of `rollouts` that any timeline of `reader` names: the highest
+    attempt it was ever dispatched in (`dispatched_attempt`). Attempts are never reused, like
+    group ids: a resume raises the attempt of an unsealed rollout above this, so no worker of
+    a dead run can seal. Reads only the segments that may name the lowest of their groups
+    (`Reader.records_naming`): those written since it was taken. `skip_active_after=L` leaves
+    out the active history after LSN L (a caller that read it already counts it)."""
+    used: dict[tuple[int, int], int] = {}
+    if not rollouts:
+        return used
+    for rec in reader.records_naming(min(gid for gid, _ in rollouts), skip_active_after):
+        for ev in rec.commit.events:
+            if type(ev) is RolloutSealed or type(ev) is RolloutFailed:
+                for ref in ev.rollouts:
+                    key = (ref.group_id, ref.index)
+                    if key in rollouts:
+                        used[key] = max(used.get(key, 0), dispatched_attempt(ev, ref))
+    return used
+
+
+def admitted_groups(reader, groups: set, *, skip_active_after: int | None = None) -> set[int]:
+    """Which of `groups` any timeline of `reader` admitted: an admission dispatches attempt 0 of
+    each of its rollouts, so a group some history admitted has an attempt 0 that a worker of
+    that history may hold. Reads what `attempts_used` reads."""
+    found: set[int] = set()
+    if not groups:
+        return found
+    for rec in reader.records_naming(min(groups), skip_active_after):
+        for ev in rec.commit.events:
+            if type(ev) is Admitted:
+                found.update(gid for gid in ev.groups if gid in groups)
+    return found
 
 
 def _refused(event, ref, r: Rollouts | None, seen: set | None, lsn: int) -> OwnershipError:

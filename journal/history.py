@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, NamedTuple
 
 from .errors import OwnershipError
 from .events import CheckpointBegun, CheckpointCommitted
-from .fold import State, mark_checkpoint
+from .fold import State, latest_checkpoint, mark_checkpoint
 
 
 class Span(NamedTuple):
@@ -136,11 +136,6 @@ def checkpoint_markers(records: Iterable, state: State | None = None, *,
             continue
         pending, committed = p, c
     return end, committed
-
-
-def latest_checkpoint(committed: Mapping[int, int]) -> tuple[int, int] | None:
-    """(step, checkpoint_begun LSN) of the newest of `committed` checkpoints, or None."""
-    return max(committed.items(), key=lambda kv: kv[1]) if committed else None
 
 
 class NoSuchPoint(ValueError):

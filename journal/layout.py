@@ -34,7 +34,7 @@ ARCHIVE_SUFFIX = ".wal.zst"
 REPLACE_TMP_SUFFIX = ".tmp"  # `FileSystem.replace_file` writes `<path>.tmp`, then renames it
 ARCHIVE_TMP_SUFFIX = ARCHIVE_SUFFIX + REPLACE_TMP_SUFFIX
 UNPUBLISHED_SUFFIX = ".new"  # a new branch's first segment until its first commit is durable
-PREPARED_NAME = "next.wal.prepared"  # the next segment, zero-filled ahead of need (journal/prealloc.py)
+PREPARED_NAME = "next.wal.prepared"  # the next segment, zero-filled ahead of need (journal/segments.py)
 LOCK_NAME = "LOCK"
 TORN_DIR = "torn"
 DAMAGED_DIR = "damaged"
@@ -98,6 +98,19 @@ def parse_cut_dir_name(name: str) -> tuple[int, int] | None:
     """(timeline, lsn) of a cut directory's name, None for any other name."""
     m = _CUT_NAME.match(name)
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def cut_dirs(journal_path: str) -> list[tuple[int, int, str]]:
+    """(lsn, timeline, path) of every cut directory under `<journal>/snapshots`, newest LSN
+    first; the one listing of cuts. A temporary directory of an unfinished compaction is never
+    listed (its name does not parse)."""
+    root = os.path.join(journal_path, SNAPSHOTS_DIR)
+    try:
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(((parsed[1], parsed[0], os.path.join(root, name)) for name in names
+                   if (parsed := parse_cut_dir_name(name)) is not None), reverse=True)
 
 
 def cut_tmp_name(cut: str, token: str) -> str:

@@ -31,7 +31,7 @@ import zstandard
 from . import format as fmt
 from . import history, layout
 from .errors import JournalCorrupt
-from .events import Admitted, Commit, RolloutFailed, RolloutSealed, Taken, commit_decoder
+from .events import Commit, commit_decoder
 from .fold import State, fold_records
 from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame, zero_fill
 
@@ -725,16 +725,18 @@ class Reader:
                 if bound is None or bound > group_id:
                     yield seg
 
-    def _group_mark_top(self) -> int:
+    def group_mark_top(self) -> int:
         """The highest group id below every recorded group mark could cover (-1 if none)."""
         marks = [s.header.next_group_id for s in self.segments if s.header.next_group_id is not None]
         return max(marks, default=0) - 1
 
-    def _unbounded_records(self, group_id: int, skip_active_after: int | None = None) -> Iterator[Record]:
-        """Commits of every segment of `_unbounded_segments(group_id)`, each segment read on
-        its own (the checks of its frames and chain from its header on). With
-        `skip_active_after=L`, the commits of the active history after LSN L are left out
-        (the caller read them), and a segment holding only such commits is not read."""
+    def records_naming(self, group_id: int, skip_active_after: int | None = None) -> Iterator[Record]:
+        """Commits of every segment that may name group `group_id` or a higher one
+        (`_unbounded_segments`), each segment read on its own (the checks of its frames and
+        chain from its header on). With `skip_active_after=L`, the commits of the active
+        history after LSN L are left out (the caller read them), and a segment holding only
+        such commits is not read. What they say is `fold.max_group_id`'s and
+        `fold.attempts_used`'s."""
         spans = {s.timeline.timeline: s for s in history.spans(self.timelines)} \
             if skip_active_after is not None else {}
         for seg in self._unbounded_segments(group_id):
@@ -746,55 +748,3 @@ class Reader:
             for rec in self.segment_records(seg, last=last):
                 if span is None or rec.commit.lsn <= skip_active_after or not span.holds(rec.commit.lsn):
                     yield rec
-
-    def max_group_id(self) -> int:
-        """The highest group id any timeline ever allocated (-1 if none): ids are never reused.
-        At least that: a mark counts ids that commits failed to make durable (never reused
-        either). Reads the group marks of the headers and the records of the segments they
-        do not cover (the newest one)."""
-        top = floor = self._group_mark_top()
-        for rec in self._unbounded_records(floor + 1):
-            for ev in rec.commit.events:
-                if type(ev) is Taken and ev.groups:
-                    top = max(top, ev.groups[-1].group_id)
-        return top
-
-    def attempts_used(self, rollouts: set, *, skip_active_after: int | None = None) -> dict[tuple[int, int], int]:
-        """For each (group, index) of `rollouts` that any timeline names: the highest attempt it
-        was ever dispatched in (a seal names its attempt; a failure of attempt a is followed by
-        a dispatch of a+1). Attempts are never reused, like group ids: a resume raises the
-        attempt of an unsealed rollout above this, so no worker of a dead run can seal.
-        Reads only the segments that may name the lowest of their groups (see
-        `_unbounded_segments`): those written since it was taken. `skip_active_after=L`
-        leaves out the active history after LSN L (a caller that read it already counts it)."""
-        used: dict[tuple[int, int], int] = {}
-        if not rollouts:
-            return used
-        for rec in self._unbounded_records(min(gid for gid, _ in rollouts), skip_active_after):
-            for ev in rec.commit.events:
-                kind = type(ev)
-                if kind is RolloutSealed or kind is RolloutFailed:
-                    bump = kind is RolloutFailed
-                    for ref in ev.rollouts:
-                        key = (ref.group_id, ref.index)
-                        if key in rollouts:
-                            used[key] = max(used.get(key, 0), ref.attempt + bump)
-        return used
-
-
-    def admitted_groups(self, groups: set, *, skip_active_after: int | None = None) -> set[int]:
-        """Which of `groups` any timeline admitted: an admission dispatches attempt 0 of each of
-        its rollouts, so a group some history admitted has an attempt 0 that a worker of that
-        history may hold. Reads what `attempts_used` reads."""
-        found: set[int] = set()
-        if not groups:
-            return found
-        for rec in self._unbounded_records(min(groups), skip_active_after):
-            for ev in rec.commit.events:
-                if type(ev) is Admitted:
-                    found.update(gid for gid in ev.groups if gid in groups)
-        return found
-
-
-def open_reader(path: str, mode: str = "strict") -> Reader:
-    return Reader(path, mode)

@@ -73,10 +73,11 @@ def next_intact_frame(data: bytes, start: int) -> int | None:
     fields are a zero-copy int32 view, so a long run of zeros or garbage costs
     a few tensor passes, not a Python loop and a CRC per byte.
 
-    The candidates left are checksummed up to a budget (SCAN_BUDGET_*): bytes crafted so
-    that every 8th offset passes the filters and claims a 1 MiB frame made a 4 MiB segment
-    take minutes (64 MiB: days), quadratic work. Past the budget it returns UNDECIDED,
-    which callers treat as damage, never as a torn tail (nothing is cut off on a guess)."""
+    The candidates left are checksummed up to a budget (SCAN_BUDGET_*), so a scan's work is
+    bounded whatever the bytes (crafted ones can make every 8th offset a candidate claiming a
+    large frame: checksumming them all would be quadratic in the segment's size). Past the
+    budget it returns UNDECIDED, which callers treat as damage, never as a torn tail (nothing
+    is cut off on a guess)."""
     import torch  # only a damaged segment is scanned: reading an intact journal needs no torch
 
     end = len(data)

@@ -241,11 +241,4 @@ def read(path: str) -> tuple[State, bytes]:
 def candidates(journal_path: str) -> list[str]:
     """The state files of the cuts under `<journal>/snapshots`, newest LSN first (a cut's file
     that does not exist is listed all the same: reading it fails and the next one is tried)."""
-    root = os.path.join(journal_path, layout.SNAPSHOTS_DIR)
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return []
-    cuts = sorted(((parsed[1], parsed[0], name) for name in names
-                   if (parsed := layout.parse_cut_dir_name(name)) is not None), reverse=True)
-    return [os.path.join(root, name, layout.STATE_FILE) for _lsn, _timeline, name in cuts]
+    return [os.path.join(path, layout.STATE_FILE) for _lsn, _timeline, path in layout.cut_dirs(journal_path)]

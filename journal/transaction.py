@@ -118,15 +118,15 @@ class Transaction:
         j = self._j
         pending = self._end(commit=exc_type is None, hand_over=True)
         if pending is not None:
-            # The wait takes over the transaction's hold and lets go of it: the lock is then
-            # held once, so the leader's release while it writes and fsyncs frees it for the
-            # other committers (held twice, every transaction paid its own fsync).
+            # The wait takes over the transaction's hold and lets go of it: the lock is held
+            # once, so the leader's release while it writes and fsyncs frees it for the other
+            # committers, who queue their commits into the next batch meanwhile.
             self.lsn = j._await_commit(pending)
 
     def _end(self, *, commit: bool, hand_over: bool = False):
         """End the block: queue its commit (folded, not yet durable) unless `commit` is false
         or it holds no event, and let go of the journal's lock; with `hand_over`, a queued
-        commit keeps the lock held once for the caller's `Journal._await_commit`. The queued
+        commit keeps the lock held once for the caller's `CommitPipeline._await_commit`. The queued
         commit, if any."""
         j, pending, events = self._j, None, self._events
         self._phase, self._events = "ended", _Refusing(weakref.ref(self))

@@ -26,10 +26,8 @@ from .errors import (DataPlaneError, DataPlaneIOError, DataPlaneUnreachable, Inv
                      RowsCorrupt, RowsNotFound, RowsNotStorable)
 from .data_plane import LocalDataPlane, ObjectStoreDataPlane
 from .audit import audit
-from .identity import IDENTITY_POLICIES
-from .rehydrate import ROW_CHANGED_POLICIES
-from .recovered import RecoveredGroup, RecoveredRollout, RecoveredState
-from .reports import AuditReport, Check, Finding, NotAJournal, VerifyReport
+from .recovered_state import RecoveredGroup, RecoveredRollout, RecoveredState
+from .reports import AuditReport, NotAJournal, VerifyReport
 from .restore import restore
 from .rescue import RescueReport, rescue
 from .verify import verify
@@ -39,7 +37,7 @@ from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutW
 __all__ = [
     "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
-    "ROW_CHANGED_POLICIES", "IDENTITY_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
+    "verify", "VerifyReport", "audit", "AuditReport",
     "NotAJournal", "rescue", "RescueReport",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",

@@ -59,14 +59,17 @@ from __future__ import annotations
 
 import os
 
-from journal import Admitted, Discarded, Finished, Owner, ProblemKind, Reader, Taken, Trained
-from snapshot import RestoreError, anchor_problem, cut_dirs, read_cut
+from journal import Admitted, Discarded, Finished, Owner, Reader, Taken, Trained
+from journal.reader import ProblemKind
+from snapshot import RestoreError, read_cut
+from snapshot.catalog import anchor_problem
+from journal.layout import cut_dirs
 from snapshot.row_ledger import Bytes, RowLedger, Rows
 
 from .cut_status import is_journal
 from .reports import AuditReport, NotAJournal
 from .source import Source
-from .walk import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records,
+from .inspection import (Fold, Progress, active_lineage, dead_branches, dead_bytes, dead_records,
                    history_bytes, no_progress, tracked, unique_problems)
 
 FENCED_NOT_RECORDED = ("fenced late results (seals of an attempt that was given up) are rejected "
@@ -413,7 +416,7 @@ def _rows_of(rows: Rows) -> tuple[int, list[tuple[int, int, int, int]]]:
 
 def audit(path: str, mode: str = "strict", *, progress: Progress = no_progress,
           reader: Reader | None = None, replica_options: dict | None = None) -> AuditReport:
-    """The exactly-once audit of the journal at `path`, read in `mode` (see `journal.MODES`).
+    """The exactly-once audit of the journal at `path`, read in `mode` (see `journal.reader.MODES`).
     Strict mode raises on damage; the other modes read what they can and list the rest in
     `not_covered`. `progress(label, total_bytes)` makes one bar per pass; `reader`: an open
     reader of `path` to use. A replica URL (with `replica_options`) is audited from the

@@ -1,12 +1,12 @@
 """Each cut of a journal and whether restore may use it: valid, stale, incomplete, or which
-check of the chain of checks it fails (its number and name in `snapshot.CHECKS`).
+check of the chain of checks it fails (its number and name in `snapshot.checks.CHECKS`).
 
 A cut is read with `snapshot.read_cut` (every check of the chain but the anchor)
-and anchored with `snapshot.anchor_problem` (the anchor: run, timeline, LSN and
+and anchored with `snapshot.catalog.anchor_problem` (the anchor: run, timeline, LSN and
 chain on the active history), or, when a scan of the active history already passed
 its LSN, with what that scan saw there (`Anchors`): the journal is not read again.
 With `contents=False` only the checks that unpickle nothing run
-(`snapshot.check_cut_files`: manifest, files, sha256 streamed) before the
+(`snapshot.checks.check_cut_files`: manifest, files, sha256 streamed) before the
 anchor, and each entry's `checked` says which ran. Temporary directories of an unfinished compaction
 are listed as incomplete; restore never reads them.
 """
@@ -17,10 +17,13 @@ import os
 from datetime import datetime, timezone
 from typing import Mapping
 
-from journal import Reader, checkpoint_markers
-from snapshot import (CHECKS, FILE_CHECKS, MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, Cut, JournalMismatch,
-                      ManifestMissing, ManifestView, RestoreError, anchor_problem, check_cut_files,
-                      check_of, cut_dirs, read_cut)
+from journal import Reader
+from journal.history import checkpoint_markers
+from journal.fold import latest_checkpoint
+from snapshot import Cut, JournalMismatch, ManifestMissing, RestoreError, read_cut
+from snapshot.checks import CHECKS, FILE_CHECKS, check_cut_files, check_of
+from journal.layout import MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, cut_dirs
+from snapshot.catalog import ManifestView, anchor_problem
 import journal
 
 MANIFEST_CHECK, ANCHOR_CHECK = check_of(ManifestMissing), check_of(JournalMismatch)
@@ -98,7 +101,8 @@ def latest_checkpoint_lsn(reader: Reader, cut: Cut | None) -> int | None:
     only the tail after `cut` (markers only)."""
     _end, committed = checkpoint_markers(reader.records(start_lsn=(cut.lsn + 1) if cut else 1),
                                          cut.state if cut else None, tolerant=reader.mode == "salvage")
-    return max(committed.values()) if committed else None
+    latest = latest_checkpoint(committed)
+    return latest[1] if latest is not None else None
 
 
 def is_cut(path: str) -> bool:
@@ -108,14 +112,14 @@ def is_cut(path: str) -> bool:
 def is_journal(path: str) -> bool:
     """A directory with segment files or a snapshots/ directory (a journal whose segments were
     all retired still has its cuts)."""
-    return bool(journal.list_segments(path)) or os.path.isdir(os.path.join(path, SNAPSHOTS_DIR))
+    return bool(journal.reader.list_segments(path)) or os.path.isdir(os.path.join(path, SNAPSHOTS_DIR))
 
 
 def check_one_cut(path: str) -> dict:
     """A cut directory's entry; anchored on its journal when it sits in one's snapshots/."""
     parent = os.path.dirname(path)
     reader = None
-    if os.path.basename(parent) == SNAPSHOTS_DIR and journal.list_segments(os.path.dirname(parent)):
+    if os.path.basename(parent) == SNAPSHOTS_DIR and journal.reader.list_segments(os.path.dirname(parent)):
         reader = Reader(os.path.dirname(parent), "salvage")
     e, _ = classify_cut(path, reader)
     return e

@@ -1,5 +1,5 @@
 """What the dead tail did: the commits after the restore point on the active history, which a
-resume abandons, read once for the recovery rules (`recovery.py`).
+resume abandons, read once for the restore rules (`restore_rules.py`).
 
 Two kinds of facts come out of one pass:
 
@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from journal import (Admitted, Commit, Discarded, Diverted, Finished, LoaderState, Owner, Reader,
-                     RolloutFailed, RolloutSealed, State, Taken, TakenGroup)
+from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, Reader, RolloutFailed,
+                     RolloutSealed, State, Taken, TakenGroup)
+from journal.fold import LoaderState, dispatched_attempt
 
 
 @dataclass
@@ -51,9 +52,9 @@ class DeadTail:
     sealed: dict[tuple[int, int], tuple] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
     # (group, index) -> the highest attempt the tail dispatched, for rollouts of groups live at
-    # the point (`Reader.attempts_used`'s rule), so the fences need not read the tail again
+    # the point (`journal.fold.dispatched_attempt`), so the fences need not read the tail again
     attempts: dict[tuple[int, int], int] = field(default_factory=dict)
-    # the groups waiting at the point (RESERVED, SPARE) that the tail admitted (`Reader.admitted_groups`)
+    # the groups waiting at the point (RESERVED, SPARE) that the tail admitted (`fold.admitted_groups`)
     admitted: set[int] = field(default_factory=set)
     takes: list[TailTake] = field(default_factory=list)
     loader: LoaderState | None = None  # the loader state of the last take in `takes`
@@ -146,7 +147,7 @@ class _Reading:
                     t.sealed[ref.index] = (ev.policy_version, ref.locator)
                 continue
             key = (ref.group_id, ref.index)
-            tail.attempts[key] = max(tail.attempts.get(key, 0), ref.attempt + (not sealing))
+            tail.attempts[key] = max(tail.attempts.get(key, 0), dispatched_attempt(ev, ref))
             if sealing and g.owner == Owner.ADMITTED:
                 tail.sealed[key] = (ev.policy_version, ref.locator)
 

@@ -1,6 +1,6 @@
 """Every error `restore` raises, all subclasses of `RestoreError`: the documented home of them all.
 
-First the chain of checks of a cut (`snapshot.CHECKS`, numbered there: manifest, listed
+First the chain of checks of a cut (`snapshot.checks.CHECKS`, numbered there: manifest, listed
 files, unlisted files, sha256, schema, counts, records, anchor). Those classes are defined
 in `snapshot.errors`, because `snapshot` raises them for compaction and retention too and
 never imports `replay`; they are re-exported here unchanged, so `replay.RestoreError` and

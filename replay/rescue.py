@@ -17,8 +17,8 @@ import warnings
 from dataclasses import dataclass, field
 
 from journal import Journal, Reader
-from journal.layout import DirKind, dir_kind
-from snapshot import DataPlane, cut_dirs
+from journal.layout import DirKind, cut_dirs, dir_kind
+from snapshot import DataPlane
 from snapshot.damaged import group_id_ceiling
 
 from .errors import DamagedJournalWarning

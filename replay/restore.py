@@ -5,7 +5,7 @@ step S saw only groups trained at or before `checkpoint_begun(S)`, so that is
 the LSN whose ownership state matches them (docs/recovery.md, "Restoring"). The state
 there is the newest usable cut at or before it plus the journal tail replayed
 with the journal's own fold; what comes after it on disk is a dead tail,
-read only for salvage (which also adopts the takes it holds: `recovery.py`).
+read only for salvage (which also adopts the takes it holds: `restore_rules.py`).
 """
 
 from __future__ import annotations
@@ -20,21 +20,26 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import journal
-from journal import LoaderState, LoaderStateError, Owner, Reader, State, list_segments
+from journal import LoaderStateError, Owner, Reader, State
+from journal.fold import LoaderState, admitted_groups, attempts_used, max_group_id
+from journal.reader import list_segments
 from journal.identity import digests
-from journal.layout import DirKind, describe_entries, dir_kind
+from journal.layout import DirKind, SNAPSHOTS_DIR, describe_entries, dir_kind
 from journal.replica.names import CUTS_PREFIX
-from snapshot import SNAPSHOTS_DIR, DataPlane, check_anchor, read_cut, state_at
+from snapshot import DataPlane, read_cut
+from snapshot.state_at import state_at
+from snapshot.catalog import check_anchor
 from snapshot.damaged import (check_anchor_past_damage, damage_of, describe, group_id_ceiling,
                               point_past_damage)
 from snapshot.row_ledger import RowLedger, ledger_at
+from snapshot.cut import base_cut_writer
 
 from .errors import (DamagedCutWarning, DamagedJournalWarning, FirstStartWarning, IdentityChanged,
                      JournalCorrupt, NothingToRestore, OwnershipError, RestoreError, Unreadable)
 from .identity import IDENTITY_POLICIES, compare_identity
-from .recovered import RecoveredState, base_cut_writer
+from .recovered_state import RecoveredState
 from .dead_tail import DeadTail, read_dead_tail
-from .recovery import recover
+from .restore_rules import recover
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
 from .source import Source
 
@@ -87,8 +92,8 @@ def _attempts_used(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Ca
         if reader is None:
             return {}
         if tail is None:
-            return _wrap_journal_errors(reader.attempts_used, keys)
-        found = _wrap_journal_errors(reader.attempts_used, keys, skip_active_after=lsn)
+            return _wrap_journal_errors(attempts_used, reader, keys)
+        found = _wrap_journal_errors(attempts_used, reader, keys, skip_active_after=lsn)
         for key in keys & tail.attempts.keys():
             found[key] = max(found.get(key, 0), tail.attempts[key])
         return found
@@ -102,8 +107,8 @@ def _admitted_ever(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Ca
         if reader is None:
             return set()
         if tail is None:
-            return _wrap_journal_errors(reader.admitted_groups, gids)
-        return _wrap_journal_errors(reader.admitted_groups, gids, skip_active_after=lsn) | (gids & tail.admitted)
+            return _wrap_journal_errors(admitted_groups, reader, gids)
+        return _wrap_journal_errors(admitted_groups, reader, gids, skip_active_after=lsn) | (gids & tail.admitted)
     return admitted
 
 
@@ -295,7 +300,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     `NothingToRestore` instead.
 
     `salvage=True` with a `data_plane`: work done after the point is kept where the rules allow
-    (`replay/recovery.py`): results by weights no newer than the checkpoint whose rows the data
+    (`replay/restore_rules.py`): results by weights no newer than the checkpoint whose rows the data
     plane still has, and the loader's takes on the dead tail, adopted under fresh group ids
     with the loader state after them (`RecoveredState.adopted`).
 
@@ -424,7 +429,7 @@ def _restore_replica(source: Source, at, **kwargs) -> RecoveredState:
                 break
         result.ledger  # computed now: the files it is read from go with the temporary directory
         # a writer continuing on another node cannot read these ids off its own disk
-        result.group_id_floor = _wrap_journal_errors(Reader(tmp).max_group_id) + 1
+        result.group_id_floor = _wrap_journal_errors(max_group_id, Reader(tmp)) + 1
     # the cuts named as the bucket names them: the temporary directory is gone
     fetched_cuts, in_bucket = os.path.join(tmp, SNAPSHOTS_DIR) + os.sep, f"{source.where}/{CUTS_PREFIX}"
     if result.base_cut is not None:

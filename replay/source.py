@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterable, Iterator
 
-from journal.replica import Location, ReplicaReadError, is_replica
+from journal.replica import ReplicaReadError
+from journal.replica.store import Location, is_replica
 from journal.replica.fetch import Listing, fetch_in_steps, fetched
 from snapshot import RestoreError
 from snapshot.manifest import decode as decode_manifest

@@ -9,7 +9,7 @@ per timeline; returns a `VerifyReport`.
 4. The ownership rules (the journal's own fold) over the active history and
    every dead tail: each timeline's own commits are folded once, starting from
    a copy of the state at its branch point taken while its parent was folded.
-5. Every cut: every check of the chain (`snapshot.CHECKS`, via `cut_status`), and a valid cut's live
+5. Every cut: every check of the chain (`snapshot.checks.CHECKS`, via `cut_status`), and a valid cut's live
    groups, counts and checkpoints equal the fold at its LSN. Each cut is read once; one on the
    active history is read when the fold reaches its LSN and anchored by the record there.
 6. The restore point (latest committed checkpoint) is on an undamaged part of
@@ -25,13 +25,16 @@ from __future__ import annotations
 import os
 
 import journal
-from journal import Owner, ProblemKind, Reader, State, history
-from snapshot import CHECKS, Cut, cut_dirs
+from journal import Owner, Reader, State, history
+from journal.reader import ProblemKind
+from snapshot import Cut
+from snapshot.checks import CHECKS
+from journal.layout import cut_dirs
 
 from .cut_status import check_one_cut, classify_cut, cut_entry, is_cut, is_journal, list_cuts
 from .reports import Check, Finding, NotAJournal, VerifyReport
 from .source import Source
-from .walk import Progress, no_progress, span_bytes, tracked, unique_problems
+from .inspection import Progress, no_progress, span_bytes, tracked, unique_problems
 
 CUT_CHECKS = f"checks 1-{len(CHECKS)}"  # the whole chain of a cut, as the labels name it
 
@@ -234,7 +237,7 @@ class _JournalVerification:
                     state = None
                 else:
                     try:
-                        journal.fold_records(state, (rec,))
+                        journal.fold.fold_records(state, (rec,))
                     except (journal.OwnershipError, journal.JournalCorrupt) as exc:
                         rep.problem("ownership", str(exc), rec.segment, rec.offset, lsn)
                         broken = f"stopped at LSN {lsn}"

@@ -1,6 +1,6 @@
 """The cut catalogue of a journal: its cut directories, their manifests and anchors.
 
-`cut_dirs` lists `<journal>/snapshots/cut-*` (never a temporary directory);
+`cut_dirs` (`journal.layout`'s) lists `<journal>/snapshots/cut-*` (never a temporary directory);
 `anchor_problem` says whether a cut's anchor (run id, timeline, LSN, chain) is
 a point of the journal's active history; `usable_cuts` yields the cuts that
 pass the chain of checks of `read_cut` and are anchored, reporting the others
@@ -14,27 +14,12 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from journal import Reader
-from journal.layout import SNAPSHOTS_DIR, parse_cut_dir_name
+from journal.layout import cut_dirs
 
 from . import manifest as mf
 from .checks import CutCheck, check_of, read_cut
 from .cut import Cut
 from .errors import JournalMismatch, ManifestMissing, RestoreError
-
-
-def cut_dirs(journal_path: str) -> list[tuple[int, int, str]]:
-    """(lsn, timeline, path) of every cut directory under `<journal>/snapshots`, newest LSN first.
-    Temporary directories of an unfinished compaction are never listed."""
-    root = os.path.join(journal_path, SNAPSHOTS_DIR)
-    if not os.path.isdir(root):
-        return []
-    out = []
-    for name in os.listdir(root):
-        parsed = parse_cut_dir_name(name)  # never a temporary (`.tmp-*`) directory
-        if parsed is not None:
-            out.append((parsed[1], parsed[0], os.path.join(root, name)))
-    out.sort(reverse=True)
-    return out
 
 
 def anchor_problem(reader: Reader, cut: Cut) -> str | None:

@@ -24,7 +24,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-from journal import Group, LoaderState, Owner, State
+from journal import Group, Owner, State
+from journal.fold import LoaderState
 from journal.identity import from_hex
 
 from . import cut as cut_module, manifest as mf
@@ -134,9 +135,7 @@ def schema_is_readable(r: Reading) -> None:
     are listed, and each group table decodes under it (a table states its own version; a
     record that does not decode is `CorruptRecord` where it is met), as do the terminal owners
     the counts of check 6 need."""
-    if r.manifest.schema_version not in mf.READABLE_SCHEMAS:
-        raise SchemaMismatch(f"{r.cut_dir}: schema version {r.manifest.schema_version}, this code "
-                             f"reads {sorted(mf.READABLE_SCHEMAS)}")
+    mf.check_schema(r.manifest.schema_version, r.cut_dir)
     for required in REQUIRED_FILES:
         if required not in r.contents:
             raise MissingFile(f"{r.cut_dir}: the manifest does not list {required}")

@@ -14,15 +14,16 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import secrets
-import weakref
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from journal import DEFAULT_FS, Journal, OsFileSystem, Reader, checkpoint_markers
+from journal import Journal, Reader
+from journal.vfs import DEFAULT_FS, OsFileSystem
+from journal.history import checkpoint_markers
 from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp_name
 from journal.leftovers import remove_compaction_leftovers
 from journal.locks import compaction_lock
-from journal.replica import RetentionDecision, RetentionRequest
+from journal.replica.retention import RetentionDecision, RetentionRequest
 
 from .catalog import Skipped, anchor_problem, anchored_cuts, newest_readable, usable_cuts
 from .checks import read_cut
@@ -122,7 +123,8 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
     remove_compaction_leftovers(fs, path)
     if journal is not None and at == "end":
         state = journal.state_copy()  # the only moment appends wait
-        step = next((s for s, lsn in state.committed_checkpoints.items() if lsn == state.lsn), None)
+        latest = state.latest_committed_checkpoint()
+        step = latest[0] if latest is not None and latest[1] == state.lsn else None
         run_id, skipped = journal.run_id, []
         reader, base = Reader(path, "strict"), None
     else:
@@ -151,21 +153,17 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
     return result
 
 
-# The row ledger each live writer's last compaction built, so the next one folds only the
-# commits since (a writer's history only grows: its ledger stays a point of it)
-_LEDGERS: "weakref.WeakKeyDictionary[Journal, object]" = weakref.WeakKeyDictionary()
-
-
 def _ledger(reader: Reader, path: str, base: Cut | None, state, journal: Journal | None):
-    """The row ledger of the cut of `state`: from the live writer's last one when it is at or
-    before the point, else from the newest cut that has one (see `ledger_at`)."""
-    cached = _LEDGERS.get(journal) if journal is not None else None
+    """The row ledger of the cut of `state`: from the one the live writer's last compaction
+    built (`Journal.compaction_memo`: a writer's history only grows, so it stays a point of it)
+    when it is at or before the point, else from the newest cut that has one (see `ledger_at`)."""
+    cached = journal.compaction_memo if journal is not None else None
     if cached is not None and cached.lsn <= state.lsn:
         ledger = ledger_at(reader, (), state, start=cached)
     else:
         ledger = ledger_at(reader, _ledger_bases(reader, path, base, state.lsn), state)
     if journal is not None and ledger is not None:
-        _LEDGERS[journal] = ledger
+        journal.compaction_memo = ledger
     return ledger
 
 

@@ -30,17 +30,22 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from journal import DEFAULT_FS, Group, Owner, OsFileSystem, State, state_file
+from journal import Group, Owner, State, layout, state_file
+from journal.vfs import DEFAULT_FS, OsFileSystem
 from journal.identity import to_hex
 
 from . import manifest as mf
 from .data_plane import DataPlane
+from .errors import RestoreError
 from .io_errors import io_step, remove_quietly
 
+if TYPE_CHECKING:
+    from .row_ledger import RowLedger
+
 from journal.layout import (DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,  # noqa: F401
-                            RESERVE_FILE, TMP_PREFIX, cut_tmp_name)
+                            RESERVE_FILE, cut_tmp_name)
 from journal.layout import LEDGER_FILE, STATE_FILE
 
 TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped
@@ -245,3 +250,32 @@ def _manifest_of(state: State, run_id: bytes, timeline: int, has_loader_state: b
         has_loader_state=has_loader_state, files=files, created_unix=time.time(),
         loader_epoch=state.loader.epoch if state.loader is not None else None,
         identity=to_hex(state.identity))
+
+
+def base_cut_writer(state: State, run_id: bytes | None,
+                    ledger: Callable[[], RowLedger | None]) -> Callable[[str, OsFileSystem], str | None] | None:
+    """The plan's `write_base_cut` for `state`: make sure `<journal>/snapshots` holds a cut at
+    its LSN (none for an empty state), with the audit's row ledger (`ledger()`) when it is known. A cut
+    with the same anchor already there is kept; a
+    damaged or foreign one under that name is renamed aside first. Returns the cut written."""
+    if state.lsn == 0 or run_id is None:
+        return None
+
+    def write(journal_path: str, fs: OsFileSystem) -> str | None:
+        for lsn, _timeline, cut_path in layout.cut_dirs(journal_path):
+            if lsn != state.lsn:
+                continue
+            try:
+                with open(os.path.join(cut_path, layout.MANIFEST_NAME), "rb") as f:
+                    m = mf.decode(f.read(), cut_path)
+            except (OSError, RestoreError):
+                continue
+            if m.run_id == run_id.hex() and m.chain == state.chain:
+                return None
+        target = os.path.join(journal_path, layout.SNAPSHOTS_DIR, layout.cut_dir_name(state.timeline, state.lsn))
+        if os.path.exists(target):
+            fs.rename(target, os.path.join(os.path.dirname(target),
+                                           layout.replaced_name(os.path.basename(target), int(time.time()))))
+            fs.fsync_dir(os.path.dirname(target))
+        return write_cut(target, state, run_id=run_id, timeline=state.timeline, fs=fs, ledger=ledger())
+    return write

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from journal import JournalCorrupt, ProblemKind, Reader, Record, State, checkpoint_markers, fold_records
-from journal.history import NoSuchPoint, restore_point
+from journal import JournalCorrupt, Reader, Record, State
+from journal.reader import ProblemKind
+from journal.history import NoSuchPoint, checkpoint_markers, restore_point
+from journal.fold import fold_records, max_group_id
 
 from .catalog import Skipped, anchor_check, anchored_cuts, newest_readable
 from .cut import Cut
@@ -49,7 +51,7 @@ def describe(problem) -> str:
 
 def group_id_ceiling(reader: Reader) -> int:
     """The highest group id the journal can have allocated (see the module docstring)."""
-    top = reader.max_group_id()
+    top = max_group_id(reader)
     return top + sum(p.length for p in damage_of(reader))
 
 

@@ -9,28 +9,18 @@ left that any reader would take for a cut or a segment.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from typing import Iterator
 
-from journal import JournalIOError, OsFileSystem
+from journal.vfs import OsFileSystem
+from journal.errors import io_step as _io_step
+
+_THEN = "compact again (the journal and its previous cuts are intact)"
 
 
-@contextlib.contextmanager
-def io_step(operation: str, path: str) -> Iterator[None]:
-    """Run one step (`operation`, e.g. "write the cut", on `path`), wrapping its OS errors."""
-    try:
-        yield
-    except JournalIOError:
-        raise
-    except OSError as exc:
-        detail = exc.strerror or str(exc)
-        if isinstance(exc.filename, str) and exc.filename != path:
-            detail = f"{exc.filename}: {detail}"
-        raise JournalIOError(
-            f"{path}: cannot {operation} ({detail}); nothing half-written was left behind and "
-            "the journal and its previous cuts are intact: free space or fix permissions, then "
-            "compact again", path=path, operation=operation, errno=exc.errno) from exc
+def io_step(operation: str, path: str):
+    """Run one step (`operation`, e.g. "write the cut", on `path`), its OS errors wrapped by
+    `journal.errors.io_step`."""
+    return _io_step(operation, path, then=_THEN)
 
 
 def remove_quietly(fs: OsFileSystem, path: str) -> None:

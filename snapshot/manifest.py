@@ -40,7 +40,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     has_loader_state: bool
     files: dict[str, FileEntry]   # relative path (posix) -> size and sha256
     created_unix: float = 0.0
-    loader_epoch: int | None = None   # the loader state's epoch (`journal.LoaderState.epoch`)
+    loader_epoch: int | None = None   # the loader state's epoch (`journal.fold.LoaderState.epoch`)
     # the run identity as of `lsn` (`journal.State.identity`), each fingerprint in hex; None when
     # the history recorded none, or the cut was written before manifests carried it
     identity: dict[str, str] | None = None
@@ -68,6 +68,15 @@ def safe_relpath(name: str, cut_dir: str) -> str:
     return full
 
 
+def check_schema(version, where: str, readable: frozenset = READABLE_SCHEMAS,
+                 what: str = "schema version") -> int:
+    """`version` when it is one of the `readable` versions (of the manifest at `where`, or of
+    one of its tables); else `SchemaMismatch` naming it: the one schema-version check."""
+    if version not in readable:
+        raise SchemaMismatch(f"{where}: {what} {version!r}, this code reads {sorted(readable)}")
+    return version
+
+
 def decode(data: bytes, cut_dir: str) -> Manifest:
     try:
         raw = msgspec.json.decode(data)
@@ -78,10 +87,7 @@ def decode(data: bytes, cut_dir: str) -> Manifest:
     try:
         m = msgspec.convert(raw, Manifest)
     except msgspec.ValidationError as exc:
-        if raw.get("schema_version") not in READABLE_SCHEMAS:
-            raise SchemaMismatch(f"{cut_dir}/{MANIFEST_NAME}: schema version "
-                                 f"{raw.get('schema_version')!r}, this code reads "
-                                 f"{sorted(READABLE_SCHEMAS)}") from None
+        check_schema(raw.get("schema_version"), f"{cut_dir}/{MANIFEST_NAME}")
         raise ManifestMissing(f"{cut_dir}/{MANIFEST_NAME} has a bad field: {exc}") from None
     for name in m.files:
         safe_relpath(name, cut_dir)

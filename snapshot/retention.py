@@ -14,7 +14,9 @@ import os
 
 import zstandard
 
-from journal import JournalIOError, OsFileSystem, Reader, history, read_segment_bytes
+from journal import JournalIOError, Reader, history
+from journal.vfs import OsFileSystem
+from journal.reader import read_segment_bytes
 from journal.layout import REPLACE_TMP_SUFFIX, archive_name
 from journal.replica.retention import shipped_filter
 

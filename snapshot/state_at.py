@@ -12,8 +12,9 @@ import gc
 import itertools
 from dataclasses import dataclass, field
 
-from journal import Commit, JournalCorrupt, OwnershipError, Reader, State, checkpoint_markers, fold_records
-from journal.history import NoSuchPoint, restore_point
+from journal import Commit, JournalCorrupt, OwnershipError, Reader, State
+from journal.history import NoSuchPoint, checkpoint_markers, restore_point
+from journal.fold import fold_records
 
 from .catalog import Skipped, anchored_cuts, newest_readable
 from .cut import Cut

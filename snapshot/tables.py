@@ -33,11 +33,12 @@ from typing import Mapping, Sequence
 
 import torch
 
-from journal import Group, Owner, Rollouts, SampledRow
+from journal import Group, Owner, Rollouts
+from journal.fold import SampledRow
 from journal.layout import RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE
 
 from .errors import CorruptRecord, SchemaMismatch
-from .manifest import READABLE_SCHEMAS, SCHEMA_VERSION
+from .manifest import READABLE_SCHEMAS, SCHEMA_VERSION, check_schema
 
 TABLE_FORMATS = {RECOVERY_FILE: "ownership-journal/rollout-recovery",   # file -> its format name
                  REPLAY_FILE: "ownership-journal/replay-buffer-metadata",
@@ -261,22 +262,15 @@ def table_version(table: dict, file: str, where: str, cut_schema: int) -> int:
     """The version of the table of cut file `file` loaded from `where`, in a cut of schema
     `cut_schema`; `SchemaMismatch` for a table of another format, or one this code does not read."""
     if cut_schema not in TAGGED_SCHEMAS:  # written before the tag: NeMo-RL's key, our layout
-        version = table.get("schema_version")
-        if version not in READABLE_SCHEMAS - TAGGED_SCHEMAS:
-            raise SchemaMismatch(f"{where}: schema version {version!r}, a cut of schema {cut_schema} "
-                                 f"holds tables of {sorted(READABLE_SCHEMAS - TAGGED_SCHEMAS)}")
-        return version
+        return check_schema(table.get("schema_version"), where, READABLE_SCHEMAS - TAGGED_SCHEMAS,
+                            f"in a cut of schema {cut_schema}, schema version")
     want, fmt = TABLE_FORMATS[file], table.get("format")
     if fmt is None:
         raise SchemaMismatch(f"{where}: no format name, where a {want} table names it under 'format': "
                              "written by other code (NeMo-RL's files have these names but another layout)")
     if fmt != want:
         raise SchemaMismatch(f"{where}: a table of format {fmt!r}, not {want!r}: written by other code")
-    version = table.get("format_version")
-    if version not in TAGGED_SCHEMAS:
-        raise SchemaMismatch(f"{where}: {want} format_version {version!r}, this code reads "
-                             f"{sorted(TAGGED_SCHEMAS)}")
-    return version
+    return check_schema(table.get("format_version"), where, TAGGED_SCHEMAS, f"{want} format_version")
 
 
 def decode_table(table, file: str, where: str, allowed: frozenset, cut_schema: int) -> list[Group]:

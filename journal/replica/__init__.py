@@ -9,12 +9,12 @@ and its history fetched back for a restore, verify or audit.
 
 from .errors import (LeaseLost, ReplicaChanged, ReplicaConflict, ReplicaCorrupt, ReplicaError, ReplicaGap,
                      ReplicaReadError, ReplicaTimeout, ReplicaUnreachable)
-from .link import ReplicaLag, ReplicaLink
-from .retention import RetentionDecision, RetentionRequest
-from .shipper import open_replica
-from .store import Location, is_replica, parse_options
+from .link import ReplicaLag
+from .store import Location, parse_options
 
-__all__ = ["Location", "open_replica", "ReplicaLink", "ReplicaLag", "RetentionDecision",
-           "RetentionRequest", "is_replica", "parse_options",
+# What a user needs: a bucket's location with its options (`Location`, and the parser of
+# `--replica-options`), `Journal.replica_lag()`'s result and the errors. The writer's link, the
+# bucket seam and the rest are importable from their modules.
+__all__ = ["Location", "parse_options", "ReplicaLag",
            "ReplicaError", "ReplicaConflict", "ReplicaTimeout", "LeaseLost", "ReplicaReadError",
            "ReplicaGap", "ReplicaCorrupt", "ReplicaChanged", "ReplicaUnreachable"]

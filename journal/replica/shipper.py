@@ -509,11 +509,7 @@ def open_replica(replica: Any, options: dict | None, *, journal_path: str, fs: O
 
 def _cuts_on_disk(journal_path: str) -> tuple[str, ...]:
     """The names of the cut directories in `<journal>/snapshots/`, sorted."""
-    try:
-        entries = os.listdir(os.path.join(journal_path, layout.SNAPSHOTS_DIR))
-    except FileNotFoundError:
-        return ()
-    return tuple(sorted(n for n in entries if layout.parse_cut_dir_name(n) is not None))
+    return tuple(sorted(os.path.basename(path) for _lsn, _tl, path in layout.cut_dirs(journal_path)))
 
 
 def sha256_hex(data) -> str:

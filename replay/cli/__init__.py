@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 
-from journal import MODES
+from journal.reader import MODES
 from journal.replica import parse_options
 
 from . import audit, cuts, export, group, log, rescue, state, steps, summary, verify

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from journal import ProblemKind
+from journal.reader import ProblemKind
 
 from ..audit import audit
 from . import options, render

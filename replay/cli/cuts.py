@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-from snapshot import CHECKS, SNAPSHOTS_DIR
+from snapshot.checks import CHECKS
+from journal.layout import SNAPSHOTS_DIR
 
 from ..cut_status import check_one_cut, list_cuts, tally
 from . import options, render

@@ -13,7 +13,7 @@ import sys
 
 import zstandard
 
-from ..walk import history_bytes
+from ..inspection import history_bytes
 from . import options, render
 from .event_rows import event_dict
 from .source import InspectError, Source, open_source

@@ -8,7 +8,7 @@ import sys
 from journal import Admitted, Taken
 from journal.fold import TRANSITIONS
 
-from ..walk import dead_branches, dead_bytes, dead_records, history_bytes
+from ..inspection import dead_branches, dead_bytes, dead_records, history_bytes
 from . import render
 from .event_rows import LINE_HEADER, event_dict, event_line, names_group
 from .source import PROBLEMS, open_source

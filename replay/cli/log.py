@@ -10,10 +10,11 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from journal import EVENT_KINDS, ProblemKind, Taken
-from journal.events import event_name
+from journal import Taken
+from journal.events import EVENT_KINDS, event_name
+from journal.reader import ProblemKind
 
-from ..walk import history_bytes, unique_problems
+from ..inspection import history_bytes, unique_problems
 from . import options, render
 from .event_rows import LINE_HEADER, event_dict, event_line, names_group
 from .source import InspectError, Source, open_source

@@ -1,7 +1,7 @@
 """Progress bars on stderr for long scans (tqdm): only when stderr is a terminal, only after a
 second, one bar per pass with its own label, rate and ETA.
 
-    bar = Progress("audit: active history", total_bytes)   # a `replay.walk.Bar`
+    bar = Progress("audit: active history", total_bytes)   # a `replay.inspection.Bar`
     for rec in tracked(reader.records(), bar, sizes):
         ...
     bar.close()

@@ -19,7 +19,7 @@ from journal import Reader
 from snapshot import RestoreError
 
 from ..cut_status import is_cut, is_journal
-from ..walk import Record, tracked
+from ..inspection import Record, tracked
 from .progress import Progress
 
 USAGE = 2

@@ -14,12 +14,13 @@ import sys
 from typing import Any
 
 import journal
-from journal import Owner, State, checkpoint_markers
-from journal.history import NoSuchPoint, restore_point
+from journal import Owner, State
+from journal.history import NoSuchPoint, checkpoint_markers, restore_point
 from journal.identity import to_hex
-from snapshot import RestoreError, read_cut, state_at
+from snapshot import RestoreError, read_cut
+from snapshot.state_at import state_at
 
-from ..walk import Fold
+from ..inspection import Fold
 from . import options, render
 from .source import InspectError, Source, open_source
 

@@ -14,7 +14,7 @@ import sys
 
 from journal import Owner, Trained
 
-from ..walk import Fold, active_lineage, history_bytes
+from ..inspection import Fold, active_lineage, history_bytes
 from . import options, render, steps_plot
 from .source import Source, open_source
 

@@ -16,14 +16,15 @@ import os
 import sys
 from typing import Iterable, Iterator
 
-from journal import EVENT_KINDS, Owner, ProblemKind, Record, State
-from journal.events import EVENT_NAMES
+from journal import Owner, Record, State
+from journal.events import EVENT_KINDS, EVENT_NAMES
+from journal.reader import ProblemKind
 from journal.identity import to_hex
-from snapshot import RestoreError, Skipped, read_cut
-from snapshot.catalog import anchored_cuts
+from snapshot import RestoreError, read_cut
+from snapshot.catalog import Skipped, anchored_cuts
 
 from ..cut_status import FILES_CHECKED, Anchors, anchor_lsns, list_cuts, tally
-from ..walk import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
+from ..inspection import (Fold, active_lineage, dead_branches, dead_bytes, dead_records,
                     history_bytes, unique_problems)
 from . import options, render
 from .source import InspectError, PROBLEMS, Source, open_source

@@ -34,8 +34,8 @@ import time
 import weakref
 from typing import Any, Iterable, Iterator
 
-from journal import DEFAULT_FS, Group
-from journal.vfs import FileSystem
+from journal import Group
+from journal.vfs import DEFAULT_FS, FileSystem
 from snapshot.data_plane import row_locators
 from snapshot.errors import DataPlaneIOError, RowConflict, RowsCorrupt, RowsNotFound
 

@@ -25,9 +25,9 @@ import time
 from typing import Any, Callable, Iterable, Iterator
 
 from journal import Group
-from journal.replica import Location, retry
+from journal.replica import retry
+from journal.replica.store import Location, store_verdicts
 from journal.replica.errors import said
-from journal.replica.store import store_verdicts
 from snapshot.data_plane import row_locators
 from snapshot.errors import DataPlaneError, DataPlaneUnreachable, RowConflict, RowsNotFound
 

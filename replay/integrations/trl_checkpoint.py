@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 
-from journal import DEFAULT_FS
+from journal.vfs import DEFAULT_FS
 from snapshot.cut import file_sha256
 from snapshot.manifest import safe_relpath
 

@@ -26,14 +26,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from journal import (GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt,
-                     Transaction, list_segments)
+from journal import GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt, Transaction
+from journal.reader import list_segments
 from journal.fingerprint import fingerprint
-from journal.replica import Location
+from journal.replica.store import Location
 from snapshot import BackgroundCompactor
 from snapshot.data_plane import row_locators
 
-from ..recovered import RecoveredState
+from ..recovered_state import RecoveredState
 from ..restore import restore
 from .batch import Key, rows_of
 from .stats import MeasuredFileSystem

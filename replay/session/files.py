@@ -7,7 +7,7 @@ import os
 import secrets
 from typing import BinaryIO, Iterator
 
-from journal import DEFAULT_FS
+from journal.vfs import DEFAULT_FS
 
 
 @contextlib.contextmanager

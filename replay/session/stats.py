@@ -7,7 +7,7 @@ import collections
 import threading
 import time
 
-from journal import File, OsFileSystem
+from journal.vfs import File, OsFileSystem
 
 FSYNC_WINDOW = 4096  # the latencies the percentiles are taken over: the most recent fsyncs
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..recovered import RecoveredGroup, RecoveredState
+from ..recovered_state import RecoveredGroup, RecoveredState
 
 TRAIN, GENERATE, ADMIT = "train", "generate", "admit"
 

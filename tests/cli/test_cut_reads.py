@@ -12,7 +12,8 @@ import shutil
 
 import replay
 import replay.cut_status
-from snapshot import compact, read_cut, write_cut
+from snapshot import compact, read_cut
+from snapshot.cut import write_cut
 
 from replay.cli.source import open_source
 from replay.cli import summary as summary_module

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from snapshot import MANIFEST_NAME, REPLAY_FILE, compact
+from snapshot import compact
+from journal.layout import MANIFEST_NAME, REPLAY_FILE
 
 from tests.support.cli_journals import clean_run
 from tests.support.cli_run import cli, cli_json

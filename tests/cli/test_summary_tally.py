@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import random
 
-from journal import (EVENT_KINDS, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Record,
-                     Trained)
-from journal.events import Admitted, Diverted, Finished
+from journal import CheckpointBegun, CheckpointCommitted, Commit, Discarded, Record, Trained
+from journal.events import Admitted, Diverted, EVENT_KINDS, Finished
 
 from replay.cli import summary
 

@@ -13,7 +13,8 @@ import shutil
 import pytest
 import zstandard
 
-from journal import LOCK_NAME, Owner, Reader
+from journal import Owner, Reader
+from journal.layout import LOCK_NAME
 from replay import restore
 from replay.cli import build_parser
 from snapshot import compact
@@ -72,7 +73,7 @@ def runs(journal, tmp_path_factory):
     side = tmp_path_factory.mktemp("side")
     before = _fingerprint(journal)
     reader = Reader(journal)
-    valid = next(lsn for lsn, _t, path in __import__("snapshot").cut_dirs(journal)
+    valid = next(lsn for lsn, _t, path in __import__("journal.layout").layout.cut_dirs(journal)
                  if lsn == restore(journal).lsn)
     valid_name = f"cut-00000002-{valid:020d}"
     damaged = str(side / "damaged")

@@ -214,7 +214,7 @@ def test_a_settled_future_is_not_kept_until_its_whole_batch_is_settled(fast_tmp)
 
 
 def test_a_batch_lets_go_of_its_commits_in_the_turns_that_settle_them(fast_tmp):
-    """A batch's queued commits (the writer's `_Pending`s, with their undo records) are freed
+    """A batch's queued commits (the writer's `Pending`s, with their undo records) are freed
     turn by turn as their futures are settled, among the allocations of the commits their
     coroutines make next, not all at once when the batch is durable: the garbage collector
     counts allocations minus frees, and frees made before the next allocations offset none,
@@ -222,7 +222,7 @@ def test_a_batch_lets_go_of_its_commits_in_the_turns_that_settle_them(fast_tmp):
     promoted, full collections that stall the loop."""
     def queued_commits_alive(path, tasks):  # of this journal (earlier tests' may be alive too)
         return lambda: sum(1 for o in gc.get_objects()
-                           if type(o).__name__ == "_Pending" and o.segment.path.startswith(path))
+                           if type(o).__name__ == "Pending" and o.segment.path.startswith(path))
 
     alive = _at_the_last_resume_of_a_batchs_first_turn(fast_tmp, queued_commits_alive)
     per_turn = AsyncJournal.SETTLE_PER_TURN

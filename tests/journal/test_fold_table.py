@@ -12,9 +12,9 @@ import pathlib
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, OwnershipError,
-                     State, TakenGroup, Taken, Trained, apply)
-from journal.fold import TRANSITIONS, transition_table_markdown
+from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, OwnershipError, State,
+                     TakenGroup, Taken, Trained)
+from journal.fold import TRANSITIONS, apply, transition_table_markdown
 
 _MOVES = {"diverted": Diverted, "admitted": Admitted, "finished": Finished, "trained": Trained,
           "discarded": Discarded}
@@ -90,7 +90,7 @@ def test_every_fold_outcome_is_the_tables(data):
 
 
 def test_every_event_kind_has_a_row():
-    from journal import EVENT_KINDS
+    from journal.events import EVENT_KINDS
     assert tuple(TRANSITIONS) == EVENT_KINDS
 
 

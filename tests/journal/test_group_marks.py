@@ -1,5 +1,5 @@
 """The group-id mark of segment headers (docs/format.md, "Marks"): every new segment records
-the lowest id no history had allocated, so `Reader.max_group_id` and `Reader.attempts_used`
+the lowest id no history had allocated, so `fold.max_group_id` and `fold.attempts_used`
 read the headers plus the segments the marks do not cover, and give what a scan of every
 timeline gives; a header without a mark (older journals) falls back to reading."""
 
@@ -13,6 +13,7 @@ import zlib
 import pytest
 
 from journal import GroupRef, Journal, Reader, RolloutRef, Taken
+from journal.fold import attempts_used, max_group_id
 from journal import format as fmt
 from tests.support.crash_oracle import attempts_on_disk
 from tests.support.segment_reads import scan_max_group_id, spy_segment_reads
@@ -68,7 +69,7 @@ def test_max_group_id_reads_only_the_newest_segment_and_counts_dead_tails(fast_t
     assert gid == scan_max_group_id(r) == 299 + 1  # above the ids of the dead tail
     assert len(r.timelines) == 2
     segment_reads.clear()
-    assert r.max_group_id() == gid
+    assert max_group_id(r) == gid
     newest = r.timelines[2].segments[-1].name
     assert segment_reads == [newest]
 
@@ -79,7 +80,7 @@ def test_max_group_id_of_a_journal_without_marks_reads_everything(fast_tmp, segm
     r = Reader(path)
     assert all(s.header.next_group_id is None for s in r.segments)
     segment_reads.clear()
-    assert r.max_group_id() == scan_max_group_id(r)
+    assert max_group_id(r) == scan_max_group_id(r)
     assert set(segment_reads) == {s.name for s in r.segments}
 
 
@@ -98,7 +99,7 @@ def test_attempts_used_reads_only_segments_since_the_lowest_group_was_taken(fast
     r = Reader(path)
     keys = {(g, i) for g in gids for i in range(3)}
     segment_reads.clear()
-    used = r.attempts_used(keys)
+    used = attempts_used(r, keys)
     read = set(segment_reads)
     assert used == {k: a for k, a in attempts_on_disk(path).items() if k in keys}
     assert used[(gids[0], 1)] == 2 and used[(gids[3], 2)] == 1 and used[(gids[0], 0)] == 0

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from journal import (CheckpointBegun, CheckpointCommitted, Commit, OwnershipError, Record, State, Timeline,
-                     apply)
-from journal import history
+from journal import CheckpointBegun, CheckpointCommitted, Commit, OwnershipError, Record, State, history
+from journal.reader import Timeline
+from journal.fold import apply
 from journal.history import NoSuchPoint, restore_point
 
 

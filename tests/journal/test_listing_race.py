@@ -9,7 +9,8 @@ import os
 
 import zstandard
 
-from journal import GroupRef, Journal, Reader, layout, list_segments
+from journal import GroupRef, Journal, Reader, layout
+from journal.reader import list_segments
 
 
 def _journal(path: str) -> list:

@@ -13,7 +13,7 @@ and damage").
   every acknowledged commit, and a later append verifies.
 * I/O errors of the new steps (the preallocation, its fsync, the cut of the zeros) fail the
   journal (a commit) or raise `JournalIOError` (close), and lose nothing acknowledged.
-* The next segment is prepared by a background thread (journal/prealloc.py) and published by
+* The next segment is prepared by a background thread (journal/segments.py) and published by
   a rename at the rotation; a failed preparation is removed and the rotation creates the
   segment; a failed publication fails the journal; a prepared file a crash left is removed.
 """
@@ -31,7 +31,7 @@ import pytest
 from journal import Journal, JournalCorrupt, JournalFailed, JournalIOError, Reader
 from journal.format import HEADER_SIZE, encode_frame
 from journal.layout import PREPARED_NAME
-from journal.writer import PREALLOCATE_MIN
+from journal.segments import PREALLOCATE_MIN
 from tests.support.cli_run import cli
 from tests.support.faultfs import FaultFS
 from tests.support.journal_model import (Model, append_and_verify, assert_journal_matches, drive, frames,

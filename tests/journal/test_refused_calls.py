@@ -12,8 +12,9 @@ import re
 
 import pytest
 
-from journal import (AsyncJournal, CheckpointBegun, Commit, GroupRef, Journal, OwnershipError,
-                     RolloutRef, Trained, fold)
+from journal import (AsyncJournal, CheckpointBegun, Commit, GroupRef, Journal, OwnershipError, RolloutRef,
+                     Trained)
+from journal.fold import fold
 from replay import restore
 from tests.support.journal_model import tree_bytes
 

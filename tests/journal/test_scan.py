@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import GroupRef, Journal, JournalCorrupt, ProblemKind, Reader
-from journal import format as fmt
-from journal import layout
+from journal import GroupRef, Journal, JournalCorrupt, Reader, format as fmt, layout
+from journal.reader import ProblemKind
 from tests.support.journal_model import tree_bytes
 
 

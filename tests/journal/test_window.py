@@ -12,8 +12,8 @@ import tracemalloc
 
 import pytest
 
-from journal import GroupRef, Journal, JournalCorrupt, Reader, list_segments
-from journal import reader as reader_module
+from journal import GroupRef, Journal, JournalCorrupt, Reader, reader as reader_module
+from journal.reader import list_segments
 
 WHOLE = 1 << 30  # larger than any segment here: the segment is held whole
 

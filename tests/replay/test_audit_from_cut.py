@@ -12,9 +12,10 @@ import pytest
 
 from journal import (Admitted, Commit, Finished, Reader, RolloutFailed, RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained)
-from journal.layout import LEDGER_FILE
+from journal.layout import LEDGER_FILE, cut_dirs
 from replay import audit
-from snapshot import compact, cut_dirs, read_cut, write_cut
+from snapshot import compact, read_cut
+from snapshot.cut import write_cut
 from snapshot.row_ledger import RowLedger
 
 from tests.support.cli_run import cli

@@ -1,4 +1,4 @@
-"""The chain of checks of a cut (snapshot.CHECKS), one test per check, each provoked on a real cut
+"""The chain of checks of a cut (snapshot.checks.CHECKS), one test per check, each provoked on a real cut
 or journal. Every error must be its own class, a subclass of `replay.RestoreError`, and
 name the culprit (file, LSN or group)."""
 
@@ -13,8 +13,7 @@ import pytest
 import torch
 
 import replay
-from journal import GroupRef, Journal, Reader
-from journal import format as fmt
+from journal import GroupRef, Journal, Reader, format as fmt
 from journal.events import Commit, Trained, commit_encoder
 from replay import restore
 from tests.support.replay_support import collate, locator_of, make_dataset, ref_of

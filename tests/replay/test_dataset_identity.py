@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import journal
-from journal import Journal, SampledRow, State, fold
-from journal.fold import SAMPLE_FIRST_ROWS
+from journal import Journal, State
+from journal.fold import SAMPLE_FIRST_ROWS, SampledRow, fold
 from replay import RowChanged, RowChangedWarning, RowMismatch, fingerprint, restore
 from tests.support.replay_support import make_dataset, ref_of
 from snapshot import compact, read_cut

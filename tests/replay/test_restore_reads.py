@@ -1,12 +1,13 @@
 """What a salvage restore reads of the journal: the dead tail after the restore point is read
 once, by the fold that finds the point (salvage and the fences use the commits it kept), and
-the fences are what every history says (`Reader.attempts_used`)."""
+the fences are what every history says (`journal.fold.attempts_used`)."""
 
 from __future__ import annotations
 
 import collections
 
 from journal import GroupRef, Journal, Reader, RolloutRef
+from journal.fold import attempts_used
 from replay import restore
 from tests.support.replay_support import FakeDataPlane
 from tests.support.segment_reads import spy_segment_reads
@@ -48,7 +49,7 @@ def test_salvage_reads_the_dead_tail_once_and_fences_as_every_history_says(
     assert state.lsn == lsn
     assert max(reads[name] for name in after) == 1, dict(reads)
     keys = {(g, i) for g in live for i in range(2)}
-    used = Reader(path).attempts_used(keys)
+    used = attempts_used(Reader(path), keys)
     at_point = {(g.group_id, i): a for g in Reader(path).fold(stop_lsn=lsn).groups()
                 for i, a in enumerate(g.rollouts.attempts)}
     for g in state.admitted:

@@ -139,7 +139,7 @@ def test_a_cut_carries_the_identity_and_restores_alone(fast_tmp):
 def test_a_bucket_restore_compares_the_identity_and_names_the_bucket(fast_tmp):
     from obstore.store import MemoryStore
 
-    from journal.replica import Location
+    from journal.replica.store import Location
     store = MemoryStore()
     path = str(fast_tmp / "j")
     with Journal.open(path, identity=OLD, replica=store, ship_interval=0.05) as j:

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from journal import GroupRef, Journal, JournalFailed, JournalLocked, JournalWarning, layout, list_segments
-from journal import JournalError, ReplicaConflict, ReplicaError, ReplicaTimeout
+from journal import (GroupRef, Journal, JournalError, JournalFailed, JournalLocked, JournalWarning,
+                     ReplicaConflict, ReplicaError, ReplicaTimeout, layout)
+from journal.reader import list_segments
 from journal.replica.names import LEASE_NAME, parse_replica_object
 from replay import (DamagedCutWarning, NothingToRestore, ReplicaChanged, ReplicaCorrupt, ReplicaGap,
                     ReplicaUnreachable, audit, restore, verify)

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from journal import Journal, ReplicaError
-from journal.replica import Location, parse_options, retry
+from journal.replica import parse_options, retry
+from journal.replica.store import Location, supports_cas
 from journal.replica.names import parse_replica_object, piece_name, sealed_object_name
-from journal.replica.store import supports_cas
 from replay import Session, audit, restore, verify
 from tests.replica.test_replica import SHIP, train
 from tests.support.s3_support import S3, options

@@ -1,4 +1,4 @@
-"""The chain of checks of a cut is one ordered list, `snapshot.CHECKS`: its order is the
+"""The chain of checks of a cut is one ordered list, `snapshot.checks.CHECKS`: its order is the
 numbering every report shows (cut_status, `journal-inspect cuts`, `verify`, docs/recovery.md),
 `read_cut` runs its functions in that order, and `rollout_recovery.pt`'s optional entries
 are one tuple both `write_cut` and `read_cut` follow."""
@@ -17,9 +17,8 @@ import snapshot.errors
 from journal import GroupRef, Journal
 from replay.cli import cuts as cuts_cli
 from replay.cut_status import check_one_cut
-from snapshot import CHECKS, check_of, compact, read_cut
-from snapshot import checks as chain
-from snapshot import cut as cut_module
+from snapshot import checks as chain, compact, cut as cut_module, read_cut
+from snapshot.checks import CHECKS, check_of
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
 
@@ -90,7 +89,7 @@ def test_the_docs_list_the_checks_in_list_order():
         text = f.read()
     para = text[text.index("Checks, in order"):]
     para = para[:para.index("\n\n")]
-    assert f"`snapshot.CHECKS` 1-{len(CHECKS)}" in para
+    assert f"`snapshot.checks.CHECKS` 1-{len(CHECKS)}" in para
     positions = [re.search(rf"`{c.error.__name__}`", para).start() for c in CHECKS]
     assert positions == sorted(positions), "docs/recovery.md names the checks in another order"
 
@@ -109,7 +108,7 @@ def test_an_optional_entry_is_written_and_read_back_through_one_tuple(tmp_path, 
     monkeypatch.setattr(cut_module, "OPTIONAL_ENTRIES", cut_module.OPTIONAL_ENTRIES + (extra,))
     read_cut(old_cut)
     assert seen == [], "a cut written before the entry existed has none"
-    new_cut = snapshot.write_cut(str(tmp_path / "new"), read_cut(old_cut).state, run_id=b"\0" * 16,
-                                 timeline=1)
+    new_cut = cut_module.write_cut(str(tmp_path / "new"), read_cut(old_cut).state, run_id=b"\0" * 16,
+                                   timeline=1)
     read_cut(new_cut)
     assert seen == [({"n": 1}, os.path.join(new_cut, "rollout_recovery.pt") + " extra")]

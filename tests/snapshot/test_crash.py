@@ -33,9 +33,12 @@ import shutil
 import pytest
 
 from tests.support.faultfs import FaultFS, snapshot_tree
-from journal import Journal, JournalIOError, Reader, list_segments
-from snapshot import SNAPSHOTS_DIR, compact, cut_dirs, read_cut, state_at, usable_cuts
-from snapshot.catalog import anchor_problem
+from journal import Journal, JournalIOError, Reader
+from journal.reader import list_segments
+from snapshot import compact, read_cut
+from snapshot.state_at import state_at
+from journal.layout import SNAPSHOTS_DIR, cut_dirs
+from snapshot.catalog import anchor_problem, usable_cuts
 
 from tests.support.snapshot_support import assert_same_state, committed_lsn, reference_states
 

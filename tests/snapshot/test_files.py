@@ -25,12 +25,12 @@ import shutil
 import pytest
 import torch
 
-from journal import GroupRef, Journal, Owner, Reader, list_segments
-from journal import state_file
-from journal.layout import LEDGER_FILE, STATE_FILE
-from snapshot import (DATALOADER_FILE, MANIFEST_NAME, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE,
-                      SNAPSHOTS_DIR, ChecksumMismatch, compact, cut_dirs, read_cut,
-                      row_locators, state_at)
+from journal import GroupRef, Journal, Owner, Reader, state_file
+from journal.reader import list_segments
+from journal.layout import (DATALOADER_FILE, LEDGER_FILE, MANIFEST_NAME, RECOVERY_FILE,
+                            REPLAY_FILE, RESERVE_FILE, SNAPSHOTS_DIR, STATE_FILE, cut_dirs)
+from snapshot import ChecksumMismatch, compact, read_cut, row_locators
+from snapshot.state_at import state_at
 
 from tests.support.equality import deep_equal
 from tests.support.snapshot_support import (assert_same_state, committed_lsn, lifecycle_checkpointed,

@@ -16,7 +16,8 @@ from tests.support.faultfs import FaultFS
 from journal import Journal, JournalIOError
 from replay import restore
 from tests.support.replay_support import make_dataset, ref_of, recovered_view
-from snapshot import SNAPSHOTS_DIR, compact
+from snapshot import compact
+from journal.layout import SNAPSHOTS_DIR
 
 
 def _world(path: str) -> None:

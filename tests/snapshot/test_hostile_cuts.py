@@ -37,7 +37,8 @@ from tests.support.crash_oracle import Run, loader
 from journal import Journal, JournalError, Reader
 from replay import (ChecksumMismatch, CorruptRecord, ManifestMissing, MissingFile, RestoreError, Unreadable,
                     UnsafePath, restore)
-from snapshot import SNAPSHOTS_DIR, compact, read_cut
+from snapshot import compact, read_cut
+from journal.layout import SNAPSHOTS_DIR
 
 PT_FILES = ("train_dataloader.pt", "rollout_recovery.pt", "replay_buffer_metadata.pt")
 

@@ -17,9 +17,11 @@ import random
 
 import zstandard
 
-from journal import Journal, Reader, list_segments
+from journal import Journal, Reader
+from journal.reader import list_segments
 from journal.events import commit_encoder
-from snapshot import compact, state_at
+from snapshot import compact
+from snapshot.state_at import state_at
 
 from tests.support.snapshot_support import (RandomPicker, assert_same_state, committed_lsn, drive,
                                             reference_states)

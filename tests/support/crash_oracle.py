@@ -33,8 +33,9 @@ from tests.support.journal_model import Model, events_of
 from tests.support.recovery_model import Expected, expected_recovery, reissued_order
 from tests.support.loader_states import loader_state
 from replay import restore
-from replay.recovery import ABANDONED
-from snapshot import SNAPSHOTS_DIR, compact, read_cut
+from replay.restore_rules import ABANDONED
+from snapshot import compact, read_cut
+from journal.layout import SNAPSHOTS_DIR
 
 try:  # faultfs is another engineer's; only its FaultFS is needed here
     from tests.support.faultfs import FaultFS

@@ -116,7 +116,7 @@ class FaultFS(OsFileSystem):
     def __init__(self, root: str | None = None, *, prepared: bool = True):
         self.root = os.path.abspath(root) if root is not None else None
         # prepared=False: refuse (unrecorded, unfaulted) to create the next segment a writer
-        # prepares in a background thread (journal/prealloc.py), so every op is the writer's
+        # prepares in a background thread (journal/segments.py), so every op is the writer's
         # own, in a deterministic order, and every rotation creates its segment
         self.prepared = prepared
         self.ops: list[Op] = []

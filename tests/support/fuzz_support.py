@@ -21,8 +21,9 @@ import zlib
 import pytest
 
 from tests.support.crash_oracle import Run, loader, w_compact_archive
-from journal import JournalError, MODES, Journal, Reader
-from journal import format as fmt
+from journal import Journal, JournalError, Reader, format as fmt
+from journal.reader import MODES
+from journal.fold import max_group_id
 from replay import RestoreError, restore
 
 EXAMPLES = int(os.environ.get("OJ_FUZZ_EXAMPLES", "60"))
@@ -116,7 +117,7 @@ def read_everything(path: str) -> None:
             for _t, _b, recs in r.dead_tails():
                 for _ in recs:
                     pass
-            r.max_group_id()
+            max_group_id(r)
         outcome(scan)
     for at in ("latest-checkpoint", "end"):
         outcome(restore, path, at)

@@ -4,7 +4,7 @@ the device. Crash safety itself is tested through `tests/support/faultfs.py`."""
 
 from __future__ import annotations
 
-from journal import OsFileSystem
+from journal.vfs import OsFileSystem
 
 
 class NoSyncFS(OsFileSystem):

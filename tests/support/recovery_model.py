@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from journal import (Admitted, Discarded, Diverted, Finished, Owner, RolloutFailed, RolloutRef,
                      RolloutSealed, Taken, TakenGroup)
-from replay.recovery import ABANDONED, REISSUED, ROWS_LOST
+from replay.restore_rules import ABANDONED, REISSUED, ROWS_LOST
 from tests.support.journal_model import Model
 
 A, P = Owner.ADMITTED, Owner.REPLAY

@@ -19,7 +19,8 @@ import random
 
 import torch
 
-from journal import GroupRef, Journal, Owner, Reader, State, apply
+from journal import GroupRef, Journal, Owner, Reader, State
+from journal.fold import apply
 from journal.identity import digests
 
 from tests.support.equality import deep_equal

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from tests.support.fuzz_support import (DERANDOMIZE, EXAMPLES, Guard, build_corpus, copy_corpus,
                                         summary_fixture)
 from replay import RestoreError, restore
-from snapshot import SNAPSHOTS_DIR, read_cut
+from snapshot import read_cut
+from journal.layout import SNAPSHOTS_DIR
 
 COUNTS: dict[str, int] = {}
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE,

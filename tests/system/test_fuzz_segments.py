@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 from tests.support.fuzz_support import (DERANDOMIZE, EXAMPLES, Guard, build_corpus, copy_corpus, crc_fix,
                                         encode_segment, frame_offsets, read_everything, segment_frames,
                                         summary_fixture)
-from journal import format as fmt
-from journal import layout
+from journal import format as fmt, layout
+from journal.fold import max_group_id
 from journal.reader import read_segment_bytes, list_segments
 
 COUNTS: dict[str, int] = {}
@@ -305,7 +305,7 @@ def _append_commit(path: str, make_events) -> None:
     seg = os.path.join(path, last.segment)
     data = _read(seg)
     header, frames = segment_frames(data)
-    gid = r.max_group_id() + 1
+    gid = max_group_id(r) + 1
     record = commit_encoder.encode(Commit(last.commit.lsn + 1, make_events(gid)))
     frames.append([record])
     with open(seg, "wb") as fh:
@@ -343,7 +343,7 @@ def test_hostile_loader_state_in_a_valid_frame(corpus, tmp_path, label):
         digest = b"\x01" * 16
         tree = enc(msgspec.msgpack.Ext(3, digest))
         refs = [digest]
-        from journal import Blob
+        from journal.events import Blob
         blobs = [Blob(digest, enc(msgspec.msgpack.Ext(3, digest)))]
 
     def events(gid):
@@ -356,7 +356,7 @@ def test_hostile_loader_state_in_a_valid_frame(corpus, tmp_path, label):
         last = list(r.records())[-1]
         seg = os.path.join(d, last.segment)
         header, frames = segment_frames(_read(seg))
-        rec = commit_encoder.encode(Commit(last.commit.lsn + 1, events(r.max_group_id() + 1), blobs))
+        rec = commit_encoder.encode(Commit(last.commit.lsn + 1, events(max_group_id(r) + 1), blobs))
         frames.append([rec])
         with open(seg, "wb") as fh:
             fh.write(encode_segment(header, frames))

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from journal import Group, OsFileSystem, Owner, ResumePlan, State
+from journal import Group, Owner, ResumePlan
 from journal.identity import IdentityChanges
-from snapshot import MANIFEST_NAME, SNAPSHOTS_DIR, RestoreError, Skipped, cut_dirs, write_cut
-from journal.layout import cut_dir_name, replaced_name
-from snapshot.manifest import decode as _decode_manifest
+from snapshot.catalog import Skipped
 from snapshot.row_ledger import RowLedger
 
 
@@ -138,32 +134,3 @@ class RecoveredState(ResumePlan):
         resume needs it, so a restore does not read its tail a second time for it), from the
         files the restore read; None when they no longer hold the history it restored."""
         return self.ledger_source() if self.ledger_source is not None else None
-
-
-def base_cut_writer(state: State, run_id: bytes | None,
-                    ledger: Callable[[], RowLedger | None]) -> Callable[[str, OsFileSystem], str | None] | None:
-    """The plan's `write_base_cut` for `state`: make sure `<journal>/snapshots` holds a cut at
-    its LSN (none for an empty state), with the audit's row ledger (`ledger()`) when it is known. A cut
-    with the same anchor already there is kept; a
-    damaged or foreign one under that name is renamed aside first. Returns the cut written."""
-    if state.lsn == 0 or run_id is None:
-        return None
-
-    def write(journal_path: str, fs: OsFileSystem) -> str | None:
-        for lsn, _timeline, cut_path in cut_dirs(journal_path):
-            if lsn != state.lsn:
-                continue
-            try:
-                with open(os.path.join(cut_path, MANIFEST_NAME), "rb") as f:
-                    m = _decode_manifest(f.read(), cut_path)
-            except (OSError, RestoreError):
-                continue
-            if m.run_id == run_id.hex() and m.chain == state.chain:
-                return None
-        target = os.path.join(journal_path, SNAPSHOTS_DIR, cut_dir_name(state.timeline, state.lsn))
-        if os.path.exists(target):
-            fs.rename(target, os.path.join(os.path.dirname(target),
-                                           replaced_name(os.path.basename(target), int(time.time()))))
-            fs.fsync_dir(os.path.dirname(target))
-        return write_cut(target, state, run_id=run_id, timeline=state.timeline, fs=fs, ledger=ledger())
-    return write

@@ -59,13 +59,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, LoaderState, Owner,
+from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, Owner,
                      RolloutFailed, RolloutRef, RolloutSealed, State, Taken, TakenGroup)
+from journal.fold import LoaderState
 from snapshot import DataPlane
 from snapshot.row_ledger import ABANDONED_ON_RESTORE
 
 from .dead_tail import DeadTail, TailTake
-from .recovered import RecoveredGroup, RecoveredRollout
+from .recovered_state import RecoveredGroup, RecoveredRollout
 
 ROWS_LOST = "rows_lost_on_restore"
 IDENTITY_CHANGED = "identity_changed_on_restore"  # the drop reason of a regenerated group

@@ -1,6 +1,6 @@
-"""Walking a journal's histories for inspection: a fold that can tolerate damage, the bytes
-a scan reads, and progress over it. Which timelines are active and where each dead tail
-leaves the active history is `journal.history`'s.
+"""What inspection (verify, audit, `journal-inspect`) reads a journal with: a fold that can
+tolerate damage, the bytes a scan reads, and progress over it. Which timelines are active
+and where each dead tail leaves the active history is `journal.history`'s.
 
 `Fold` hands each record to the journal's own fold (`fold_records`, so the
 ownership rules are the writer's). Strict, it raises on the first violation;
@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol
 
 import journal
-from journal import Reader, Record, State, fold_records, history
+from journal import Reader, Record, State, history
+from journal.fold import fold_records
 from journal.events import event_name
 from journal.history import Branch
 
