@@ -11,6 +11,7 @@ and retrying an fsync that failed can report success for lost data.
 
 from __future__ import annotations
 
+from _thread import allocate_lock as _allocate_lock
 from typing import Callable, Sequence, TypeVar
 
 import msgspec
@@ -30,12 +31,22 @@ T = TypeVar("T")
 class Pending:
     """A commit queued, folded and not yet durable; `lsn` is its LSN."""
 
-    __slots__ = ("segment", "prefixed", "lsn", "undo", "chain")
+    __slots__ = ("segment", "prefixed", "lsn", "undo", "chain", "waiter")
 
     def __init__(self, segment: SegmentPlan, prefixed: bytes, lsn: int, undo: Undo, chain: int):
         self.segment, self.lsn, self.undo = segment, lsn, undo
         self.prefixed = prefixed  # the encoded commit as its frame holds it (format.length_prefixed)
         self.chain = chain  # the chain after this commit
+        self.waiter = None  # a held lock its committer sleeps on (see `_await_commit`)
+
+
+def _wake(pendings: list[Pending]) -> None:
+    """Release the committers sleeping on these commits (journal lock held)."""
+    for p in pendings:
+        w = p.waiter
+        if w is not None:
+            p.waiter = None
+            w.release()
 
 
 def _encode(lsn: int, events: list, refs: Sequence[bytes], blobs: dict[bytes, bytes], seg: SegmentPlan) -> bytes:
@@ -140,18 +151,43 @@ class CommitPipeline:
 
     def _await_commit(self, mine: Pending) -> int:
         """Return once commit `mine` is written (and fsynced under sync="always"), letting go
-        of the journal lock the caller took once for it (`_wait`)."""
+        of the journal lock the caller took once for it.
+
+        While a batch is in flight the committer sleeps on a lock of its own, so a batch wakes
+        its committers only, not every thread waiting on the journal; one woken because its
+        commit is durable returns without taking the journal lock again. With no batch in
+        flight, or handed the lead (`_pass_lead`), it leads (`_wait`)."""
+        lock, held = self._lock, True
         try:
+            while self._flushing and self._failed is None and self._durable_lsn < mine.lsn:
+                waiter = _allocate_lock()
+                waiter.acquire()
+                mine.waiter = waiter
+                saved = lock._release_save()  # fully, like Condition.wait
+                held = False
+                try:
+                    waiter.acquire()
+                except BaseException:  # interrupted: do not stay the one the lead is handed to
+                    lock._acquire_restore(saved)
+                    held = True
+                    mine.waiter = None
+                    if not self._flushing:
+                        self._pass_lead()
+                    raise
+                if saved[0] == 1 and self._failed is None and self._durable_lsn >= mine.lsn:
+                    return mine.lsn
+                lock._acquire_restore(saved)
+                held = True
             return self._wait(mine.lsn)
         finally:
-            self._lock.release()
+            if held:
+                lock.release()
 
     def _wait(self, lsn: int) -> int:
         """Return once commit `lsn` is written (and fsynced under sync="always"); lock held.
 
         With no batch in flight the caller leads: it writes every queued commit as one batch,
-        then wakes every waiting committer (those of the batch return, the first of the others
-        to run leads the next batch)."""
+        then wakes that batch's committers and hands the lead to the oldest queued one."""
         while True:
             if self._failed is not None:
                 self._check_usable()
@@ -178,10 +214,22 @@ class CommitPipeline:
             self._durable_lsn = batch[-1].lsn
             if self._replica is not None and self.sync == "always":
                 self._note_durable()
-            self._cond.notify_all()
+            _wake(batch)
+            self._pass_lead()
+
+    def _pass_lead(self) -> None:
+        """No batch in flight any more: wake the oldest queued committer (it leads the next
+        batch) and every thread waiting on the condition."""
+        for p in self._pending:
+            if p.waiter is not None:
+                _wake([p])
+                break
+        self._cond.notify_all()
 
     def _fail(self, error: BaseException, batch: list[Pending]) -> None:
         self._failed = error
+        _wake(batch)
+        _wake(self._pending)
         self._cond.notify_all()
         for p in reversed(batch + self._pending):
             p.undo.revert(self._state)
@@ -250,5 +298,5 @@ class CommitPipeline:
             if self._replica is not None:
                 self._note_durable()
             self._files.close_sealed()
-            self._cond.notify_all()
+            self._pass_lead()
 

@@ -268,3 +268,62 @@ def test_group_commit_across_rotations_survives_crashes_at_every_op(fast_tmp):
                 got = [("taken", e[1], "loader") if e[0] == "taken" and e[2] is not None else e
                        for e in events_of(records[lsn - 1].commit)]
                 assert got == evs, (k, lsn)
+
+
+class _CountingLock:
+    """The journal's RLock, counting how often a sleeping committer takes it back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.restores = 0
+
+    def acquire(self, *args):
+        return self._lock.acquire(*args)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def _is_owned(self) -> bool:
+        return self._lock._is_owned()
+
+    def _release_save(self):
+        return self._lock._release_save()
+
+    def _acquire_restore(self, saved) -> None:
+        self.restores += 1
+        self._lock._acquire_restore(saved)
+
+
+def test_committers_woken_by_their_durable_batch_do_not_take_the_journal_lock_again(fast_tmp):
+    """Eight committers queue behind a held fsync; the batch that makes their commits durable
+    wakes them, and they return without taking the journal lock again (at most the one handed
+    the lead takes it): every extra take was a wake-up and a wait on a contended lock per commit."""
+    path = str(fast_tmp / "j")
+    fs = FaultFS(root=path)
+    j = Journal.open(path, fs=fs)
+    gids = j.taken([GroupRef(idx=i) for i in range(9)])
+    j._lock = _CountingLock()
+    j._cond = threading.Condition(j._lock)
+    held, gate = fs.hold_segment_fsyncs()
+    first = threading.Thread(target=j.admitted, args=([gids[0]],), kwargs={"target_step": 1})
+    first.start()
+    assert held.wait(10)
+    queued = [threading.Thread(target=j.admitted, args=([g],), kwargs={"target_step": 1})
+              for g in gids[1:]]
+    for t in queued:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(j._pending) < len(queued) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.05)  # every queued committer asleep on its own lock
+    gate.set()
+    for t in [first] + queued:
+        t.join(10)
+    assert j.lsn == 10 and Reader(path).fold().lsn == 10
+    assert j._lock.restores <= 1, f"{j._lock.restores} woken committers took the lock back"
+    j.close()
