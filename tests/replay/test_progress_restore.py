@@ -126,3 +126,20 @@ def test_regenerating_on_a_changed_identity_drops_prefixes(fast_tmp):
     state = restore(path, identity={"tokenizer": "b"}, on_identity_changed="regenerate")
     assert state.dropped_progress == [(g, 1)]
     assert all(r.progress is None for grp in state.admitted for r in grp.rollouts)
+
+
+def test_a_rollout_the_dead_tail_sealed_comes_back_sealed_without_its_prefix(fast_tmp):
+    path = str(fast_tmp / "j")
+    dp = FakeDataPlane()
+    with Journal.open(path, sync="none") as j:
+        (g,) = j.taken([GroupRef(idx=0)], loader_state={"pos": 1})
+        j.admitted([g], target_step=2, policy_version=1, rollouts=2)
+        _prefix(j, dp, g, 0, 0, "p0", 64, 1)
+        j.begin_checkpoint(step=1)
+        j.commit_checkpoint(step=1)
+        dp.put("r0")
+        j.rollout_sealed([RolloutRef(g, 0, 0, "r0")], policy_version=1)
+    state = restore(path, data_plane=dp, salvage=True)
+    r0 = state.admitted[0].rollouts[0]
+    assert (r0.sealed, r0.locator, r0.progress) == (True, "r0", None)
+    assert state.salvaged_rollouts == [(g, 0)]
