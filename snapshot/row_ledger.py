@@ -191,31 +191,39 @@ class RowLedger:
                 if ev.rollouts is not None:
                     for gid in ev.groups:
                         seals[gid] = bytearray(ev.rollouts)
-            elif t is RolloutSealed:
-                for ref in ev.rollouts:
-                    self.rollouts["sealed"] += 1
-                    self.rollouts["regenerated"] += ref.attempt > 0
-                    prefixes.pop((ref.group_id, ref.index), None)
-                    counts = seals.get(ref.group_id)
-                    if counts is not None and ref.index < len(counts):
-                        counts[ref.index] = min(counts[ref.index] + 1, 255)
-            elif t is RolloutFailed:
-                self.rollouts["failed"] += len(ev.rollouts)
-                restore = ev.reason == ABANDONED_ON_RESTORE
-                if restore:
-                    self.rollouts["abandoned_on_restore"] += len(ev.rollouts)
-                for ref in ev.rollouts:
-                    tokens = prefixes.pop((ref.group_id, ref.index), None)
-                    if restore and tokens is not None:
-                        fenced[(ref.group_id, ref.index)] = tokens
-            elif t is RolloutProgress:
-                key = (ev.rollout.group_id, ev.rollout.index)
-                prefixes[key] = ev.tokens
-                if fenced.pop(key, None) is not None:
-                    self.rollouts["tokens_kept"] += ev.tokens
+            elif t is RolloutSealed or t is RolloutFailed or t is RolloutProgress:
+                self._rollout_event(ev, fenced)
         if fenced:
             self.rollouts["tokens_regenerated"] += sum(fenced.values())
         self.lsn = lsn
+
+    def _rollout_event(self, ev, fenced: dict[tuple[int, int], int]) -> None:
+        """A seal, a failure or a prefix: the rollout figures, each rollout's seals and prefix;
+        `fenced` collects the prefixes a resume's fences in this commit ended (see
+        ROLLOUT_FIGURES), and loses each that the commit records again."""
+        t, prefixes = type(ev), self.prefixes
+        if t is RolloutProgress:
+            key = (ev.rollout.group_id, ev.rollout.index)
+            prefixes[key] = ev.tokens
+            if fenced.pop(key, None) is not None:
+                self.rollouts["tokens_kept"] += ev.tokens
+        elif t is RolloutSealed:
+            for ref in ev.rollouts:
+                self.rollouts["sealed"] += 1
+                self.rollouts["regenerated"] += ref.attempt > 0
+                prefixes.pop((ref.group_id, ref.index), None)
+                counts = self.seals.get(ref.group_id)
+                if counts is not None and ref.index < len(counts):
+                    counts[ref.index] = min(counts[ref.index] + 1, 255)
+        else:
+            self.rollouts["failed"] += len(ev.rollouts)
+            restore = ev.reason == ABANDONED_ON_RESTORE
+            if restore:
+                self.rollouts["abandoned_on_restore"] += len(ev.rollouts)
+            for ref in ev.rollouts:
+                tokens = prefixes.pop((ref.group_id, ref.index), None)
+                if restore and tokens is not None:
+                    fenced[(ref.group_id, ref.index)] = tokens
 
     def _check_trained_rollouts(self, gid: int, counts: bytearray, lsn: int, step: int) -> None:
         self.rollouts["groups_trained"] += 1
