@@ -143,3 +143,26 @@ def test_a_rollout_the_dead_tail_sealed_comes_back_sealed_without_its_prefix(fas
     r0 = state.admitted[0].rollouts[0]
     assert (r0.sealed, r0.locator, r0.progress) == (True, "r0", None)
     assert state.salvaged_rollouts == [(g, 0)]
+
+
+def test_an_adopted_take_keeps_the_tails_prefix_under_the_salvage_rule(fast_tmp):
+    """A batch the dead tail took after the checkpoint comes back adopted under a new id; its
+    rollouts' tail prefixes by the checkpoint's weights come with it (at attempt 0 of the new
+    id), one by newer weights does not."""
+    path = str(fast_tmp / "j")
+    dp = FakeDataPlane()
+    with Journal.open(path, sync="none") as j:
+        j.taken([GroupRef(idx=0)], loader_state={"pos": 1})
+        j.begin_checkpoint(step=1)
+        j.commit_checkpoint(step=1)
+        (g,) = j.taken([GroupRef(idx=1)], loader_state={"pos": 2})  # the dead tail
+        j.admitted([g], target_step=2, policy_version=1, rollouts=2)
+        _prefix(j, dp, g, 0, 0, "t0", 30, 1)
+        _prefix(j, dp, g, 1, 0, "t1", 30, 2)
+    state = restore(path, data_plane=dp, salvage=True)
+    (new,) = state.adopted
+    assert new.adopted_from == g and new.group_id != g
+    assert [(r.attempt, r.progress) for r in new.rollouts] == [(0, Progress("t0", 30, None, 1)), (0, None)]
+    assert state.salvaged_progress == [(g, 0)] and state.newer_progress == [(g, 1)]
+    with Journal.open(path, sync="none", resume=state) as j:
+        assert j.state_copy().live[new.group_id].rollouts.progress_of(0) == Progress("t0", 30, None, 1)
