@@ -94,6 +94,8 @@ def test_after_a_crash_resume_work_continues_from_the_prefix(fast_tmp):
         r0, r1 = w.rollouts
         assert (w.kind, r0.attempt, r0.progress) == ("generate", 1, Progress(later, 3, None, 1))
         assert r1.progress is None and s.restored.salvaged_progress == [(g, 0)]
+        restored = s.stats()["restored"]
+        assert (restored["prefixes_continued"], restored["prefix_tokens_continued"]) == (1, 3)
         assert s.data_plane.get(r0.progress.locator) == {"tokens": [1, 2, 3]}
         assert stale not in _rows(s) and later in _rows(s)
         cont = s.progress(g, 0, r0.attempt, {"tokens": [1, 2, 3, 4]}, tokens=4, policy_version=1)
