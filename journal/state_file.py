@@ -60,6 +60,7 @@ _SEALED_OF = operator.attrgetter("sealed")
 _ATTEMPTS_OF = operator.attrgetter("attempts")
 _LOCATORS_OF = operator.attrgetter("locators")
 _VERSIONS_OF = operator.attrgetter("versions")
+_PROGRESS_OF = operator.attrgetter("progress")
 _LIVE_OWNER_OF_CODE = {int(o): o for o in LIVE_OWNERS}
 
 
@@ -128,22 +129,20 @@ def group_columns(groups: Sequence[Group]) -> dict[str, list]:
     columns["rollout_n"] = [0 if r is None else r.n for r in columns["rollouts"]]
     columns["rollout_sealed"] = list(map(_SEALED_OF, tracked))
     columns["rollout_attempt"] = list(chain(map(_ATTEMPTS_OF, tracked)))
-    held = [r for r in tracked if r.progress is not None]
-    if held:  # the unsealed rollouts' columns hold their prefixes' locators and versions
-        tracked = [r if r.progress is None else _with_prefixes(r) for r in tracked]
-    columns["rollout_locator"] = list(chain(map(_LOCATORS_OF, tracked)))
-    columns["rollout_version"] = list(chain(map(_VERSIONS_OF, tracked)))
-    prefixes = [p for r in held for p in r.progress if p is not None]
-    columns["progress_tokens"] = [p.tokens for p in prefixes]
-    columns["progress_turn"] = [p.turn for p in prefixes]
+    locators = columns["rollout_locator"] = list(chain(map(_LOCATORS_OF, tracked)))
+    versions = columns["rollout_version"] = list(chain(map(_VERSIONS_OF, tracked)))
+    tokens, turns = columns["progress_tokens"], columns["progress_turn"] = [], []
+    held = list(itertools.compress(range(len(tracked)), map(_PROGRESS_OF, tracked)))  # None or a tuple
+    if held:  # an unsealed rollout's slots hold its prefix's locator and version
+        starts = [0, *itertools.accumulate(map(len, map(_ATTEMPTS_OF, tracked)))]
+        for k in held:
+            start = starts[k]
+            for i, p in enumerate(tracked[k].progress):
+                if p is not None:
+                    locators[start + i], versions[start + i] = p.locator, p.policy_version
+                    tokens.append(p.tokens)
+                    turns.append(p.turn)
     return columns
-
-
-def _with_prefixes(r: Rollouts) -> Rollouts:
-    """`r` as its columns store it: each prefix's locator and version in its rollout's slots."""
-    locators = tuple(loc if p is None else p.locator for loc, p in zip(r.locators, r.progress))
-    versions = tuple(v if p is None else p.policy_version for v, p in zip(r.versions, r.progress))
-    return Rollouts(r.attempts, r.sealed, locators, versions)
 
 
 def split_prefixes(tracked: list[Rollouts], gids: Sequence[int], tokens: list, turns: list,
