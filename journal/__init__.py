@@ -23,13 +23,13 @@ the same function that checked each commit before it was written.
 """
 
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalLocked, JournalWarning, OwnershipError, StaleAttempt, StateFileCorrupt,
-                     TransactionClosed)
+                     JournalLocked, JournalWarning, OwnershipError, RolloutEnded, StaleAttempt,
+                     StateFileCorrupt, TransactionClosed)
 from .replica.errors import ReplicaConflict, ReplicaError, ReplicaTimeout
 from .events import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted, Event,
-                     Finished, GroupRef, IdentityRecorded, LIVE_OWNERS, Owner, RolloutFailed, RolloutRef,
-                     RolloutSealed, Taken, TakenGroup, Trained)
-from .fold import Group, Rollouts, State
+                     Finished, GroupRef, IdentityRecorded, LIVE_OWNERS, Owner, RolloutFailed, RolloutProgress,
+                     RolloutRef, RolloutSealed, Taken, TakenGroup, Trained)
+from .fold import Group, Progress, Rollouts, State
 from .loader_state import LoaderStateError
 from .resume import ResumePlan
 from .reader import Reader, Record
@@ -40,11 +40,11 @@ from .writer import Journal, Transaction
 # it hands out, reading a journal back, the events a record holds, and the errors every call
 # names. Everything else is importable from its module (`journal.fold`, `journal.reader`, ...).
 __all__ = [
-    "Journal", "Transaction", "AsyncJournal", "ResumePlan", "State", "Group", "Rollouts", "Owner",
+    "Journal", "Transaction", "AsyncJournal", "ResumePlan", "State", "Group", "Rollouts", "Progress", "Owner",
     "LIVE_OWNERS", "GroupRef", "RolloutRef", "Reader", "Record",
     "Commit", "Event", "Taken", "TakenGroup", "Diverted", "Admitted", "Finished", "Trained", "Discarded",
-    "RolloutSealed", "RolloutFailed", "CheckpointBegun", "CheckpointCommitted", "IdentityRecorded",
-    "JournalError", "OwnershipError", "StaleAttempt", "JournalCorrupt", "JournalFailed", "JournalLocked",
+    "RolloutSealed", "RolloutFailed", "RolloutProgress", "CheckpointBegun", "CheckpointCommitted", "IdentityRecorded",
+    "JournalError", "OwnershipError", "StaleAttempt", "RolloutEnded", "JournalCorrupt", "JournalFailed", "JournalLocked",
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError",
     "StateFileCorrupt", "ReplicaError", "ReplicaConflict", "ReplicaTimeout",
 ]

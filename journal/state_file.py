@@ -11,7 +11,9 @@ alone (no torch, no pickle):
 The payload is a zstandard frame (level `ZSTD_LEVEL`) of msgpack of `_Body`: the run id and
 every field of the `State` (the last ones with a default, which files written before them
 lack: the loader's epoch, the run identity), the live groups as column blocks (`_Block`: per
-field of `Group` the values of the block's groups, the owners as one code byte each). A cut builds the columns
+field of `Group` the values of the block's groups, the owners as one code byte each, the rollouts
+flattened, a prefix's locator and version in its unsealed rollout's slots and its tokens and turn
+in two sparse columns: the last ones, with defaults too). A cut builds the columns
 of each of its group tables once (`group_columns`) and hands the same lists to the state file.
 Format 1 ("OWNJST01", the live groups as one msgpack map each) is still read. `read` checks
 the magic, the length and the CRC, then decompresses and decodes with the schema, so a torn,
@@ -34,7 +36,7 @@ import zstandard
 from . import layout
 from .errors import StateFileCorrupt
 from .events import LIVE_OWNERS, PackedLoaderState
-from .fold import GROUP_FIELDS, Group, LoaderState, Rollouts, SampledRow, State, TerminalOwners
+from .fold import GROUP_FIELDS, Group, LoaderState, Progress, Rollouts, SampledRow, State, TerminalOwners
 
 MAGIC = b"OWNJST02"
 MAGIC_V1 = b"OWNJST01"  # read only
@@ -47,12 +49,18 @@ _GETTERS = tuple((name, operator.attrgetter(name)) for name in GROUP_FIELDS)
 # sealed bits; per rollout, in group order and then by index, its attempt, locator, version
 ROLLOUT_COLUMNS = ("rollout_n", "rollout_sealed", "rollout_attempt", "rollout_locator",
                    "rollout_version")
+# An unsealed rollout has no result, so the rollout columns `rollout_locator` and
+# `rollout_version` hold its prefix's locator and policy version when it has a `Progress`: a
+# prefix is an unsealed rollout with a locator. Per prefix, in rollout order, its tokens and
+# turn (the few prefixes cost a few bytes each; a rollout without one nothing)
+PROGRESS_COLUMNS = ("progress_tokens", "progress_turn")
 _PLAIN_FIELDS = tuple(n for n in GROUP_FIELDS if n not in ("owner", "rollouts"))  # stored as is
-_BLOCK_COLUMNS = _PLAIN_FIELDS + ROLLOUT_COLUMNS
+_BLOCK_COLUMNS = _PLAIN_FIELDS + ROLLOUT_COLUMNS + PROGRESS_COLUMNS
 _SEALED_OF = operator.attrgetter("sealed")
 _ATTEMPTS_OF = operator.attrgetter("attempts")
 _LOCATORS_OF = operator.attrgetter("locators")
 _VERSIONS_OF = operator.attrgetter("versions")
+_PROGRESS_OF = operator.attrgetter("progress")
 _LIVE_OWNER_OF_CODE = {int(o): o for o in LIVE_OWNERS}
 
 
@@ -75,6 +83,9 @@ class _Block(msgspec.Struct, array_like=True):
     rollout_attempt: list[int]
     rollout_locator: list[str | None]
     rollout_version: list[int | None]
+    # the prefixes' tokens and turns (`PROGRESS_COLUMNS`); files written before them lack them
+    progress_tokens: list[int] = []
+    progress_turn: list[int | None] = []
 
 
 class _Body(msgspec.Struct, array_like=True):
@@ -108,18 +119,63 @@ _decoders = {MAGIC: msgspec.msgpack.Decoder(_Body), MAGIC_V1: msgspec.msgpack.De
 
 
 def group_columns(groups: Sequence[Group]) -> dict[str, list]:
-    """Per field of `Group` (`GROUP_FIELDS`), its values over `groups` in their order, and
-    their rollouts flattened (`ROLLOUT_COLUMNS`): one attribute pass, shared by the state file
-    and the cut's group tables."""
+    """Per field of `Group` (`GROUP_FIELDS`), its values over `groups` in their order, their
+    rollouts flattened (`ROLLOUT_COLUMNS`, a prefix in its unsealed rollout's locator and
+    version) and their prefixes' `PROGRESS_COLUMNS`: one attribute pass, shared by the state
+    file and the cut's group tables."""
     columns = {name: list(map(getter, groups)) for name, getter in _GETTERS}
     tracked = [r for r in columns["rollouts"] if r is not None]
     chain = itertools.chain.from_iterable
     columns["rollout_n"] = [0 if r is None else r.n for r in columns["rollouts"]]
     columns["rollout_sealed"] = list(map(_SEALED_OF, tracked))
     columns["rollout_attempt"] = list(chain(map(_ATTEMPTS_OF, tracked)))
-    columns["rollout_locator"] = list(chain(map(_LOCATORS_OF, tracked)))
-    columns["rollout_version"] = list(chain(map(_VERSIONS_OF, tracked)))
+    locators = columns["rollout_locator"] = list(chain(map(_LOCATORS_OF, tracked)))
+    versions = columns["rollout_version"] = list(chain(map(_VERSIONS_OF, tracked)))
+    tokens, turns = columns["progress_tokens"], columns["progress_turn"] = [], []
+    held = list(itertools.compress(range(len(tracked)), map(_PROGRESS_OF, tracked)))  # None or a tuple
+    if held:  # an unsealed rollout's slots hold its prefix's locator and version
+        starts = [0, *itertools.accumulate(map(len, map(_ATTEMPTS_OF, tracked)))]
+        for k in held:
+            start = starts[k]
+            for i, p in enumerate(tracked[k].progress):
+                if p is not None:
+                    locators[start + i], versions[start + i] = p.locator, p.policy_version
+                    tokens.append(p.tokens)
+                    turns.append(p.turn)
     return columns
+
+
+def split_prefixes(tracked: list[Rollouts], gids: Sequence[int], tokens: list, turns: list,
+                   where: str) -> list[Rollouts]:
+    """`tracked` (the rollouts of the groups `gids`, as the columns store them) with each prefix
+    (an unsealed rollout with a locator) moved into its `Progress`, taking `tokens` and `turns`
+    in order; `ValueError` naming `where` and the group when an unsealed rollout has a version
+    but no locator, or the prefixes and their tokens do not match in number."""
+    if len(tokens) != len(turns):
+        raise ValueError(f"{where}: {len(tokens)} prefix tokens but {len(turns)} turns")
+    out, k = [], 0
+    for gid, r in zip(gids, tracked):
+        full = (1 << len(r.attempts)) - 1
+        if r.sealed != full and any(r.locators[i] is not None or r.versions[i] is not None
+                                    for i in range(len(r.attempts)) if not r.sealed >> i & 1):
+            progress, locators, versions = [None] * len(r.attempts), list(r.locators), list(r.versions)
+            for i in range(len(r.attempts)):
+                if r.sealed >> i & 1 or (locators[i] is None and versions[i] is None):
+                    continue
+                if locators[i] is None:
+                    raise ValueError(f"{where}: group {gid} rollout {i} is unsealed with a policy version "
+                                     "but no locator")
+                if k >= len(tokens):
+                    raise ValueError(f"{where}: group {gid} rollout {i} is unsealed with a locator (a "
+                                     f"prefix), but the prefix columns hold only {len(tokens)} prefixes")
+                progress[i] = Progress(locators[i], tokens[k], turns[k], versions[i])
+                locators[i] = versions[i] = None
+                k += 1
+            r = Rollouts(r.attempts, r.sealed, tuple(locators), tuple(versions), tuple(progress))
+        out.append(r)
+    if k != len(tokens):
+        raise ValueError(f"{where}: {len(tokens)} prefix tokens for {k} prefixes")
+    return out
 
 
 def encode(state: State, run_id: bytes, live_columns: Sequence[Mapping[str, list]] | None = None) -> bytes:
@@ -212,9 +268,16 @@ def _rollouts_of(block: _Block, where: str) -> list[Rollouts | None]:
         def per_group(column: list) -> Iterator[tuple]:
             return map(tuple, map(column.__getitem__, rows_of))
 
-    tracked = iter(list(map(Rollouts, per_group(block.rollout_attempt), block.rollout_sealed,
-                            per_group(block.rollout_locator), per_group(block.rollout_version))))
-    return [next(tracked) if n else None for n in block.rollout_n]
+    tracked = list(map(Rollouts, per_group(block.rollout_attempt), block.rollout_sealed,
+                       per_group(block.rollout_locator), per_group(block.rollout_version)))
+    if block.progress_tokens:
+        try:
+            tracked = split_prefixes(tracked, list(itertools.compress(block.group_id, block.rollout_n)),
+                                     block.progress_tokens, block.progress_turn, where)
+        except ValueError as exc:
+            raise StateFileCorrupt(str(exc)) from None
+    it = iter(tracked)
+    return [next(it) if n else None for n in block.rollout_n]
 
 
 def _state_of(body: _Body, live: dict[int, Group]) -> State:

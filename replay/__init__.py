@@ -14,6 +14,7 @@
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
+from journal import Progress
 from journal.fingerprint import fingerprint
 
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning,
@@ -36,13 +37,13 @@ from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutW
 
 __all__ = [
     "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
-    "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
+    "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "Progress", "fingerprint",
     "verify", "VerifyReport", "audit", "AuditReport",
     "NotAJournal", "rescue", "RescueReport",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",
     "SchemaMismatch", "CountMismatch", "CorruptRecord", "TwoOwners", "JournalMismatch",
     "JournalCorrupt", "OwnershipError", "NothingToRestore", "Unreadable", "IdentityChanged", "RowMissing", "RowMismatch", "RowChanged", "RowChangedWarning",
-    "DamagedCutWarning", "FirstStartWarning",
+    "DamagedCutWarning", "DamagedJournalWarning", "FirstStartWarning",
     "ReplicaGap", "ReplicaCorrupt", "ReplicaUnreachable", "ReplicaChanged",
     "LocalDataPlane", "ObjectStoreDataPlane", "DataPlaneError", "InvalidLocator", "RowsNotFound",
     "RowConflict", "RowsCorrupt", "RowsNotStorable", "DataPlaneUnreachable", "DataPlaneIOError",

@@ -35,6 +35,7 @@ import torch
 
 from journal import Group, Owner, Rollouts
 from journal.fold import SampledRow
+from journal.state_file import split_prefixes
 from journal.layout import RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE
 
 from .errors import CorruptRecord, SchemaMismatch
@@ -189,10 +190,51 @@ def _encode_rollouts(columns: Mapping[str, list]) -> dict:
     table["sealed"] = torch.frombuffer(bytearray(bits.translate(_BIT_OF_CHAR)), dtype=torch.bool) \
         if bits else torch.empty(0, dtype=torch.bool)
     table["locator"] = _bytes_column(columns["rollout_locator"], True)
-    return {"rollouts": _int_tensor([n or NONE for n in per_group]), "rollout_table": table}
+    return {"rollouts": _int_tensor([n or NONE for n in per_group]), "rollout_table": table,
+            "progress_table": _encode_progress(columns)}
 
 
-def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) -> list:
+# Schema 4. A rollout with a `Progress` (an unsealed rollout's latest durable prefix) holds its
+# prefix's locator and policy version in its `rollout_table` row (an unsealed rollout has no
+# result to put there), and a group table has a `progress_table`: per such rollout, in rollout
+# order, its `tokens` and `turn` (int64, NONE for none; `turn` is empty when no prefix has a
+# turn, as a single-turn trainer's do not). Schema 3 tables have none, and an unsealed rollout
+# with a locator there is corrupt.
+_PROGRESS_KEYS = frozenset({"tokens", "turn"})
+
+
+def _encode_progress(columns: Mapping[str, list]) -> dict:
+    turns = columns["progress_turn"]
+    return {"tokens": _int_tensor(columns["progress_tokens"]),
+            "turn": _int_tensor(turns if any(t is not None for t in turns) else [])}
+
+
+def _decode_progress(table: dict, rollouts: list, gids: list, where: str) -> list:
+    """`rollouts` (each group's, None when untracked; prefixes still in the rollout slots) with
+    each prefix moved into its `Progress`, the tokens and turns from `table`'s `progress_table`."""
+    pt = table.get("progress_table")
+    if not isinstance(pt, dict) or set(pt) != _PROGRESS_KEYS:
+        raise CorruptRecord(f"{where}: bad progress_table layout")
+    tokens, turn = pt["tokens"], pt["turn"]
+    if not (isinstance(tokens, torch.Tensor) and tokens.dtype == torch.int64 and tokens.dim() == 1
+            and isinstance(turn, torch.Tensor) and turn.dtype == torch.int64
+            and turn.shape in (tokens.shape, (0,))):
+        raise CorruptRecord(f"{where}: the progress columns are not int64 tensors of one length "
+                            "(or no turns)")
+    tokens_list = tokens.tolist()
+    if tokens_list and min(tokens_list) < 0:
+        raise CorruptRecord(f"{where}: a prefix has negative tokens")
+    turns = [None if v == NONE else v for v in turn.tolist()] if turn.numel() else [None] * len(tokens_list)
+    tracked = [r for r in rollouts if r is not None]
+    try:
+        split = iter(split_prefixes(tracked, [g for g, r in zip(gids, rollouts) if r is not None],
+                                    tokens_list, turns, where))
+    except ValueError as exc:
+        raise CorruptRecord(str(exc)) from None
+    return [None if r is None else next(split) for r in rollouts]
+
+
+def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str, schema: int) -> list:
     """Each group's `Rollouts` (None for an untracked group), validated against its group."""
     counts_t, rt = table.get("rollouts"), table.get("rollout_table")
     if not isinstance(counts_t, torch.Tensor) or counts_t.dtype != torch.int64 or counts_t.shape != (n,):
@@ -230,7 +272,7 @@ def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) 
         bits = int(sealed[pos:end][::-1], 2)
         r = Rollouts(tuple(cols["attempt"][pos:end]), bits, tuple(locators[pos:end]),
                      tuple(versions[pos:end]))
-        if any(r.locators[k] is not None or r.versions[k] is not None for k in r.unsealed()):
+        if schema < 4 and any(r.locators[k] is not None or r.versions[k] is not None for k in r.unsealed()):
             raise CorruptRecord(f"{where}: group {gid} has an unsealed rollout with a locator "
                                 "or policy version")
         if phases[i] == _PHASES[Owner.REPLAY] and not r.all_sealed():
@@ -239,7 +281,7 @@ def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) 
         pos = end
     if pos != m:
         raise CorruptRecord(f"{where}: the rollout table has {m} rows, the groups have {pos}")
-    return out
+    return _decode_progress(table, out, gids, where) if schema >= 4 else out
 
 
 def _decode_str(values: list, where: str, name: str) -> list:
@@ -319,7 +361,7 @@ def decode_table(table, file: str, where: str, allowed: frozenset, cut_schema: i
     tasks = _decode_str(tasks, where, "task_name")
     locs = _decode_str(locs, where, "locator")
     owners = list(map(_PHASE_OWNERS.__getitem__, phases))
-    rollouts = _decode_rollouts(table, n, gids, phases, where) if schema >= 2 else [None] * n
+    rollouts = _decode_rollouts(table, n, gids, phases, where, schema) if schema >= 2 else [None] * n
     return list(map(Group, cols["group_id"], cols["idx"], tasks, cols["epoch"], fps, owners,
                     cols["target_step"], cols["policy_version"], locs, cols["replaces"], rollouts))
 
