@@ -38,7 +38,7 @@ from .resume import ResumePlan
 from .reader import MODES, Problem, ProblemKind, Reader, Record, Segment, Timeline, list_segments, read_segment_bytes
 from .vfs import DEFAULT_FS, File, FileSystem, OsFileSystem
 from .async_journal import AsyncJournal
-from . import state_file
+from . import position, state_file
 from .writer import Journal, Transaction, TORN_DIR, LOCK_NAME
 
 __all__ = [
@@ -51,5 +51,5 @@ __all__ = [
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError", "Commit", "Event", "EVENT_KINDS", "Taken", "TakenGroup",
     "Diverted", "Admitted", "Finished", "Trained", "Discarded", "CheckpointBegun",
     "CheckpointCommitted", "IdentityRecorded", "Blob", "TORN_DIR", "LOCK_NAME",
-    "ReplicaError", "ReplicaConflict", "ReplicaTimeout", "StateFileCorrupt", "state_file",
+    "ReplicaError", "ReplicaConflict", "ReplicaTimeout", "StateFileCorrupt", "state_file", "position",
 ]

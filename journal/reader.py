@@ -29,10 +29,11 @@ import msgspec
 import zstandard
 
 from . import format as fmt
-from . import history, layout
+from . import history, layout, position
 from .errors import JournalCorrupt
 from .events import Commit, RolloutFailed, RolloutSealed, Taken, commit_decoder
 from .fold import State, fold_records
+from .position import Position
 from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame, zero_fill
 
 TORN, DAMAGED, CHAIN, GAP = ProblemKind.TORN, ProblemKind.DAMAGED, ProblemKind.CHAIN, ProblemKind.GAP
@@ -164,14 +165,14 @@ WINDOW_BYTES = 4 << 20  # a live segment is read this many bytes at a time (see 
 
 class _SegmentWindow:
     """The bytes of one segment as its read needs them. A live segment is read a window at a
-    time (WINDOW_BYTES, or one frame when it is larger), so a read holds about a window however
-    large the segment. An archive, and a live segment once one of its frames goes to the slow
-    path (which reads around damage and classifies it against the end of the file), are held
-    whole: `data` from offset 0, `at_eof`."""
+    time (WINDOW_BYTES, or one frame when it is larger), from offset `start`, so a read holds
+    about a window however large the segment and reads no byte before `start`. An archive, and
+    a live segment once one of its frames goes to the slow path (which reads around damage and
+    classifies it against the end of the file), are held whole: `data` from offset 0, `at_eof`."""
 
     __slots__ = ("seg", "file", "data", "base", "at_eof")
 
-    def __init__(self, seg: Segment):
+    def __init__(self, seg: Segment, start: int = 0):
         self.seg, self.file, self.base = seg, None, 0  # data[0] is byte `base` of the segment
         if seg.archived:
             self.data, self.at_eof = read_segment_bytes(seg), True
@@ -179,6 +180,9 @@ class _SegmentWindow:
         # the file stays open until `close()`, so the slow path re-reads the same inode even
         # when compaction archives and unlinks the segment meanwhile
         self.file = open(seg.path, "rb")
+        if start:
+            self.file.seek(start)
+            self.base = start
         self.data = self.file.read(WINDOW_BYTES)
         self.at_eof = len(self.data) < WINDOW_BYTES
 
@@ -245,6 +249,66 @@ class _SegmentWindow:
             self.file = None
 
 
+class _SegmentBlobs(dict):
+    """The blob table of a segment read from a position: the blobs stored after it, as they are
+    read, and, on the first lookup of a digest it lacks, those stored before it (`before()`
+    reads them from the segment's header): a loader state seldom references a blob that only
+    an earlier part of its segment stores, so the bytes before a position are seldom read."""
+
+    __slots__ = ("_before",)
+
+    def __init__(self, before):
+        super().__init__()
+        self._before = before
+
+    def _fill(self) -> bool:
+        """Add the blobs stored before the position, once; whether they were added now."""
+        if self._before is None:
+            return False
+        before, self._before = self._before, None
+        for digest, data in before().items():
+            self.setdefault(digest, data)
+        return True
+
+    def __contains__(self, digest) -> bool:
+        return dict.__contains__(self, digest) or (self._fill() and dict.__contains__(self, digest))
+
+    def __missing__(self, digest):
+        if self._fill() and dict.__contains__(self, digest):
+            return dict.__getitem__(self, digest)
+        raise KeyError(digest)
+
+
+def _frame_starts(seg: Segment, p: Position) -> bool:
+    """Whether the frame at `p.offset` of live segment `seg` is whole, verifies, chains on from
+    `p.chain` and starts with commit `p.lsn` (reading that frame only)."""
+    hsize, psize = fmt.FRAME_HEADER_SIZE, fmt.RECORD_PREFIX_SIZE
+    if p.offset < fmt.HEADER_SIZE or p.lsn < seg.first_lsn:
+        return False
+    try:
+        with open(seg.path, "rb") as f:
+            f.seek(p.offset)
+            head = f.read(hsize)
+            if len(head) < hsize:
+                return False
+            length, crc, chain_after = fmt.FRAME_HEADER.unpack(head)
+            if not psize < length <= fmt.MAX_FRAME_BYTES:
+                return False
+            payload = f.read(length)
+    except OSError:
+        return False
+    if len(payload) != length or zlib.crc32(payload) != crc or fmt.frame_chain(payload, p.chain) != chain_after:
+        return False
+    (first,) = fmt.RECORD_PREFIX.unpack_from(payload)
+    if first > length - psize:
+        return False
+    try:
+        commit = commit_decoder.decode(payload[psize:psize + first])
+    except (ValueError, msgspec.DecodeError):
+        return False
+    return commit.lsn == p.lsn
+
+
 class _SegmentEnd(NamedTuple):
     """How a read of one segment ended (the return value of `Reader.segment_records`)."""
 
@@ -286,6 +350,10 @@ class Reader:
         self.segments = list_segments(path)
         self.run_id: bytes | None = None
         self.timelines: dict[int, Timeline] = {}
+        # (timeline, first LSN) of a segment -> the positions in it, by LSN (`position_in`);
+        # the cuts' positions are read on first use
+        self._positions: dict[tuple[int, int], list[Position]] | None = None
+        self._verified: dict[Position, bool] = {}
         self._read_headers()
 
     # -- the two decisions: what a fault means, and whether reading goes on ------
@@ -428,31 +496,107 @@ class Reader:
         for tl in list(self.timelines.values()):
             last = tl.segments[-1]
             if not last.archived and last.path not in self.torn:
-                for _ in self.segment_records(last, last=True):
+                for _ in self.segment_records(last, last=True, from_position=True):
                     pass
         return list(self.torn.values())
+
+    # -- positions (journal/position.py) -----------------------------------------
+
+    def _held_positions(self) -> dict[tuple[int, int], list[Position]]:
+        """The positions known, by segment; the cuts' are read on the first call."""
+        if self._positions is None:
+            self._positions = {}
+            for p in position.of_cuts(self.path):
+                self._add(p)
+        return self._positions
+
+    def add_position(self, p: Position) -> None:
+        """Let reads of `p`'s segment start at it, once it verifies (the positions of the cuts
+        under `<journal>/snapshots/` are known without this)."""
+        self._held_positions()
+        self._add(p)
+
+    def _add(self, p: Position) -> None:
+        held = self._positions.setdefault((p.timeline, p.segment_lsn), [])
+        if p not in held:
+            held.append(p)
+            held.sort(key=lambda q: q.lsn)
+
+    def position_in(self, seg: Segment, lsn: int | None = None) -> Position | None:
+        """The verified position of live segment `seg` nearest before commit `lsn` (the last
+        one when None): reading its commits from `lsn` on may start there. None when it has
+        none (an archive has none: it is decompressed whole)."""
+        if seg.archived:
+            return None
+        for p in reversed(self._held_positions().get((seg.timeline, seg.first_lsn), ())):
+            if lsn is not None and p.lsn > lsn:
+                continue
+            ok = self._verified.get(p)
+            if ok is None:
+                ok = self._verified[p] = _frame_starts(seg, p)
+            if ok:
+                return p
+        return None
+
+    def position_of(self, lsn: int, next_group_id: int) -> Position | None:
+        """The position of the frame holding commit `lsn` of the active history, for a cut at
+        `lsn` whose next group id is `next_group_id`; its segment is read from the nearest
+        position before it. None when no live segment holds that commit."""
+        tip = self.active_timeline
+        t = history.holder(self.timelines, tip, lsn) if tip is not None and lsn > 0 else None
+        segs = [s for s in self.timelines[t].segments if s.first_lsn <= lsn] if t is not None else []
+        if not segs or segs[-1].archived:
+            return None
+        seg = segs[-1]
+        p = self.position_in(seg, lsn)
+        start, chain = (p.lsn, p.chain) if p is not None else (seg.first_lsn, seg.header.chain_seed)
+        frame, last = None, None
+        for last in self.segment_records(seg, last=seg is self.timelines[t].segments[-1],
+                                         start_lsn=start, stop_lsn=lsn):
+            if frame is None or last.offset != frame[0]:
+                frame = (last.offset, last.commit.lsn, chain)
+            chain = last.chain
+        if last is None or last.commit.lsn != lsn:
+            return None
+        return Position(seg.timeline, seg.first_lsn, *frame, next_group_id)
+
+    def _blobs_before(self, seg: Segment, p: Position) -> dict:
+        """The blob table of `seg` after its commits before position `p` (read from its header)."""
+        table: dict = {}
+        for rec in self.segment_records(seg, last=False, stop_lsn=p.lsn - 1):
+            table = rec.blobs
+        return dict(table)
 
     # -- frames ------------------------------------------------------------------
 
     def segment_records(self, seg: Segment, *, last: bool, expect_lsn: int | None = None,
                         chain: int | None = None, start_lsn: int | None = None,
-                        stop_lsn: int | None = None) -> Iterator[Record]:
+                        stop_lsn: int | None = None, from_position: bool = False) -> Iterator[Record]:
         """Commits of one segment. `last`: damage at its end may be a torn tail.
 
-        Only commits with `start_lsn <= lsn` are yielded (all are read and checked), and the
-        scan ends at the first commit past `stop_lsn`. The generator's return value (for
-        `yield from`) is a `_SegmentEnd`; a plain for-loop ignores it."""
+        Only commits with `start_lsn <= lsn` are yielded, and the scan ends at the first commit
+        past `stop_lsn`. Every commit read is checked; the read starts at the segment's nearest
+        verified position before `start_lsn` (`position_in`), else at its header, or with
+        `from_position` at its last position (the caller wants only what comes after it).
+        The generator's return value (for `yield from`) is a `_SegmentEnd`; a plain for-loop
+        ignores it."""
         lo = start_lsn if start_lsn is not None else -1
         hi = stop_lsn if stop_lsn is not None else float("inf")
         seen_lsn = seen_chain = yielded = None
-        window = _SegmentWindow(seg)
+        at = self.position_in(seg, None if from_position else lo) \
+            if from_position or lo > seg.first_lsn else None
+        window = _SegmentWindow(seg, at.offset if at is not None else 0)
         try:
             if not self._segment_continues(seg, expect_lsn, chain):
                 return _SegmentEnd(None, None, False, True, None)
-            chain, lsn = seg.header.chain_seed, seg.header.first_lsn
-            blobs: dict[bytes, bytes] = {}
-            data, base, at_eof = window.data, 0, window.at_eof  # data[0] is byte `base` of the file
-            pos, end, mv = fmt.HEADER_SIZE, len(data), memoryview(data)
+            if at is None:
+                chain, lsn, pos = seg.header.chain_seed, seg.header.first_lsn, fmt.HEADER_SIZE
+                blobs: dict[bytes, bytes] = {}
+            else:
+                chain, lsn, pos = at.chain, at.lsn, at.offset
+                blobs = _SegmentBlobs(lambda: self._blobs_before(seg, at))
+            data, base, at_eof = window.data, window.base, window.at_eof  # data[0] is byte `base` of the file
+            pos, end, mv = pos - base, len(data), memoryview(data)
             # fast path (the hot loop of every replay): a frame that is whole, verifies, chains on
             # (fmt.frame_chain: one CRC over the payload), decodes and continues the LSNs is yielded
             # here; any other frame goes through `_frame_records`, from the same offset (nothing is
@@ -730,7 +874,8 @@ class Reader:
         marks = [s.header.next_group_id for s in self.segments if s.header.next_group_id is not None]
         return max(marks, default=0) - 1
 
-    def _unbounded_records(self, group_id: int, skip_active_after: int | None = None) -> Iterator[Record]:
+    def _unbounded_records(self, group_id: int, skip_active_after: int | None = None,
+                           from_positions: bool = False) -> Iterator[Record]:
         """Commits of every segment of `_unbounded_segments(group_id)`, each segment read on
         its own (the checks of its frames and chain from its header on). With
         `skip_active_after=L`, the commits of the active history after LSN L are left out
@@ -743,7 +888,7 @@ class Reader:
             span = spans.get(seg.timeline)
             if span is not None and seg.first_lsn > skip_active_after and span.limit is None:
                 continue  # the newest timeline after L: all of it is the active history
-            for rec in self.segment_records(seg, last=last):
+            for rec in self.segment_records(seg, last=last, from_position=from_positions):
                 if span is None or rec.commit.lsn <= skip_active_after or not span.holds(rec.commit.lsn):
                     yield rec
 
@@ -753,7 +898,11 @@ class Reader:
         either). Reads the group marks of the headers and the records of the segments they
         do not cover (the newest one)."""
         top = floor = self._group_mark_top()
-        for rec in self._unbounded_records(floor + 1):
+        for seg in self._unbounded_segments(floor + 1):  # read from their positions
+            at = self.position_in(seg)
+            if at is not None:
+                top = max(top, at.next_group_id - 1)
+        for rec in self._unbounded_records(floor + 1, from_positions=True):
             for ev in rec.commit.events:
                 if type(ev) is Taken and ev.groups:
                     top = max(top, ev.groups[-1].group_id)
