@@ -251,15 +251,17 @@ class _SegmentWindow:
 
 class _SegmentBlobs(dict):
     """The blob table of a segment read from a position: the blobs stored after it, as they are
-    read, and, on the first lookup of a digest it lacks, those stored before it (`before()`
-    reads them from the segment's header): a loader state seldom references a blob that only
-    an earlier part of its segment stores, so the bytes before a position are seldom read."""
+    read; a digest it lacks is looked up among the position's blobs (`known`: the loader state's
+    there, content-addressed), and then, once, among those stored before it (`before()` reads
+    them from the segment's header: only a loader state that goes back to an older blob needs
+    that). Its keys are the blobs stored after the position only: a writer continuing the
+    segment stores any other blob again rather than claim one the segment may not hold."""
 
-    __slots__ = ("_before",)
+    __slots__ = ("_before", "_known")
 
-    def __init__(self, before):
+    def __init__(self, before, known: dict):
         super().__init__()
-        self._before = before
+        self._before, self._known = before, known
 
     def _fill(self) -> bool:
         """Add the blobs stored before the position, once; whether they were added now."""
@@ -270,10 +272,16 @@ class _SegmentBlobs(dict):
             self.setdefault(digest, data)
         return True
 
+    def __bool__(self) -> bool:  # not empty while the blobs before the position are unread
+        return self._before is not None or dict.__len__(self) > 0
+
     def __contains__(self, digest) -> bool:
-        return dict.__contains__(self, digest) or (self._fill() and dict.__contains__(self, digest))
+        return (dict.__contains__(self, digest) or digest in self._known
+                or (self._fill() and dict.__contains__(self, digest)))
 
     def __missing__(self, digest):
+        if digest in self._known:
+            return self._known[digest]
         if self._fill() and dict.__contains__(self, digest):
             return dict.__getitem__(self, digest)
         raise KeyError(digest)
@@ -538,10 +546,11 @@ class Reader:
                 return p
         return None
 
-    def position_of(self, lsn: int, next_group_id: int) -> Position | None:
+    def position_of(self, lsn: int, next_group_id: int, blobs: dict | None = None) -> Position | None:
         """The position of the frame holding commit `lsn` of the active history, for a cut at
-        `lsn` whose next group id is `next_group_id`; its segment is read from the nearest
-        position before it. None when no live segment holds that commit."""
+        `lsn` whose next group id is `next_group_id` and whose loader state references `blobs`;
+        its segment is read from the nearest position before it. None when no live segment
+        holds that commit."""
         tip = self.active_timeline
         t = history.holder(self.timelines, tip, lsn) if tip is not None and lsn > 0 else None
         segs = [s for s in self.timelines[t].segments if s.first_lsn <= lsn] if t is not None else []
@@ -558,7 +567,7 @@ class Reader:
             chain = last.chain
         if last is None or last.commit.lsn != lsn:
             return None
-        return Position(seg.timeline, seg.first_lsn, *frame, next_group_id)
+        return position.with_blobs(Position(seg.timeline, seg.first_lsn, *frame, next_group_id), blobs or {})
 
     def _blobs_before(self, seg: Segment, p: Position) -> dict:
         """The blob table of `seg` after its commits before position `p` (read from its header)."""
@@ -594,7 +603,7 @@ class Reader:
                 blobs: dict[bytes, bytes] = {}
             else:
                 chain, lsn, pos = at.chain, at.lsn, at.offset
-                blobs = _SegmentBlobs(lambda: self._blobs_before(seg, at))
+                blobs = _SegmentBlobs(lambda: self._blobs_before(seg, at), dict(at.blobs))
             data, base, at_eof = window.data, window.base, window.at_eof  # data[0] is byte `base` of the file
             pos, end, mv = pos - base, len(data), memoryview(data)
             # fast path (the hot loop of every replay): a frame that is whole, verifies, chains on

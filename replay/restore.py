@@ -207,8 +207,9 @@ def _reader_of_cut(path: str, cut, past_damage: bool) -> tuple[Reader | None, li
 
 
 def _from_cut(path: str, at, step: int | None, past_damage: bool) -> _Restored:
-    """A cut directory named on its own: checks 1-7, and 8 when it lies in a journal's snapshots/."""
-    cut = read_cut(path)
+    """A cut directory named on its own: checks 1-4 and its state file (else 5-7, see
+    `read_cut(tables=False)`), and 8 when it lies in a journal's snapshots/."""
+    cut = read_cut(path, tables=False)
     reader, notes = _reader_of_cut(path, cut, past_damage)
     if step is not None and cut.manifest.checkpoint_step != step:
         raise RestoreError(f"{path}: the cut is of step {cut.manifest.checkpoint_step}, not {step}")

@@ -132,7 +132,8 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
         run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
     ledger = _ledger(reader, path, base, state, journal)
-    where = reader.position_of(state.lsn, state.next_group_id)
+    where = reader.position_of(state.lsn, state.next_group_id,
+                               state.loader.blobs if state.loader is not None else None)
     if into is not None:
         _remove_tmp_dirs(fs, os.path.dirname(target), cut_tmp_name(os.path.basename(target), ""))
         write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
