@@ -160,6 +160,7 @@ def read_segment_bytes(seg: Segment) -> bytes:
     return b"".join(chunks)
 
 
+ANY_LSN = 1 << 63  # `Reader.segment_records(skip_before=ANY_LSN)`: from the segment's last position
 WINDOW_BYTES = 4 << 20  # a live segment is read this many bytes at a time (see _SegmentWindow)
 
 
@@ -504,7 +505,7 @@ class Reader:
         for tl in list(self.timelines.values()):
             last = tl.segments[-1]
             if not last.archived and last.path not in self.torn:
-                for _ in self.segment_records(last, last=True, from_position=True):
+                for _ in self.segment_records(last, last=True, skip_before=ANY_LSN):
                     pass
         return list(self.torn.values())
 
@@ -580,20 +581,21 @@ class Reader:
 
     def segment_records(self, seg: Segment, *, last: bool, expect_lsn: int | None = None,
                         chain: int | None = None, start_lsn: int | None = None,
-                        stop_lsn: int | None = None, from_position: bool = False) -> Iterator[Record]:
+                        stop_lsn: int | None = None, skip_before: int | None = None) -> Iterator[Record]:
         """Commits of one segment. `last`: damage at its end may be a torn tail.
 
         Only commits with `start_lsn <= lsn` are yielded, and the scan ends at the first commit
         past `stop_lsn`. Every commit read is checked; the read starts at the segment's nearest
-        verified position before `start_lsn` (`position_in`), else at its header, or with
-        `from_position` at its last position (the caller wants only what comes after it).
+        verified position at or before `start_lsn` (`position_in`), else at its header;
+        `skip_before=L`: the caller wants no commit before the nearest position at or before
+        LSN L either (`ANY_LSN`: before the segment's last position).
         The generator's return value (for `yield from`) is a `_SegmentEnd`; a plain for-loop
         ignores it."""
         lo = start_lsn if start_lsn is not None else -1
         hi = stop_lsn if stop_lsn is not None else float("inf")
         seen_lsn = seen_chain = yielded = None
-        at = self.position_in(seg, None if from_position else lo) \
-            if from_position or lo > seg.first_lsn else None
+        bound = lo if skip_before is None else max(lo, skip_before)
+        at = self.position_in(seg, bound) if bound > seg.first_lsn else None
         window = _SegmentWindow(seg, at.offset if at is not None else 0)
         try:
             if not self._segment_continues(seg, expect_lsn, chain):
@@ -883,22 +885,30 @@ class Reader:
         marks = [s.header.next_group_id for s in self.segments if s.header.next_group_id is not None]
         return max(marks, default=0) - 1
 
-    def _unbounded_records(self, group_id: int, skip_active_after: int | None = None,
-                           from_positions: bool = False) -> Iterator[Record]:
+    def _unbounded_records(self, group_id: int, skip_active_after: int | None = None, *,
+                           any_position: bool = False, known_to: int | None = None) -> Iterator[Record]:
         """Commits of every segment of `_unbounded_segments(group_id)`, each segment read on
-        its own (the checks of its frames and chain from its header on). With
-        `skip_active_after=L`, the commits of the active history after LSN L are left out
-        (the caller read them), and a segment holding only such commits is not read."""
+        its own (the checks of its frames and chain from its header, or from a position, on).
+        With `skip_active_after=L`, the commits of the active history after LSN L are left out
+        (the caller read them), and a segment holding only such commits is not read. Each
+        segment is read from its last position with `any_position`; with `known_to=K` (the
+        caller knows what the active history up to LSN K did), a segment of the active
+        history from its nearest position at or before K that is on that history."""
         spans = {s.timeline.timeline: s for s in history.spans(self.timelines)} \
-            if skip_active_after is not None else {}
+            if skip_active_after is not None or known_to is not None else {}
         for seg in self._unbounded_segments(group_id):
             tl = self.timelines[seg.timeline]
             last = seg is tl.segments[-1]
             span = spans.get(seg.timeline)
-            if span is not None and seg.first_lsn > skip_active_after and span.limit is None:
+            if span is not None and skip_active_after is not None and seg.first_lsn > skip_active_after \
+                    and span.limit is None:
                 continue  # the newest timeline after L: all of it is the active history
-            for rec in self.segment_records(seg, last=last, from_position=from_positions):
-                if span is None or rec.commit.lsn <= skip_active_after or not span.holds(rec.commit.lsn):
+            skip = ANY_LSN if any_position else None
+            if span is not None and known_to is not None:
+                skip = known_to if span.limit is None else min(known_to, span.limit)
+            for rec in self.segment_records(seg, last=last, skip_before=skip):
+                if skip_active_after is None or span is None or rec.commit.lsn <= skip_active_after \
+                        or not span.holds(rec.commit.lsn):
                     yield rec
 
     def max_group_id(self) -> int:
@@ -911,24 +921,28 @@ class Reader:
             at = self.position_in(seg)
             if at is not None:
                 top = max(top, at.next_group_id - 1)
-        for rec in self._unbounded_records(floor + 1, from_positions=True):
+        for rec in self._unbounded_records(floor + 1, any_position=True):
             for ev in rec.commit.events:
                 if type(ev) is Taken and ev.groups:
                     top = max(top, ev.groups[-1].group_id)
         return top
 
-    def attempts_used(self, rollouts: set, *, skip_active_after: int | None = None) -> dict[tuple[int, int], int]:
+    def attempts_used(self, rollouts: set, *, skip_active_after: int | None = None,
+                      known_to: int | None = None) -> dict[tuple[int, int], int]:
         """For each (group, index) of `rollouts` that any timeline names: the highest attempt it
         was ever dispatched in (a seal names its attempt; a failure of attempt a is followed by
         a dispatch of a+1). Attempts are never reused, like group ids: a resume raises the
         attempt of an unsealed rollout above this, so no worker of a dead run can seal.
         Reads only the segments that may name the lowest of their groups (see
         `_unbounded_segments`): those written since it was taken. `skip_active_after=L`
-        leaves out the active history after LSN L (a caller that read it already counts it)."""
+        leaves out the active history after LSN L (a caller that read it already counts it);
+        `known_to=K` may leave out the active history up to LSN K (a caller whose state at K
+        holds each rollout's attempt there: the segments are read from positions)."""
         used: dict[tuple[int, int], int] = {}
         if not rollouts:
             return used
-        for rec in self._unbounded_records(min(gid for gid, _ in rollouts), skip_active_after):
+        for rec in self._unbounded_records(min(gid for gid, _ in rollouts), skip_active_after,
+                                           known_to=known_to):
             for ev in rec.commit.events:
                 kind = type(ev)
                 if kind is RolloutSealed or kind is RolloutFailed:

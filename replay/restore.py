@@ -86,9 +86,10 @@ def _attempts_used(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Ca
     def used(keys: set) -> dict:
         if reader is None:
             return {}
+        # the state at `lsn` holds each rollout's attempt on the active history up to it
         if tail is None:
-            return _wrap_journal_errors(reader.attempts_used, keys)
-        found = _wrap_journal_errors(reader.attempts_used, keys, skip_active_after=lsn)
+            return _wrap_journal_errors(reader.attempts_used, keys, known_to=lsn)
+        found = _wrap_journal_errors(reader.attempts_used, keys, skip_active_after=lsn, known_to=lsn)
         for key in keys & tail.attempts.keys():
             found[key] = max(found.get(key, 0), tail.attempts[key])
         return found

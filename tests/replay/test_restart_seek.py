@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import journal.reader
-from journal import GroupRef, Journal, JournalWarning, Reader, position
+from journal import GroupRef, Journal, JournalWarning, Reader, RolloutRef, position
 from journal.format import HEADER_SIZE
 from journal.layout import POSITION_FILE, SNAPSHOTS_DIR
 from replay import restore, verify
@@ -66,21 +66,28 @@ def segment_bytes_read(monkeypatch):
     return log
 
 
-def _history(path: str, groups: int, *, blob_epochs: int = 1) -> None:
+def _history(path: str, groups: int) -> None:
     """`groups` groups taken (a loader state with a blob), admitted, finished, trained, one commit
-    each, a committed checkpoint every 50 groups, a cut at the last one, then a short tail."""
+    each, a committed checkpoint every 50 groups; then 5 groups in flight, 2 of their 4 rollouts
+    sealed (a restore fences the others: their attempts are looked up); a last checkpoint and a
+    cut at it; then a short tail."""
     with Journal.open(path, sync="none") as j:
         for i in range(groups):
-            (g,) = j.taken([GroupRef(idx=i)], loader_state=loader_state(i + 1, i * blob_epochs // groups))
+            (g,) = j.taken([GroupRef(idx=i)], loader_state=loader_state(i + 1, 0))
             j.admitted([g], target_step=i // 50 + 1)
             j.finished([g], policy_version=1)
             j.trained([g], step=i // 50 + 1)
             if i % 50 == 49:
                 j.begin_checkpoint(step=i // 50 + 1)
                 j.commit_checkpoint(step=i // 50 + 1)
+        flying = j.taken([GroupRef(idx=groups + k) for k in range(5)], loader_state=loader_state(groups + 5, 0))
+        j.admitted(flying, target_step=groups // 50 + 2, rollouts=4)
+        j.rollout_sealed([RolloutRef(g, k, 0, f"dp/{g}/{k}") for g in flying for k in (0, 1)])
+        j.begin_checkpoint(step=groups // 50 + 1)
+        j.commit_checkpoint(step=groups // 50 + 1)
         compact(path, journal=j, retention=None)
-        for i in range(groups, groups + 7):  # in flight after the checkpoint: the dead tail
-            j.taken([GroupRef(idx=i)], loader_state=loader_state(i + 1, blob_epochs - 1))
+        for i in range(groups + 5, groups + 12):  # taken after the checkpoint: the dead tail
+            j.taken([GroupRef(idx=i)], loader_state=loader_state(i + 1, 0))
 
 
 def _newest_position(path: str) -> position.Position:
@@ -118,7 +125,8 @@ def test_restore_and_open_read_nothing_before_the_cut(fast_tmp, segment_bytes_re
     before = [(first, n) for first, n in reads if first < at.offset and first + n > HEADER_SIZE]
     assert not before, f"read {before} of {at.segment}, before the cut's offset {at.offset}"
     assert_same_state(state.fold_state, want, "restore")
-    assert (opened.lsn, opened.live) == (want.lsn + 1, {}), "the resume re-marks the checkpoint only"
+    assert len(state.admitted) == 5 and all(r.attempt == 1 for g in state.admitted for r in g.pending)
+    assert opened.lsn == want.lsn + 1, "the resume's first commit: the checkpoint and the fences"
 
 
 def test_garbage_before_the_position_is_never_read_and_verify_finds_it(fast_tmp):
