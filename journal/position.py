@@ -106,7 +106,10 @@ def of_cuts(journal_path: str) -> list[Position]:
             continue
         try:
             with open(os.path.join(root, name, layout.POSITION_FILE), "rb") as f:
-                data = f.read(MAX_BYTES + 1)
+                size = os.fstat(f.fileno()).st_size  # what sizes the read: never a length it claims
+                if size > MAX_BYTES:
+                    continue
+                data = f.read(size)
         except OSError:
             continue
         p = decode(data)

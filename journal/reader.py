@@ -301,7 +301,8 @@ def _frame_starts(seg: Segment, p: Position) -> bool:
             if len(head) < hsize:
                 return False
             length, crc, chain_after = fmt.FRAME_HEADER.unpack(head)
-            if not psize < length <= fmt.MAX_FRAME_BYTES:
+            # the file's size bounds the read, never the length the frame claims
+            if not psize < length <= os.fstat(f.fileno()).st_size - p.offset - hsize:
                 return False
             payload = f.read(length)
     except OSError:
