@@ -139,19 +139,26 @@ def read_segment_bytes(seg: Segment) -> bytes:
         return data
     # Stream it: `decompress()` allocates the content size the zstd frame header *claims*
     # up front (a 2 KB archive claiming 1.5 GiB allocated 1.5 GiB). Fed in small steps, the
-    # output grows with the bytes that really come out, checked against the same bound.
+    # output grows with the bytes that really come out, checked against the same bound. An
+    # archive is one frame, or (since archives keep the header apart, see `_header_bytes`) the
+    # header's frame and then the rest's: its content is that of its frames in order.
     limit = fmt.MAX_FRAME_BYTES * 2
-    chunks, total = [], 0
+    chunks, total, at, carry = [], 0, 0, b""
     try:
         dobj = zstandard.ZstdDecompressor().decompressobj()
-        for i in range(0, len(data), 1 << 12):
-            out = dobj.decompress(data[i:i + (1 << 12)])
+        while carry or at < len(data):
+            if carry:
+                piece, carry = carry, b""
+            else:
+                piece, at = data[at:at + (1 << 12)], at + (1 << 12)
+            out = dobj.decompress(piece)
             total += len(out)
             if total > limit:
                 raise zstandard.ZstdError(f"decompresses to more than {limit} bytes")
             chunks.append(out)
-            if dobj.eof:
-                break
+            if dobj.eof and (dobj.unused_data or at < len(data)):  # the next frame
+                carry = dobj.unused_data
+                dobj = zstandard.ZstdDecompressor().decompressobj()
         if not dobj.eof:
             raise zstandard.ZstdError("the file ends inside its zstd frame")
     except zstandard.ZstdError as exc:
@@ -408,12 +415,13 @@ class Reader:
 
     def _read_headers(self) -> None:
         kept = []
+        dctx = zstandard.ZstdDecompressor()  # one for every archive's header
         by_timeline: dict[int, list[Segment]] = {}
         for seg in self.segments:
             by_timeline.setdefault(seg.timeline, []).append(seg)
         for timeline, segs in by_timeline.items():
             for i, seg in enumerate(segs):
-                head = self._header_bytes(seg)
+                head = self._header_bytes(seg, dctx)
                 try:
                     seg.header = fmt.decode_header(head)
                 except fmt.HeaderError as exc:
@@ -473,13 +481,15 @@ class Reader:
         return claimed
 
     @staticmethod
-    def _header_bytes(seg: Segment) -> bytes:
-        """The first HEADER_SIZE bytes; an archive is decompressed only as far as that."""
+    def _header_bytes(seg: Segment, dctx: zstandard.ZstdDecompressor | None = None) -> bytes:
+        """The first HEADER_SIZE bytes; an archive is decompressed only as far as that (its
+        first frame, which holds the header alone in archives written since they keep it apart),
+        with `dctx` when given (a decompressor costs more to make than a header frame to read)."""
         with open(seg.path, "rb") as f:
             if not seg.archived:
                 return f.read(fmt.HEADER_SIZE)
             try:
-                with zstandard.ZstdDecompressor().stream_reader(f) as z:
+                with (dctx or zstandard.ZstdDecompressor()).stream_reader(f, read_size=1 << 12) as z:
                     head = b""
                     while len(head) < fmt.HEADER_SIZE:
                         more = z.read(fmt.HEADER_SIZE - len(head))
