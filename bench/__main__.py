@@ -35,6 +35,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "replica": ("bench.replica", "the replica on a local S3 server: lag p50/p99 at 1,000 commits/s, "
                                  "throughput with the shipper, requests idle and per 1M commits, "
                                  "restore from the bucket vs local"),
+    "restart": ("bench.restart", "restore + Journal.open(resume=) in a fresh process after 1x/10x/100x "
+                                 "history, in one segment and in rotated ones; 1M groups x 8 rollouts <= 1 s"),
     "snapshot": ("bench.snapshot", "cut time and size at 1k/10k/100k live groups vs the ledger's "
                                    "torch.save, history independence, memory per group"),
 }

@@ -18,7 +18,7 @@ import time
 
 from journal import (Admitted, Commit, Finished, GroupRef, Journal, RolloutRef, Taken, TakenGroup, Trained,
                      format as fmt)
-from journal.layout import list_segments
+from journal.reader import list_segments
 from journal.vfs import OsFileSystem
 from journal.events import commit_decoder, commit_encoder
 from journal.fold import State, apply

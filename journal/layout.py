@@ -16,8 +16,8 @@ A journal directory holds:
     snapshots/<cut>.replaced-<seconds>       a cut set aside by a resume that wrote a new one
     replica/<segment stem>.shipped           the segment is in the bucket its content names (retention may retire it)
 
-A cut directory holds MANIFEST.json and the files named below (`CUT_FILES`; `LEDGER_FILE`
-and `STATE_FILE` are optional: older cuts lack them).
+A cut directory holds MANIFEST.json and the files named below (`CUT_FILES`; `LEDGER_FILE`,
+`STATE_FILE` and `POSITION_FILE` are optional: older cuts lack them).
 A directory whose name starts with `.tmp-` is never read as a cut.
 
 The names of a replica's objects (object storage) are in `journal/replica/names.py`.
@@ -50,9 +50,10 @@ REPLAY_FILE = "replay_buffer_metadata.pt"
 RESERVE_FILE = "replacement_reserve.pt"
 LEDGER_FILE = "audit_rows.pt"  # the row ledger: what the audit needs of the history before the cut
 STATE_FILE = "journal_state.bin"  # the fold state at the cut, in the journal's format (state_file.py)
+POSITION_FILE = "journal_position.bin"  # where reading the segment may start (position.py)
 DATA_PLANE_DIR = "data_plane"
 CUT_FILES = (MANIFEST_NAME, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE, LEDGER_FILE,
-             STATE_FILE)
+             STATE_FILE, POSITION_FILE)
 
 REPLICA_DIR = "replica"
 SHIPPED_SUFFIX = ".shipped"

@@ -222,8 +222,8 @@ class Opening:
         only the last segments of its newest timeline (back to the first holding a commit)."""
         tip = lineage[-1]
         for seg in reversed(tip.segments):
-            last = None
-            for last in reader.records(start_lsn=seg.first_lsn):
+            last, at = None, reader.position_in(seg)  # its commits after a cut's position will do
+            for last in reader.records(start_lsn=at.lsn if at is not None else seg.first_lsn):
                 pass
             if last is not None:
                 return last.commit.lsn, last.blobs

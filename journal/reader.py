@@ -29,10 +29,11 @@ import msgspec
 import zstandard
 
 from . import format as fmt
-from . import history, layout
+from . import history, layout, position
 from .errors import JournalCorrupt
 from .events import Commit, commit_decoder
 from .fold import State, fold_records
+from .position import Position
 from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame, zero_fill
 
 TORN, DAMAGED, CHAIN, GAP = ProblemKind.TORN, ProblemKind.DAMAGED, ProblemKind.CHAIN, ProblemKind.GAP
@@ -138,19 +139,26 @@ def read_segment_bytes(seg: Segment) -> bytes:
         return data
     # Stream it: `decompress()` allocates the content size the zstd frame header *claims*
     # up front (a 2 KB archive claiming 1.5 GiB allocated 1.5 GiB). Fed in small steps, the
-    # output grows with the bytes that really come out, checked against the same bound.
+    # output grows with the bytes that really come out, checked against the same bound. An
+    # archive is one frame, or (since archives keep the header apart, see `_header_bytes`) the
+    # header's frame and then the rest's: its content is that of its frames in order.
     limit = fmt.MAX_FRAME_BYTES * 2
-    chunks, total = [], 0
+    chunks, total, at, carry = [], 0, 0, b""
     try:
         dobj = zstandard.ZstdDecompressor().decompressobj()
-        for i in range(0, len(data), 1 << 12):
-            out = dobj.decompress(data[i:i + (1 << 12)])
+        while carry or at < len(data):
+            if carry:
+                piece, carry = carry, b""
+            else:
+                piece, at = data[at:at + (1 << 12)], at + (1 << 12)
+            out = dobj.decompress(piece)
             total += len(out)
             if total > limit:
                 raise zstandard.ZstdError(f"decompresses to more than {limit} bytes")
             chunks.append(out)
-            if dobj.eof:
-                break
+            if dobj.eof and (dobj.unused_data or at < len(data)):  # the next frame
+                carry = dobj.unused_data
+                dobj = zstandard.ZstdDecompressor().decompressobj()
         if not dobj.eof:
             raise zstandard.ZstdError("the file ends inside its zstd frame")
     except zstandard.ZstdError as exc:
@@ -159,19 +167,20 @@ def read_segment_bytes(seg: Segment) -> bytes:
     return b"".join(chunks)
 
 
+ANY_LSN = 1 << 63  # `Reader.segment_records(skip_before=ANY_LSN)`: from the segment's last position
 WINDOW_BYTES = 4 << 20  # a live segment is read this many bytes at a time (see _SegmentWindow)
 
 
 class _SegmentWindow:
     """The bytes of one segment as its read needs them. A live segment is read a window at a
-    time (WINDOW_BYTES, or one frame when it is larger), so a read holds about a window however
-    large the segment. An archive, and a live segment once one of its frames goes to the slow
-    path (which reads around damage and classifies it against the end of the file), are held
-    whole: `data` from offset 0, `at_eof`."""
+    time (WINDOW_BYTES, or one frame when it is larger), from offset `start`, so a read holds
+    about a window however large the segment and reads no byte before `start`. An archive, and
+    a live segment once one of its frames goes to the slow path (which reads around damage and
+    classifies it against the end of the file), are held whole: `data` from offset 0, `at_eof`."""
 
     __slots__ = ("seg", "file", "data", "base", "at_eof")
 
-    def __init__(self, seg: Segment):
+    def __init__(self, seg: Segment, start: int = 0):
         self.seg, self.file, self.base = seg, None, 0  # data[0] is byte `base` of the segment
         if seg.archived:
             self.data, self.at_eof = read_segment_bytes(seg), True
@@ -179,6 +188,9 @@ class _SegmentWindow:
         # the file stays open until `close()`, so the slow path re-reads the same inode even
         # when compaction archives and unlinks the segment meanwhile
         self.file = open(seg.path, "rb")
+        if start:
+            self.file.seek(start)
+            self.base = start
         self.data = self.file.read(WINDOW_BYTES)
         self.at_eof = len(self.data) < WINDOW_BYTES
 
@@ -245,6 +257,75 @@ class _SegmentWindow:
             self.file = None
 
 
+class _SegmentBlobs(dict):
+    """The blob table of a segment read from a position: the blobs stored after it, as they are
+    read; a digest it lacks is looked up among the position's blobs (`known`: the loader state's
+    there, content-addressed), and then, once, among those stored before it (`before()` reads
+    them from the segment's header: only a loader state that goes back to an older blob needs
+    that). Its keys are the blobs stored after the position only: a writer continuing the
+    segment stores any other blob again rather than claim one the segment may not hold."""
+
+    __slots__ = ("_before", "_known")
+
+    def __init__(self, before, known: dict):
+        super().__init__()
+        self._before, self._known = before, known
+
+    def _fill(self) -> bool:
+        """Add the blobs stored before the position, once; whether they were added now."""
+        if self._before is None:
+            return False
+        before, self._before = self._before, None
+        for digest, data in before().items():
+            self.setdefault(digest, data)
+        return True
+
+    def __bool__(self) -> bool:  # not empty while the blobs before the position are unread
+        return self._before is not None or dict.__len__(self) > 0
+
+    def __contains__(self, digest) -> bool:
+        return (dict.__contains__(self, digest) or digest in self._known
+                or (self._fill() and dict.__contains__(self, digest)))
+
+    def __missing__(self, digest):
+        if digest in self._known:
+            return self._known[digest]
+        if self._fill() and dict.__contains__(self, digest):
+            return dict.__getitem__(self, digest)
+        raise KeyError(digest)
+
+
+def _frame_starts(seg: Segment, p: Position) -> bool:
+    """Whether the frame at `p.offset` of live segment `seg` is whole, verifies, chains on from
+    `p.chain` and starts with commit `p.lsn` (reading that frame only)."""
+    hsize, psize = fmt.FRAME_HEADER_SIZE, fmt.RECORD_PREFIX_SIZE
+    if p.offset < fmt.HEADER_SIZE or p.lsn < seg.first_lsn:
+        return False
+    try:
+        with open(seg.path, "rb") as f:
+            f.seek(p.offset)
+            head = f.read(hsize)
+            if len(head) < hsize:
+                return False
+            length, crc, chain_after = fmt.FRAME_HEADER.unpack(head)
+            # the file's size bounds the read, never the length the frame claims
+            if not psize < length <= os.fstat(f.fileno()).st_size - p.offset - hsize:
+                return False
+            payload = f.read(length)
+    except OSError:
+        return False
+    if len(payload) != length or zlib.crc32(payload) != crc or fmt.frame_chain(payload, p.chain) != chain_after:
+        return False
+    (first,) = fmt.RECORD_PREFIX.unpack_from(payload)
+    if first > length - psize:
+        return False
+    try:
+        commit = commit_decoder.decode(payload[psize:psize + first])
+    except (ValueError, msgspec.DecodeError):
+        return False
+    return commit.lsn == p.lsn
+
+
 class _SegmentEnd(NamedTuple):
     """How a read of one segment ended (the return value of `Reader.segment_records`)."""
 
@@ -286,6 +367,10 @@ class Reader:
         self.segments = list_segments(path)
         self.run_id: bytes | None = None
         self.timelines: dict[int, Timeline] = {}
+        # (timeline, first LSN) of a segment -> the positions in it, by LSN (`position_in`);
+        # the cuts' positions are read on first use
+        self._positions: dict[tuple[int, int], list[Position]] | None = None
+        self._verified: dict[Position, bool] = {}
         self._read_headers()
 
     # -- the two decisions: what a fault means, and whether reading goes on ------
@@ -330,12 +415,13 @@ class Reader:
 
     def _read_headers(self) -> None:
         kept = []
+        dctx = zstandard.ZstdDecompressor()  # one for every archive's header
         by_timeline: dict[int, list[Segment]] = {}
         for seg in self.segments:
             by_timeline.setdefault(seg.timeline, []).append(seg)
         for timeline, segs in by_timeline.items():
             for i, seg in enumerate(segs):
-                head = self._header_bytes(seg)
+                head = self._header_bytes(seg, dctx)
                 try:
                     seg.header = fmt.decode_header(head)
                 except fmt.HeaderError as exc:
@@ -395,13 +481,15 @@ class Reader:
         return claimed
 
     @staticmethod
-    def _header_bytes(seg: Segment) -> bytes:
-        """The first HEADER_SIZE bytes; an archive is decompressed only as far as that."""
+    def _header_bytes(seg: Segment, dctx: zstandard.ZstdDecompressor | None = None) -> bytes:
+        """The first HEADER_SIZE bytes; an archive is decompressed only as far as that (its
+        first frame, which holds the header alone in archives written since they keep it apart),
+        with `dctx` when given (a decompressor costs more to make than a header frame to read)."""
         with open(seg.path, "rb") as f:
             if not seg.archived:
                 return f.read(fmt.HEADER_SIZE)
             try:
-                with zstandard.ZstdDecompressor().stream_reader(f) as z:
+                with (dctx or zstandard.ZstdDecompressor()).stream_reader(f, read_size=1 << 12) as z:
                     head = b""
                     while len(head) < fmt.HEADER_SIZE:
                         more = z.read(fmt.HEADER_SIZE - len(head))
@@ -428,31 +516,109 @@ class Reader:
         for tl in list(self.timelines.values()):
             last = tl.segments[-1]
             if not last.archived and last.path not in self.torn:
-                for _ in self.segment_records(last, last=True):
+                for _ in self.segment_records(last, last=True, skip_before=ANY_LSN):
                     pass
         return list(self.torn.values())
+
+    # -- positions (journal/position.py) -----------------------------------------
+
+    def _held_positions(self) -> dict[tuple[int, int], list[Position]]:
+        """The positions known, by segment; the cuts' are read on the first call."""
+        if self._positions is None:
+            self._positions = {}
+            for p in position.of_cuts(self.path):
+                self._add(p)
+        return self._positions
+
+    def add_position(self, p: Position) -> None:
+        """Let reads of `p`'s segment start at it, once it verifies (the positions of the cuts
+        under `<journal>/snapshots/` are known without this)."""
+        self._held_positions()
+        self._add(p)
+
+    def _add(self, p: Position) -> None:
+        held = self._positions.setdefault((p.timeline, p.segment_lsn), [])
+        if p not in held:
+            held.append(p)
+            held.sort(key=lambda q: q.lsn)
+
+    def position_in(self, seg: Segment, lsn: int | None = None) -> Position | None:
+        """The verified position of live segment `seg` nearest before commit `lsn` (the last
+        one when None): reading its commits from `lsn` on may start there. None when it has
+        none (an archive has none: it is decompressed whole)."""
+        if seg.archived:
+            return None
+        for p in reversed(self._held_positions().get((seg.timeline, seg.first_lsn), ())):
+            if lsn is not None and p.lsn > lsn:
+                continue
+            ok = self._verified.get(p)
+            if ok is None:
+                ok = self._verified[p] = _frame_starts(seg, p)
+            if ok:
+                return p
+        return None
+
+    def position_of(self, lsn: int, next_group_id: int, blobs: dict | None = None) -> Position | None:
+        """The position of the frame holding commit `lsn` of the active history, for a cut at
+        `lsn` whose next group id is `next_group_id` and whose loader state references `blobs`;
+        its segment is read from the nearest position before it. None when no live segment
+        holds that commit."""
+        tip = self.active_timeline
+        t = history.holder(self.timelines, tip, lsn) if tip is not None and lsn > 0 else None
+        segs = [s for s in self.timelines[t].segments if s.first_lsn <= lsn] if t is not None else []
+        if not segs or segs[-1].archived:
+            return None
+        seg = segs[-1]
+        p = self.position_in(seg, lsn)
+        start, chain = (p.lsn, p.chain) if p is not None else (seg.first_lsn, seg.header.chain_seed)
+        frame, last = None, None
+        for last in self.segment_records(seg, last=seg is self.timelines[t].segments[-1],
+                                         start_lsn=start, stop_lsn=lsn):
+            if frame is None or last.offset != frame[0]:
+                frame = (last.offset, last.commit.lsn, chain)
+            chain = last.chain
+        if last is None or last.commit.lsn != lsn:
+            return None
+        return position.with_blobs(Position(seg.timeline, seg.first_lsn, *frame, next_group_id), blobs or {})
+
+    def _blobs_before(self, seg: Segment, p: Position) -> dict:
+        """The blob table of `seg` after its commits before position `p` (read from its header)."""
+        table: dict = {}
+        for rec in self.segment_records(seg, last=False, stop_lsn=p.lsn - 1):
+            table = rec.blobs
+        return dict(table)
 
     # -- frames ------------------------------------------------------------------
 
     def segment_records(self, seg: Segment, *, last: bool, expect_lsn: int | None = None,
                         chain: int | None = None, start_lsn: int | None = None,
-                        stop_lsn: int | None = None) -> Iterator[Record]:
+                        stop_lsn: int | None = None, skip_before: int | None = None) -> Iterator[Record]:
         """Commits of one segment. `last`: damage at its end may be a torn tail.
 
-        Only commits with `start_lsn <= lsn` are yielded (all are read and checked), and the
-        scan ends at the first commit past `stop_lsn`. The generator's return value (for
-        `yield from`) is a `_SegmentEnd`; a plain for-loop ignores it."""
+        Only commits with `start_lsn <= lsn` are yielded, and the scan ends at the first commit
+        past `stop_lsn`. Every commit read is checked; the read starts at the segment's nearest
+        verified position at or before `start_lsn` (`position_in`), else at its header;
+        `skip_before=L`: the caller wants no commit before the nearest position at or before
+        LSN L either (`ANY_LSN`: before the segment's last position).
+        The generator's return value (for `yield from`) is a `_SegmentEnd`; a plain for-loop
+        ignores it."""
         lo = start_lsn if start_lsn is not None else -1
         hi = stop_lsn if stop_lsn is not None else float("inf")
         seen_lsn = seen_chain = yielded = None
-        window = _SegmentWindow(seg)
+        bound = lo if skip_before is None else max(lo, skip_before)
+        at = self.position_in(seg, bound) if bound > seg.first_lsn else None
+        window = _SegmentWindow(seg, at.offset if at is not None else 0)
         try:
             if not self._segment_continues(seg, expect_lsn, chain):
                 return _SegmentEnd(None, None, False, True, None)
-            chain, lsn = seg.header.chain_seed, seg.header.first_lsn
-            blobs: dict[bytes, bytes] = {}
-            data, base, at_eof = window.data, 0, window.at_eof  # data[0] is byte `base` of the file
-            pos, end, mv = fmt.HEADER_SIZE, len(data), memoryview(data)
+            if at is None:
+                chain, lsn, pos = seg.header.chain_seed, seg.header.first_lsn, fmt.HEADER_SIZE
+                blobs: dict[bytes, bytes] = {}
+            else:
+                chain, lsn, pos = at.chain, at.lsn, at.offset
+                blobs = _SegmentBlobs(lambda: self._blobs_before(seg, at), dict(at.blobs))
+            data, base, at_eof = window.data, window.base, window.at_eof  # data[0] is byte `base` of the file
+            pos, end, mv = pos - base, len(data), memoryview(data)
             # fast path (the hot loop of every replay): a frame that is whole, verifies, chains on
             # (fmt.frame_chain: one CRC over the payload), decodes and continues the LSNs is yielded
             # here; any other frame goes through `_frame_records`, from the same offset (nothing is
@@ -705,7 +871,7 @@ class Reader:
         return fold_records(state, self.records(timeline=timeline, start_lsn=state.lsn + 1,
                                                 stop_lsn=stop_lsn), log=log)
 
-    def _unbounded_segments(self, group_id: int) -> Iterator[Segment]:
+    def segments_naming(self, group_id: int) -> Iterator[Segment]:
         """The segments that may hold a commit naming group `group_id` or a higher one; only
         their records need reading, the others are known from the group marks alone.
 
@@ -730,21 +896,30 @@ class Reader:
         marks = [s.header.next_group_id for s in self.segments if s.header.next_group_id is not None]
         return max(marks, default=0) - 1
 
-    def records_naming(self, group_id: int, skip_active_after: int | None = None) -> Iterator[Record]:
+    def records_naming(self, group_id: int, skip_active_after: int | None = None, *,
+                       any_position: bool = False, known_to: int | None = None) -> Iterator[Record]:
         """Commits of every segment that may name group `group_id` or a higher one
-        (`_unbounded_segments`), each segment read on its own (the checks of its frames and
-        chain from its header on). With `skip_active_after=L`, the commits of the active
-        history after LSN L are left out (the caller read them), and a segment holding only
-        such commits is not read. What they say is `fold.max_group_id`'s and
-        `fold.attempts_used`'s."""
+        (`segments_naming`), each segment read on its own (the checks of its frames and
+        chain from its header, or from a position, on). With `skip_active_after=L`, the commits
+        of the active history after LSN L are left out (the caller read them), and a segment
+        holding only such commits is not read. Each segment is read from its last position with
+        `any_position`; with `known_to=K` (the caller knows what the active history up to LSN K
+        did), a segment of the active history from its nearest position at or before K that is
+        on that history. What they say is `fold.max_group_id`'s, `fold.attempts_used`'s and
+        `fold.admitted_groups`'."""
         spans = {s.timeline.timeline: s for s in history.spans(self.timelines)} \
-            if skip_active_after is not None else {}
-        for seg in self._unbounded_segments(group_id):
+            if skip_active_after is not None or known_to is not None else {}
+        for seg in self.segments_naming(group_id):
             tl = self.timelines[seg.timeline]
             last = seg is tl.segments[-1]
             span = spans.get(seg.timeline)
-            if span is not None and seg.first_lsn > skip_active_after and span.limit is None:
+            if span is not None and skip_active_after is not None and seg.first_lsn > skip_active_after \
+                    and span.limit is None:
                 continue  # the newest timeline after L: all of it is the active history
-            for rec in self.segment_records(seg, last=last):
-                if span is None or rec.commit.lsn <= skip_active_after or not span.holds(rec.commit.lsn):
+            skip = ANY_LSN if any_position else None
+            if span is not None and known_to is not None:
+                skip = known_to if span.limit is None else min(known_to, span.limit)
+            for rec in self.segment_records(seg, last=last, skip_before=skip):
+                if skip_active_after is None or span is None or rec.commit.lsn <= skip_active_after \
+                        or not span.holds(rec.commit.lsn):
                     yield rec

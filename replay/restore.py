@@ -91,9 +91,10 @@ def _attempts_used(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Ca
     def used(keys: set) -> dict:
         if reader is None:
             return {}
+        # the state at `lsn` holds each rollout's attempt on the active history up to it
         if tail is None:
-            return _wrap_journal_errors(attempts_used, reader, keys)
-        found = _wrap_journal_errors(attempts_used, reader, keys, skip_active_after=lsn)
+            return _wrap_journal_errors(attempts_used, reader, keys, known_to=lsn)
+        found = _wrap_journal_errors(attempts_used, reader, keys, skip_active_after=lsn, known_to=lsn)
         for key in keys & tail.attempts.keys():
             found[key] = max(found.get(key, 0), tail.attempts[key])
         return found
@@ -107,8 +108,8 @@ def _admitted_ever(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Ca
         if reader is None:
             return set()
         if tail is None:
-            return _wrap_journal_errors(admitted_groups, reader, gids)
-        return _wrap_journal_errors(admitted_groups, reader, gids, skip_active_after=lsn) | (gids & tail.admitted)
+            return _wrap_journal_errors(admitted_groups, reader, gids, known_to=lsn)
+        return _wrap_journal_errors(admitted_groups, reader, gids, skip_active_after=lsn, known_to=lsn) | (gids & tail.admitted)
     return admitted
 
 
@@ -224,8 +225,9 @@ def _reader_of_cut(path: str, cut, past_damage: bool) -> tuple[Reader | None, li
 
 
 def _from_cut(path: str, at, step: int | None, past_damage: bool) -> _Restored:
-    """A cut directory named on its own: checks 1-7, and 8 when it lies in a journal's snapshots/."""
-    cut = read_cut(path)
+    """A cut directory named on its own: checks 1-4 and its state file (else 5-7, see
+    `read_cut(tables=False)`), and 8 when it lies in a journal's snapshots/."""
+    cut = read_cut(path, tables=False)
     reader, notes = _reader_of_cut(path, cut, past_damage)
     if step is not None and cut.manifest.checkpoint_step != step:
         raise RestoreError(f"{path}: the cut is of step {cut.manifest.checkpoint_step}, not {step}")

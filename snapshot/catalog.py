@@ -120,13 +120,14 @@ def anchored_cuts(reader: Reader, journal_path: str, skipped: list[Skipped]) -> 
 
 
 def newest_readable(views: list[ManifestView], below: int | None, skipped: list[Skipped]) -> Cut | None:
-    """The newest of `views` at or before `below` (any if None) that passes every check of
-    `read_cut`; those that fail are reported and dropped from `views`."""
+    """The newest of `views` at or before `below` (any if None) that passes `read_cut(tables=
+    False)` (checks 1-4, its state from its journal state file, else checks 5-7 on its tables);
+    those that fail are reported and dropped from `views`."""
     for v in list(views):
         if below is not None and v.lsn > below:
             continue
         try:
-            cut = read_cut(v.path)
+            cut = read_cut(v.path, tables=False)
         except RestoreError as exc:
             skipped.append(Skipped.failed(v.path, exc))
             views.remove(v)

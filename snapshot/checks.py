@@ -24,9 +24,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-from journal import Group, Owner, State
+from journal import Group, Owner, State, StateFileCorrupt, state_file
 from journal.fold import LoaderState
-from journal.identity import from_hex
+from journal.identity import from_hex, to_hex
+from journal.layout import STATE_FILE
 
 from . import cut as cut_module, manifest as mf
 from .cut import DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE, \
@@ -298,14 +299,54 @@ def check_of(error: BaseException | type) -> CutCheck | None:
     return next((c for c in CHECKS if issubclass(cls, c.error)), None)
 
 
-def read_cut(cut_dir: str) -> Cut:
+def read_cut(cut_dir: str, *, tables: bool = True) -> Cut:
     """Load the cut at `cut_dir` through every check of `CHECKS` that needs no journal, in
-    order; raises the first that fails."""
+    order; raises the first that fails.
+
+    `tables=False` (a restore): after checks 1-4 (every file's sha256, the `.pt` tables' too),
+    the state is the cut's journal state file's when it decodes and agrees with the manifest
+    (`_state_file_agrees`), and the `.pt` tables are not loaded: torch is imported only by a
+    loader state that holds a tensor. A cut without a state file, or whose state file does not
+    decode or disagrees, is read as with `tables=True`."""
     r = Reading(os.path.abspath(cut_dir))
+    if not tables:
+        for check in FILE_CHECKS:
+            check.run(r)
+        state = _from_state_file(r)
+        if state is not None:
+            return Cut(r.cut_dir, r.manifest, state)
+        r = Reading(r.cut_dir)
     for check in CHECKS:
         if check.run is not None:
             check.run(r)
     return Cut(r.cut_dir, r.manifest, r.state)
+
+
+def _from_state_file(r: Reading) -> State | None:
+    """The state of the cut's journal state file (its sha256 matched: check 4), None when the
+    cut has none, or it does not decode or disagrees with the manifest."""
+    data = r.contents.get(STATE_FILE)
+    if data is None or r.manifest.schema_version not in mf.READABLE_SCHEMAS:
+        return None
+    try:
+        state, run_id = state_file.decode(data, r.where(STATE_FILE))
+    except StateFileCorrupt:
+        return None
+    return state if _state_file_agrees(r.manifest, state, run_id) else None
+
+
+def _state_file_agrees(m: mf.Manifest, state: State, run_id: bytes) -> bool:
+    """Whether a state file's state is the one the manifest describes: run, anchor, next group
+    id, per-owner counts, checkpoints, loader state (held or not, and its epoch), identity."""
+    loader = state.loader
+    return (run_id.hex() == m.run_id and (state.timeline, state.lsn, state.chain) == (m.timeline, m.lsn, m.chain)
+            and state.next_group_id == m.next_group_id
+            and {o.name: state.counts[o] for o in Owner} == m.counts
+            and {str(k): v for k, v in state.pending_checkpoints.items()} == m.pending_checkpoints
+            and {str(k): v for k, v in state.committed_checkpoints.items()} == m.committed_checkpoints
+            and (loader is not None) == m.has_loader_state
+            and (loader.epoch if loader is not None else None) == m.loader_epoch
+            and to_hex(state.identity) == m.identity)
 
 
 def check_cut_files(cut_dir: str) -> mf.Manifest:

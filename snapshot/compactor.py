@@ -134,17 +134,19 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
         run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
     ledger = _ledger(reader, path, base, state, journal)
+    where = reader.position_of(state.lsn, state.next_group_id,
+                               state.loader.blobs if state.loader is not None else None)
     if into is not None:
         _remove_tmp_dirs(fs, os.path.dirname(target), cut_tmp_name(os.path.basename(target), ""))
         write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
-                  ledger=ledger)
+                  ledger=ledger, where=where)
     else:
         target = os.path.join(snapshots, cut_dir_name(timeline, state.lsn))
         if os.path.lexists(target) and not _reusable(path, target, data_plane):
             _discard_cut(fs, target)  # damaged, stale, or without the data plane asked for
         if not os.path.lexists(target):
             write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
-                      ledger=ledger)
+                      ledger=ledger, where=where)
     result = CompactResult(target, state.lsn, step, skipped=skipped)
     if retention is not None:
         decision = _apply_retention(fs, path, keep_cuts, pins, retention, result, protect=target)

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from journal import Group, Owner, State, layout, state_file
+from journal import Group, Owner, State, layout, position, state_file
 from journal.vfs import DEFAULT_FS, OsFileSystem
 from journal.identity import to_hex
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 from journal.layout import (DATA_PLANE_DIR, DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,  # noqa: F401
                             RESERVE_FILE, cut_tmp_name)
-from journal.layout import LEDGER_FILE, STATE_FILE
+from journal.layout import LEDGER_FILE, POSITION_FILE, STATE_FILE
 
 TERMINAL_KEY = "terminal_owners"  # in rollout_recovery.pt: which ids were trained or dropped
 DATASET_KEY = "dataset"  # in rollout_recovery.pt: the dataset size and row sample (optional)
@@ -141,9 +141,10 @@ def file_sha256(path: str) -> tuple[int, str]:
 
 def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
               data_plane: DataPlane | None = None, fs: OsFileSystem | None = None,
-              ledger=None) -> str:
+              ledger=None, where: position.Position | None = None) -> str:
     """Write `state` as a cut at `final_dir` (which must not exist) atomically; returns it.
-    `ledger`: the `row_ledger.RowLedger` at `state.lsn`, when it is known."""
+    `ledger`: the `row_ledger.RowLedger` at `state.lsn`, when it is known; `where`: the
+    position of the frame holding commit `state.lsn` in the journal, when it is known."""
     fs = fs or DEFAULT_FS
     final_dir = os.path.abspath(final_dir)
     if os.path.exists(final_dir):
@@ -154,7 +155,8 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
         fs.makedirs(parent)
         fs.mkdir(tmp)  # its entry needs no fsync of its own: the rename below is fsynced
         try:
-            _fill(fs, tmp, state, run_id=run_id, timeline=timeline, data_plane=data_plane, ledger=ledger)
+            _fill(fs, tmp, state, run_id=run_id, timeline=timeline, data_plane=data_plane, ledger=ledger,
+                  where=where)
             fs.rename(tmp, final_dir)
         except BaseException:
             remove_quietly(fs, tmp)
@@ -164,7 +166,7 @@ def write_cut(final_dir: str, state: State, *, run_id: bytes, timeline: int,
 
 
 def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: int,
-          data_plane: DataPlane | None, ledger=None) -> None:
+          data_plane: DataPlane | None, ledger=None, where: position.Position | None = None) -> None:
     """Write every file of the cut of `state` into the empty directory `tmp`, manifest last,
     each fsynced, then the directory."""
     from .tables import encode_table, encode_terminal
@@ -202,6 +204,8 @@ def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: 
         put(LEDGER_FILE, _save_bytes(ledger.encode()))
     # what Journal.open folds the tail onto
     put(STATE_FILE, state_file.encode(state, run_id, live_columns=columns))
+    if where is not None:  # where a restart reads the journal from
+        put(POSITION_FILE, position.encode(where))
     if data_plane is not None:
         with_rows = replay + [g for g in recovery if g.rollouts is not None and g.rollouts.sealed]
         files.update(_save_data_plane(fs, tmp, data_plane, with_rows))

@@ -15,6 +15,7 @@ import os
 import zstandard
 
 from journal import JournalIOError, Reader, history
+from journal.format import HEADER_SIZE
 from journal.vfs import OsFileSystem
 from journal.reader import read_segment_bytes
 from journal.layout import REPLACE_TMP_SUFFIX, archive_name
@@ -63,9 +64,13 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
                 continue
             with io_step("read the segment to archive", seg.path):
                 raw = read_segment_bytes(seg)
-            data = zstandard.ZstdCompressor(level=ARCHIVE_LEVEL).compress(raw)
+            # the header in a zstd frame of its own: a reader gets it without decompressing the
+            # segment (every reader lists every archive by its header)
+            parts = [raw[:HEADER_SIZE], raw[HEADER_SIZE:]]
+            frames = [zstandard.ZstdCompressor(level=ARCHIVE_LEVEL).compress(part) for part in parts]
+            data = b"".join(frames)
             final = os.path.join(journal_path, archive_name(seg.name))
-            if zstandard.ZstdDecompressor().decompress(data) != raw:  # never unlink on a bad archive
+            if [zstandard.ZstdDecompressor().decompress(f) for f in frames] != parts:  # never unlink on a bad archive
                 raise JournalIOError(f"{final}: the zstd archive does not decompress to the segment "
                                      f"{seg.path}, which stays live", path=final,
                                      operation="verify the archive")

@@ -12,6 +12,7 @@ import zstandard
 
 from tests.support.faultfs import FaultFS
 from journal import GroupRef, Journal, layout, locks
+from journal.reader import Segment, read_segment_bytes
 from tests.support.journal_model import Model, assert_journal_matches, drive, segment_files, tree_bytes
 from snapshot import compact
 
@@ -99,8 +100,9 @@ def _compaction_junk(path: str) -> dict[str, str]:
     for d in junk.values():
         shutil.copytree(os.path.join(snaps, cut), d)
     archive = next(n for n in sorted(os.listdir(path)) if n.endswith(layout.ARCHIVE_SUFFIX))
-    with open(os.path.join(path, archive), "rb") as f:
-        raw = zstandard.ZstdDecompressor().decompress(f.read())
+    timeline, first_lsn, _ = layout.parse_segment_name(archive)
+    full = os.path.join(path, archive)
+    raw = read_segment_bytes(Segment(full, timeline, first_lsn, True, os.path.getsize(full)))
     live = archive[:-len(layout.ARCHIVE_SUFFIX)] + layout.SEGMENT_SUFFIX
     junk["segment beside its archive"] = os.path.join(path, live)
     _write(junk["segment beside its archive"], raw)

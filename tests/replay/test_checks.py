@@ -1,6 +1,8 @@
 """The chain of checks of a cut (snapshot.checks.CHECKS), one test per check, each provoked on a real cut
 or journal. Every error must be its own class, a subclass of `replay.RestoreError`, and
-name the culprit (file, LSN or group)."""
+name the culprit (file, LSN or group). Checks 5 and 7 on the `.pt` tables run where the tables
+are loaded: `read_cut` (verify's read of a cut); a restore takes the state from the cut's
+journal state file instead, once every file's sha256 matched (tests/replay/test_restart_seek.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from journal import GroupRef, Journal, Reader, format as fmt
 from journal.events import Commit, Trained, commit_encoder
 from replay import restore
 from tests.support.replay_support import collate, locator_of, make_dataset, ref_of
-from snapshot import compact
+from snapshot import compact, read_cut
 
 STEP = 3
 
@@ -134,8 +136,8 @@ def test_checksum_mismatch_before_any_unpickling(world, monkeypatch):
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(torch, "load", counting_load)
-    restore(world["cut"])
-    assert loads, "the patch must see the loads of a clean restore"
+    read_cut(world["cut"])
+    assert loads, "the patch must see the loads of a clean read of the tables"
     loads.clear()
     full = os.path.join(world["cut"], "rollout_recovery.pt")
     data = bytearray(open(full, "rb").read())
@@ -143,6 +145,7 @@ def test_checksum_mismatch_before_any_unpickling(world, monkeypatch):
     with open(full, "wb") as f:
         f.write(data)
     _raises(replay.ChecksumMismatch, lambda: restore(world["cut"]), "rollout_recovery.pt")
+    _raises(replay.ChecksumMismatch, lambda: read_cut(world["cut"]), "rollout_recovery.pt")
     assert loads == [], "torch.load ran before the hash check"
 
 
@@ -157,7 +160,7 @@ def test_schema_mismatch_manifest(world):
 
 def test_schema_mismatch_table(world):
     _rewrite_table(world["cut"], "rollout_recovery.pt", lambda t: t.update(format_version=7))
-    _raises(replay.SchemaMismatch, lambda: restore(world["cut"]), "rollout_recovery.pt", "format_version 7")
+    _raises(replay.SchemaMismatch, lambda: read_cut(world["cut"]), "rollout_recovery.pt", "format_version 7")
 
 
 # 6 -------------------------------------------------------------------------------------------
@@ -176,7 +179,7 @@ def test_corrupt_record(world):
         t["idx"][0] = -5
     _rewrite_table(world["cut"], "rollout_recovery.pt", negative_idx)
     first = torch.load(os.path.join(world["cut"], "rollout_recovery.pt"), weights_only=True)["group_id"][0]
-    _raises(replay.CorruptRecord, lambda: restore(world["cut"]), "rollout_recovery.pt",
+    _raises(replay.CorruptRecord, lambda: read_cut(world["cut"]), "rollout_recovery.pt",
             f"group {int(first)}")
 
 
@@ -184,7 +187,7 @@ def test_corrupt_record_phase(world):
     def replay_phase_in_ledger(t):
         t["phase"][0] = 3  # a REPLAY record inside rollout_recovery.pt
     _rewrite_table(world["cut"], "rollout_recovery.pt", replay_phase_in_ledger)
-    _raises(replay.CorruptRecord, lambda: restore(world["cut"]), "rollout_recovery.pt", "phase")
+    _raises(replay.CorruptRecord, lambda: read_cut(world["cut"]), "rollout_recovery.pt", "phase")
 
 
 def test_two_owners(world):

@@ -22,6 +22,7 @@ from replay import RowChanged, RowChangedWarning, RowMismatch, fingerprint, rest
 from tests.support.replay_support import make_dataset, ref_of
 from snapshot import compact, read_cut
 from snapshot.cut import DATASET_KEY, RECOVERY_FILE
+from snapshot.cut import STATE_FILE
 
 ROWS = 200
 
@@ -149,6 +150,8 @@ def test_old_cut_without_the_identity_still_reads(tmp_path, ds):
     with open(mpath) as f:
         manifest = json.load(f)
     manifest["files"][RECOVERY_FILE] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    del manifest["files"][STATE_FILE]  # nor a journal state file (a restore would read that instead)
+    os.unlink(os.path.join(cut, STATE_FILE))
     with open(mpath, "w") as f:
         json.dump(manifest, f)
     state = read_cut(cut).state

@@ -99,6 +99,9 @@ def _damaged_copy(healthy, tmp_path, where: str) -> tuple[str, int, int]:
 
 
 WHERE = ["before", "inside-before", "inside-after", "after"]
+# before the newest cut's position (in the segments before its own, or in its own before the
+# frame holding its LSN): a restore and a resume read the journal from that position on
+BEFORE_THE_CUT = ("before", "inside-before")
 
 
 @pytest.mark.parametrize("where", WHERE)
@@ -109,7 +112,7 @@ def test_restore_uses_the_newest_point_the_damage_does_not_touch(healthy, tmp_pa
         state = restore(path)
     assert state.step == want and state.lsn == healthy[5][want]
     warned = [str(w.message) for w in caught if issubclass(w.category, DamagedJournalWarning)]
-    if where != "before":  # the damage was met (before the cut, a restore does not read it)
+    if where not in BEFORE_THE_CUT:  # the damage was met
         assert state.damage and any(f"LSN {lsn}" in d for d in state.damage), state.damage
         assert len(warned) == 1 and f"journal-inspect rescue {path} NEWDIR" in warned[0]
     cut_state = restore(os.path.join(path, "snapshots", healthy[1]))  # a cut restores on its own
@@ -126,8 +129,8 @@ def test_the_printed_recipe_works_to_the_end(healthy, tmp_path, where):
             opened = True
         except JournalCorrupt as exc:
             opened, message = False, str(exc)
-    if opened:  # the damage is in a segment the cut covers: the resume does not read it
-        assert where == "before"
+    if opened:  # the damage is before the newest cut's position: the resume does not read it
+        assert where in BEFORE_THE_CUT
         command = f"journal-inspect rescue {shlex.quote(path)} NEWDIR"  # works all the same
     else:
         assert f"journal-inspect rescue {path} NEWDIR" in message and "snapshots/cut-" not in message

@@ -25,9 +25,9 @@ import shutil
 import pytest
 import torch
 
-from journal import GroupRef, Journal, Owner, Reader, state_file
+from journal import GroupRef, Journal, Owner, Reader, position, state_file
 from journal.reader import list_segments
-from journal.layout import (DATALOADER_FILE, LEDGER_FILE, MANIFEST_NAME, RECOVERY_FILE,
+from journal.layout import (DATALOADER_FILE, LEDGER_FILE, MANIFEST_NAME, POSITION_FILE, RECOVERY_FILE,
                             REPLAY_FILE, RESERVE_FILE, SNAPSHOTS_DIR, STATE_FILE, cut_dirs)
 from snapshot import ChecksumMismatch, compact, read_cut, row_locators
 from snapshot.state_at import state_at
@@ -72,7 +72,8 @@ def test_files_load_weights_only_and_match_the_manifest(fast_tmp):
     manifest = json.loads(files.pop(MANIFEST_NAME))
     # exactly the files the manifest lists, with their size and sha256
     assert set(files) == set(manifest["files"]) == {DATALOADER_FILE, RECOVERY_FILE, REPLAY_FILE,
-                                                     RESERVE_FILE, LEDGER_FILE, STATE_FILE}
+                                                     RESERVE_FILE, LEDGER_FILE, STATE_FILE,
+                                                     POSITION_FILE}
     for name, data in files.items():
         assert manifest["files"][name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     assert manifest["format"] == "ownership-journal-cut" and manifest["schema_version"] == 4
@@ -83,6 +84,12 @@ def test_files_load_weights_only_and_match_the_manifest(fast_tmp):
     state, run_id = state_file.decode(files.pop(STATE_FILE), STATE_FILE)
     assert run_id.hex() == manifest["run_id"]
     assert_same_state(state, reference_states(path)[result.lsn], "state file at end")
+    # the journal's position (not torch): the frame holding the cut's LSN, its loader's blobs
+    at = position.decode(files.pop(POSITION_FILE))
+    r = Reader(path)
+    seg = next(s for s in r.segments if s.name == at.segment)
+    assert r.position_in(seg, result.lsn) == at and at.lsn <= result.lsn and at.next_group_id == 61
+    assert dict(at.blobs) == state.loader.blobs
     # every .pt loads with weights_only and no extra safe globals
     loaded = {name: _strict_load(os.path.join(cut, name)) for name in files}
     assert loaded[DATALOADER_FILE]["pos"] == 60

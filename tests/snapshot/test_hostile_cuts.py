@@ -38,7 +38,7 @@ from journal import Journal, JournalError, Reader
 from replay import (ChecksumMismatch, CorruptRecord, ManifestMissing, MissingFile, RestoreError, Unreadable,
                     UnsafePath, restore)
 from snapshot import compact, read_cut
-from journal.layout import SNAPSHOTS_DIR
+from journal.layout import SNAPSHOTS_DIR, STATE_FILE
 
 PT_FILES = ("train_dataloader.pt", "rollout_recovery.pt", "replay_buffer_metadata.pt")
 
@@ -92,6 +92,13 @@ def _save_manifest(cut: str, m: dict) -> None:
         json.dump(m, fh, indent=2)
 
 
+def _drop_state_file(cut: str) -> None:
+    os.unlink(os.path.join(cut, STATE_FILE))
+    m = _manifest(cut)
+    del m["files"][STATE_FILE]
+    _save_manifest(cut, m)
+
+
 def _vouch(cut: str, name: str) -> None:
     m = _manifest(cut)
     with open(os.path.join(cut, name), "rb") as fh:
@@ -129,8 +136,10 @@ def test_weights_only_alone_stops_a_malicious_pickle(cut_copy, tmp_path, monkeyp
 
     monkeypatch.setattr(torch, "load", spy)
     with pytest.raises(CorruptRecord) as info:
-        read_cut(cut)
+        read_cut(cut)  # verify's read: every table loaded
     assert "weights_only" in str(info.value) and name in str(info.value)
+    assert _same(restore(cut), baseline)  # a restore takes the state from the journal state file
+    _drop_state_file(cut)  # without it, a restore loads the tables
     with pytest.raises(CorruptRecord):
         restore(cut)
     skipped = restore(journal)  # the journal restores without the hostile cut, and says so

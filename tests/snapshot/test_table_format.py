@@ -16,8 +16,9 @@ import torch
 
 import replay
 from journal import GroupRef, Journal
+from journal.layout import STATE_FILE
 from replay import restore
-from snapshot import compact
+from snapshot import compact, read_cut
 from snapshot.manifest import SCHEMA_VERSION
 
 TABLES = {"rollout_recovery.pt": "ownership-journal/rollout-recovery",
@@ -69,6 +70,17 @@ def _rewrite(cut: str, name: str, mutate, manifest_schema: int | None = None) ->
         json.dump(m, f)
 
 
+def _drop_state_file(cut: str) -> None:
+    """Remove the cut's journal state file (a cut written before it existed): a restore then
+    loads the tables."""
+    os.unlink(os.path.join(cut, STATE_FILE))
+    with open(os.path.join(cut, "MANIFEST.json")) as f:
+        m = json.load(f)
+    del m["files"][STATE_FILE]
+    with open(os.path.join(cut, "MANIFEST.json"), "w") as f:
+        json.dump(m, f)
+
+
 def test_each_table_names_its_own_format_and_nemo_rl_rejects_it(cut):
     for name, fmt in TABLES.items():
         table = _load(cut, name)
@@ -85,10 +97,16 @@ def test_each_table_names_its_own_format_and_nemo_rl_rejects_it(cut):
     (lambda t: (t.pop("format"), t.pop("format_version")), "no format"),
 ])
 def test_a_table_of_another_format_is_refused_naming_it(cut, mutate, words):
+    """Where the tables are loaded: `verify`'s read of a cut, and a restore from a cut whose
+    journal state file is missing (a restore takes the state from that file otherwise)."""
     _rewrite(cut, "rollout_recovery.pt", mutate)
     with pytest.raises(replay.SchemaMismatch) as info:
-        restore(cut)
+        read_cut(cut)
     assert "rollout_recovery.pt" in str(info.value) and words in str(info.value), str(info.value)
+    restore(cut)
+    _drop_state_file(cut)
+    with pytest.raises(replay.SchemaMismatch, match="rollout_recovery.pt"):
+        restore(cut)
 
 
 def test_tables_of_schema_3_without_progress_still_read(cut):
@@ -108,6 +126,7 @@ def test_tables_of_schema_3_without_progress_still_read(cut):
 def test_tables_written_before_the_tag_still_read(cut):
     """A cut of schema 2 (the last before the tag): each table's version under `schema_version`."""
     want = restore(cut)
+    _drop_state_file(cut)  # the tables are what is read
     for name in TABLES:
         def untag(t):
             del t["format"], t["format_version"]

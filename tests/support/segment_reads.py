@@ -19,10 +19,10 @@ def spy_segment_reads(monkeypatch) -> list[str]:
         return real_read(seg)
 
     class Window(window):
-        def __init__(self, seg):
+        def __init__(self, seg, start=0):
             if not seg.archived:  # an archive is read whole by read_segment_bytes, counted there
                 seen.append(seg.name)
-            super().__init__(seg)
+            super().__init__(seg, start)
 
     monkeypatch.setattr(journal.reader, "read_segment_bytes", read)
     monkeypatch.setattr(journal.reader, "_SegmentWindow", Window)
