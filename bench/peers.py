@@ -33,8 +33,9 @@ medians over rounds):
    consumer's states) and the child's peak RSS (its VmHWM: the ru_maxrss that `getrusage` or
    `os.wait4` gives for a child is floored at the parent's RSS at the fork, which Linux carries
    across the exec). Target at 100x: ours <= 1/10 of straw's (`peers_rss_vs_straw`; ratio
-   straw / ours). Beside them, a fresh process that only imports torch: what ours pays when it
-   restores from a cut (its `.pt` tables load with torch).
+   straw / ours). Beside them, a fresh process that only imports torch: what ours would pay if
+   its restore loaded a cut's `.pt` tables (it reads the cut's state file; the rows say whether
+   torch was imported).
 
 Not like for like, and said in the output:
 - straw stores payloads itself and publishes a record for every result and consumer state
@@ -47,7 +48,7 @@ Not like for like, and said in the output:
 - straw's tasks carry no input here (slime publishes each prompt group as its task's input);
   ours rebuilds prompts from the dataset.
 - straw reopens at its log's head and replays all of it; ours restores its newest committed
-  checkpoint (from its newest cut, whose `.pt` tables import torch) and continues the journal.
+  checkpoint (from its newest cut's state file, no torch) and continues the journal.
 - the histories are written on tmpfs (`--history-dir`; same files, the fsyncs free) so that a
   100x history of straw takes seconds.
 - the progress step runs on both sides or on neither: only when `replay.Session.progress`
@@ -289,7 +290,7 @@ def _throughput_figures(report: Report, r: Rounds, straw: str) -> None:
         "groups/s", value="ours_payload", reference="straw_payload",
         reference_label=f"{straw}, payloads in its packs", target=Target(min_ratio=TARGETS["payload_groups"]),
         note=f"a rollout: {TOKENS:,} tokens, int32 ids + float32 logprobs; ours puts each rollout's rows "
-             "at its seal (a file, its fsync, a link, a directory fsync), straw publishes a group's 4 "
+             "at its seal (appended to a pack and fdatasynced), straw publishes a group's 4 "
              "rollouts as one result"))
     report.add(median_round(
         r, "peers_transitions_vs_straw", _label("durable transitions/s, no payloads"), "transitions/s",
@@ -329,7 +330,7 @@ def _sync_figures(report: Report, r: Rounds, syncs: dict, straw: str) -> None:
         reference_label=f"{straw}, sync calls of its process (strace -f)", times_less=True,
         not_run="" if traced else no_trace,
         note=f"both by strace -f of a child process; of ours, {seam:.2f} per group through the journal's "
-             "seam (the rest: the data plane's file and directory fsyncs)"))
+             "seam (the rest: the data plane's pack fdatasyncs)"))
 
 
 def _bytes_figures(report: Report, r: Rounds, totals: dict, straw: str) -> None:
@@ -349,11 +350,11 @@ def _bytes_figures(report: Report, r: Rounds, totals: dict, straw: str) -> None:
         reference_samples=list(r.samples["straw_payload_bytes"]),
         note=f"the payload itself: {ROLLOUTS} x {TOKENS * 8:,} B = {ROLLOUTS * TOKENS * 8:,} B per group"
              + (f" plus a {PREFIX_TOKENS * 8:,} B prefix" if PROGRESS else "")
-             + "; ours: journal + LocalDataPlane (one file per rollout), straw: packs"))
+             + "; ours: journal + LocalDataPlane (packs), straw: packs"))
 
 
 def _reopen_figures(report: Report, reopens: dict, torch: dict, straw: str) -> None:
-    """`torch`: a fresh process that only imports torch (what ours pays to restore from a cut)."""
+    """`torch`: a fresh process that only imports torch (what a restore loading `.pt` tables would pay)."""
     for label, size in reopens.items():
         ours, theirs = size["ours"], size["straw"]
         groups = size["groups"]
