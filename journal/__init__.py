@@ -23,15 +23,15 @@ function that checked each commit before it was written.
 """
 
 from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed, JournalIOError,
-                     JournalLocked, JournalWarning, OwnershipError, StaleAttempt, TransactionClosed)
+                     JournalLocked, JournalWarning, OwnershipError, RolloutEnded, StaleAttempt, TransactionClosed)
 from .errors import StateFileCorrupt
 from .replica.errors import ReplicaConflict, ReplicaError, ReplicaTimeout
 from .events import (Admitted, Blob, CheckpointBegun, CheckpointCommitted, Commit, Discarded,
                      Diverted, EVENT_KINDS, Event, Finished, GroupRef, IdentityRecorded, LIVE_OWNERS, Owner,
-                     RolloutFailed,
+                     RolloutFailed, RolloutProgress,
                      RolloutRef, RolloutSealed, Taken,
                      TakenGroup, Trained)
-from .fold import Group, LoaderState, Rollouts, SampledRow, State, apply, fold, fold_records
+from .fold import Group, LoaderState, Progress, Rollouts, SampledRow, State, apply, fold, fold_records
 from .history import checkpoint_markers
 from .loader_state import LoaderStateError
 from .resume import ResumePlan
@@ -43,7 +43,7 @@ from .writer import Journal, Transaction, TORN_DIR, LOCK_NAME
 
 __all__ = [
     "Journal", "Transaction", "AsyncJournal", "ResumePlan", "GroupRef", "RolloutRef", "RolloutSealed",
-    "RolloutFailed", "Owner", "LIVE_OWNERS", "Group", "Rollouts", "State", "LoaderState",
+    "RolloutFailed", "RolloutProgress", "Progress", "RolloutEnded", "Owner", "LIVE_OWNERS", "Group", "Rollouts", "State", "LoaderState",
     "SampledRow", "apply", "checkpoint_markers", "fold", "fold_records", "Reader", "Record",
     "Problem", "ProblemKind", "Segment", "Timeline", "MODES",
     "list_segments", "read_segment_bytes", "FileSystem", "OsFileSystem", "File", "DEFAULT_FS",

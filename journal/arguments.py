@@ -121,15 +121,17 @@ def _field_rules(cls: type) -> list[tuple[str, str, object]]:
     return out
 
 
-def _item_rules(cls: type) -> list[tuple[str, str, list]]:
-    """[(field, the name its items are shown as, their field rules)] for the fields of `cls`
-    that hold lists of structs (their items are checked field by field, after the event's)."""
+def _item_rules(cls: type) -> list[tuple[str, bool, str, list]]:
+    """[(field, whether it holds a list, the name its items are shown as, their field rules)]
+    for the fields of `cls` that hold a struct or a list of structs (their items are checked
+    field by field, after the event's)."""
     out = []
     for f in mi.type_info(cls).fields:
         t = f.type.type if isinstance(f.type, mi.Metadata) else f.type
-        if isinstance(t, mi.ListType) and isinstance(t.item_type, mi.StructType):
-            item = t.item_type.cls
-            out.append((f.name, _SHOWN_AS.get(item, item.__name__), _field_rules(item)))
+        listed = isinstance(t, mi.ListType)
+        t = t.item_type if listed else t
+        if isinstance(t, mi.StructType):
+            out.append((f.name, listed, _SHOWN_AS.get(t.cls, t.cls.__name__), _field_rules(t.cls)))
     return out
 
 
@@ -185,6 +187,18 @@ def rollout_list(call: str, refs: Sequence[RolloutRef], journal: str) -> list[Ro
     return _at_least_one(call, "refs", refs, "rollout", journal)
 
 
+def progress_ref(ref: RolloutRef, journal: str) -> RolloutRef:
+    """The `ref` of `rollout_progress`: one RolloutRef with the locator of the partial row."""
+    if not isinstance(ref, RolloutRef):
+        raise TypeError(f"rollout_progress() takes one RolloutRef, got {type(ref).__name__}")
+    if ref.locator is None:
+        raise ValueError(f"rollout_progress() needs the locator of the partial row: group {ref.group_id} "
+                         f"rollout {ref.index} (attempt {ref.attempt}) has none; write the row to the "
+                         "data plane first and pass where it is, RolloutRef(..., locator=...)"
+                         + _nothing_written(journal))
+    return ref
+
+
 def checkpoint_step(call: str, step, journal: str):
     """`step` of a checkpoint marker; ValueError when it is a negative integer (steps count
     from 0; the schema names a step that is no integer)."""
@@ -207,8 +221,8 @@ def explain(events: list) -> Exception | None:
             problem = rule(getattr(ev, attr))
             if problem is not None:
                 return invalid(f"{call}() argument {arg}", getattr(ev, attr), problem)
-        for attr, shown, item_fields in lists:
-            for item in getattr(ev, attr):
+        for attr, listed, shown, item_fields in lists:
+            for item in getattr(ev, attr) if listed else (getattr(ev, attr),):
                 for name, _arg, rule in item_fields:
                     problem = rule(getattr(item, name))
                     if problem is not None:

@@ -27,6 +27,16 @@ class StaleAttempt(OwnershipError):
         self.current = current
 
 
+class RolloutEnded(OwnershipError):
+    """`rollout_progress` of a rollout that is sealed: its progress ended with the seal. Nothing
+    was written; the partial row is not needed (drop it)."""
+
+    def __init__(self, message: str, *, group_id: int, lsn: int | None, index: int, attempt: int):
+        super().__init__(message, group_id=group_id, lsn=lsn)
+        self.index = index
+        self.attempt = attempt
+
+
 class JournalCorrupt(JournalError):
     """Damage that is not a torn tail: a bad frame, a broken chain, a bad header."""
 

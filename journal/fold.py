@@ -17,10 +17,10 @@ from typing import Iterable, Mapping, NamedTuple
 
 import msgspec
 
-from .errors import JournalCorrupt, OwnershipError, StaleAttempt
+from .errors import JournalCorrupt, OwnershipError, RolloutEnded, StaleAttempt
 from .events import (EVENT_TYPES, LIVE_OWNERS, Admitted, CheckpointBegun, CheckpointCommitted, Commit,
                      Discarded, Diverted, Finished, IdentityRecorded, Owner, PackedLoaderState,
-                     RolloutSealed, RolloutFailed, Taken, Trained, event_name)
+                     RolloutProgress, RolloutSealed, RolloutFailed, Taken, Trained, event_name)
 from . import loader_state as _loader_state
 
 
@@ -72,10 +72,23 @@ class SampledRow(NamedTuple):
     fingerprint: bytes
 
 
+class Progress(msgspec.Struct, gc=False, frozen=True):
+    """The latest durable prefix of an unsealed rollout's current attempt (`rollout_progress`):
+    where its row is, the tokens (and turns) it holds, the weights that generated it."""
+
+    locator: str
+    tokens: int
+    turn: int | None = None
+    policy_version: int | None = None
+
+
 class Rollouts(msgspec.Struct, gc=False, frozen=True):
     """The N rollouts of a group admitted with `rollouts=N`, by index: the current attempt,
-    whether it is sealed (bit i of `sealed`), and a sealed one's data-plane locator and the
-    policy version that generated it.
+    whether it is sealed (bit i of `sealed`), a sealed one's data-plane locator and the
+    policy version that generated it, and an unsealed one's latest `Progress`.
+
+    `progress` is None while no rollout of the group has any (the common case costs nothing),
+    else one `Progress` or None per index; only an unsealed rollout's current attempt has one.
 
     Immutable like `Group`: a seal or a failure builds a new one (one object and the tuples
     that change, whatever N), and the undo keeps the old."""
@@ -84,6 +97,7 @@ class Rollouts(msgspec.Struct, gc=False, frozen=True):
     sealed: int
     locators: tuple
     versions: tuple
+    progress: tuple | None = None
 
     @classmethod
     def admitted(cls, n: int) -> "Rollouts":
@@ -101,6 +115,20 @@ class Rollouts(msgspec.Struct, gc=False, frozen=True):
 
     def unsealed(self) -> list[int]:
         return [i for i in range(len(self.attempts)) if not self.sealed >> i & 1]
+
+    def progress_of(self, index: int) -> Progress | None:
+        return self.progress[index] if self.progress is not None else None
+
+
+def with_progress(progress: tuple | None, n: int, index: int, value: Progress | None) -> tuple | None:
+    """`Rollouts.progress` with rollout `index` (of `n`) set to `value`: None once no rollout
+    has any."""
+    if progress is None:
+        if value is None:
+            return None
+        progress = (None,) * n
+    changed = progress[:index] + (value,) + progress[index + 1:]
+    return changed if value is not None or any(p is not None for p in changed) else None
 
 
 class Group(msgspec.Struct, gc=False):
@@ -515,6 +543,7 @@ _ADMITTED_FROM, _ADMITTED_TO = Admitted.from_owners, Admitted.to
 _FINISHED_FROM, _FINISHED_TO = Finished.from_owners, Finished.to
 _TRAINED_FROM, _TRAINED_TO = Trained.from_owners, Trained.to
 _DISCARDED_FROM, _DISCARDED_TO = Discarded.from_owners, Discarded.to
+_PROGRESS_FROM = RolloutProgress.from_owners
 
 
 def _sample_rows(state: State, groups) -> None:
@@ -568,6 +597,8 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
             state.live[gid] = new
     elif kind is RolloutSealed or kind is RolloutFailed:
         _apply_rollouts(state, event, lsn, undo)
+    elif kind is RolloutProgress:
+        _apply_progress(state, event, lsn, undo)
     elif kind is CheckpointBegun or kind is CheckpointCommitted:
         undo.save_checkpoints(state)
         mark_checkpoint(state.pending_checkpoints, state.committed_checkpoints, event, lsn)
@@ -642,7 +673,7 @@ def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
     """`rollout_sealed` / `rollout_failed`: each named rollout must be of an ADMITTED group that
     tracks rollouts, in range, dispatched in exactly its current attempt, and not sealed. A
     seal of an older attempt is the late result of work that was given up: `StaleAttempt`,
-    also when the retry has sealed already.
+    also when the retry has sealed already. Either ends the rollout's progress.
 
     One test per rollout on the replay path; `_refused` re-runs the rules in order, only for a
     rollout that breaks one, to say which."""
@@ -662,23 +693,44 @@ def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
             raise _refused(event, ref, r, seen, lsn)
         if seen is not None:
             seen.add((gid, index))
+        progress = None if r.progress is None else with_progress(r.progress, r.n, index, None)
         if sealing:
             locators, versions = list(r.locators), list(r.versions)
             locators[index], versions[index] = ref.locator, pv
-            new = Rollouts(r.attempts, r.sealed | 1 << index, tuple(locators), tuple(versions))
+            new = Rollouts(r.attempts, r.sealed | 1 << index, tuple(locators), tuple(versions), progress)
         else:
             attempts = list(r.attempts)
             attempts[index] += 1
-            new = Rollouts(tuple(attempts), r.sealed, r.locators, r.versions)
+            new = Rollouts(tuple(attempts), r.sealed, r.locators, r.versions, progress)
         undo.records.append(g)
         changed = g.__copy__()
         changed.rollouts = new
         live[gid] = changed
 
 
+def _apply_progress(state: State, event: RolloutProgress, lsn: int, undo: Undo) -> None:
+    """`rollout_progress`: the fence of a seal (the group ADMITTED and tracking rollouts, the
+    rollout in range, unsealed, named with its current attempt); its `Progress` replaces the
+    rollout's previous one."""
+    ref = event.rollout
+    gid, index = ref.group_id, ref.index
+    g = state.live.get(gid)
+    if g is None or g.owner not in _PROGRESS_FROM:
+        raise _illegal(state, event, gid, lsn)
+    r = g.rollouts
+    if r is None or index >= len(r.attempts) or r.sealed >> index & 1 or r.attempts[index] != ref.attempt:
+        raise _refused(event, ref, r, None, lsn)
+    p = Progress(ref.locator, event.tokens, event.turn, event.policy_version)
+    undo.records.append(g)
+    changed = g.__copy__()
+    changed.rollouts = Rollouts(r.attempts, r.sealed, r.locators, r.versions,
+                                with_progress(r.progress, len(r.attempts), index, p))
+    state.live[gid] = changed
+
+
 def _refused(event, ref, r: Rollouts | None, seen: set | None, lsn: int) -> OwnershipError:
-    """The error for a rollout of an ADMITTED group that `_apply_rollouts` refuses: the first
-    rule it breaks, in the rules' order."""
+    """The error for a rollout of an ADMITTED group that `_apply_rollouts` or `_apply_progress`
+    refuses: the first rule it breaks, in the rules' order."""
     gid, index, attempt = ref.group_id, ref.index, ref.attempt
     where = f"LSN {lsn}: {event_name(event)} of group {gid} rollout {index}"
     if r is None:
@@ -696,6 +748,10 @@ def _refused(event, ref, r: Rollouts | None, seen: set | None, lsn: int) -> Owne
             + ("a late result of an attempt that was given up (fenced; drop its row)"
                if attempt < current else "that attempt was never dispatched"),
             group_id=gid, lsn=lsn, index=index, attempt=attempt, current=current)
+    if type(event) is RolloutProgress:
+        return RolloutEnded(f"{where} attempt {attempt}: the rollout is sealed, its progress ended "
+                            "with the seal (drop this partial row)",
+                            group_id=gid, lsn=lsn, index=index, attempt=attempt)
     return OwnershipError(f"{where}: already sealed (attempt {current}); a rollout is sealed once",
                           group_id=gid, lsn=lsn)
 

@@ -31,7 +31,7 @@ import zstandard
 from . import format as fmt
 from . import history, layout
 from .errors import JournalCorrupt
-from .events import Commit, RolloutFailed, RolloutSealed, Taken, commit_decoder
+from .events import Commit, RolloutFailed, RolloutProgress, RolloutSealed, Taken, commit_decoder
 from .fold import State, fold_records
 from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame, zero_fill
 
@@ -779,6 +779,11 @@ class Reader:
                         key = (ref.group_id, ref.index)
                         if key in rollouts:
                             used[key] = max(used.get(key, 0), ref.attempt + bump)
+                elif kind is RolloutProgress:
+                    ref = ev.rollout
+                    key = (ref.group_id, ref.index)
+                    if key in rollouts:
+                        used[key] = max(used.get(key, 0), ref.attempt)
         return used
 
 

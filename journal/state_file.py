@@ -11,7 +11,8 @@ alone (no torch, no pickle):
 The payload is a zstandard frame (level `ZSTD_LEVEL`) of msgpack of `_Body`: the run id and
 every field of the `State` (the last ones with a default, which files written before them
 lack: the loader's epoch, the run identity), the live groups as column blocks (`_Block`: per
-field of `Group` the values of the block's groups, the owners as one code byte each). A cut builds the columns
+field of `Group` the values of the block's groups, the owners as one code byte each, the rollouts
+flattened, and their progress as sparse columns: the last ones, with defaults too). A cut builds the columns
 of each of its group tables once (`group_columns`) and hands the same lists to the state file.
 Format 1 ("OWNJST01", the live groups as one msgpack map each) is still read. `read` checks
 the magic, the length and the CRC, then decompresses and decodes with the schema, so a torn,
@@ -34,7 +35,7 @@ import zstandard
 from . import layout
 from .errors import StateFileCorrupt
 from .events import LIVE_OWNERS, PackedLoaderState
-from .fold import GROUP_FIELDS, Group, LoaderState, Rollouts, SampledRow, State, TerminalOwners
+from .fold import GROUP_FIELDS, Group, LoaderState, Progress, Rollouts, SampledRow, State, TerminalOwners
 
 MAGIC = b"OWNJST02"
 MAGIC_V1 = b"OWNJST01"  # read only
@@ -47,8 +48,12 @@ _GETTERS = tuple((name, operator.attrgetter(name)) for name in GROUP_FIELDS)
 # sealed bits; per rollout, in group order and then by index, its attempt, locator, version
 ROLLOUT_COLUMNS = ("rollout_n", "rollout_sealed", "rollout_attempt", "rollout_locator",
                    "rollout_version")
+# per rollout with a `Progress` (few: only unsealed rollouts that recorded one), its row among
+# the block's rollouts (`progress_row`, increasing) and the Progress's fields
+PROGRESS_COLUMNS = ("progress_row", "progress_locator", "progress_tokens", "progress_turn",
+                    "progress_version")
 _PLAIN_FIELDS = tuple(n for n in GROUP_FIELDS if n not in ("owner", "rollouts"))  # stored as is
-_BLOCK_COLUMNS = _PLAIN_FIELDS + ROLLOUT_COLUMNS
+_BLOCK_COLUMNS = _PLAIN_FIELDS + ROLLOUT_COLUMNS + PROGRESS_COLUMNS
 _SEALED_OF = operator.attrgetter("sealed")
 _ATTEMPTS_OF = operator.attrgetter("attempts")
 _LOCATORS_OF = operator.attrgetter("locators")
@@ -75,6 +80,12 @@ class _Block(msgspec.Struct, array_like=True):
     rollout_attempt: list[int]
     rollout_locator: list[str | None]
     rollout_version: list[int | None]
+    # the rollouts' progress (`PROGRESS_COLUMNS`); files written before it lack it
+    progress_row: list[int] = []
+    progress_locator: list[str] = []
+    progress_tokens: list[int] = []
+    progress_turn: list[int | None] = []
+    progress_version: list[int | None] = []
 
 
 class _Body(msgspec.Struct, array_like=True):
@@ -119,7 +130,56 @@ def group_columns(groups: Sequence[Group]) -> dict[str, list]:
     columns["rollout_attempt"] = list(chain(map(_ATTEMPTS_OF, tracked)))
     columns["rollout_locator"] = list(chain(map(_LOCATORS_OF, tracked)))
     columns["rollout_version"] = list(chain(map(_VERSIONS_OF, tracked)))
+    columns.update(_progress_columns(tracked))
     return columns
+
+
+def _progress_columns(tracked: list[Rollouts]) -> dict[str, list]:
+    """`PROGRESS_COLUMNS` of the rollouts of `tracked` (flattened in their order): one pass
+    over the groups, and work per rollout only for groups with progress."""
+    rows, progress = [], []
+    start = 0
+    for r in tracked:
+        if r.progress is not None:
+            for i, p in enumerate(r.progress):
+                if p is not None:
+                    rows.append(start + i)
+                    progress.append(p)
+        start += len(r.attempts)
+    return {"progress_row": rows, "progress_locator": [p.locator for p in progress],
+            "progress_tokens": [p.tokens for p in progress], "progress_turn": [p.turn for p in progress],
+            "progress_version": [p.policy_version for p in progress]}
+
+
+def attach_progress(tracked: list[Rollouts], gids: Sequence[int], columns: Mapping[str, list],
+                    where: str) -> list[Rollouts]:
+    """`tracked` (the rollouts of the groups `gids`, in order) with the progress of the
+    `PROGRESS_COLUMNS` set; `ValueError` naming `where` when a row is out of order or range,
+    or names a sealed rollout."""
+    rows = columns["progress_row"]
+    if not rows:
+        return tracked
+    fields = [columns[name] for name in PROGRESS_COLUMNS[1:]]
+    if any(len(c) != len(rows) for c in fields) or any(b <= a for a, b in zip(rows, rows[1:])) \
+            or rows[0] < 0:
+        raise ValueError(f"{where}: the progress columns are not {len(rows)} increasing rows")
+    out, start, k = [], 0, 0
+    for gid, r in zip(gids, tracked):
+        end = start + len(r.attempts)
+        if k < len(rows) and rows[k] < end:
+            progress = [None] * len(r.attempts)
+            while k < len(rows) and rows[k] < end:
+                i = rows[k] - start
+                if r.sealed >> i & 1:
+                    raise ValueError(f"{where}: group {gid} rollout {i} has progress but is sealed")
+                progress[i] = Progress(*(c[k] for c in fields))
+                k += 1
+            r = Rollouts(r.attempts, r.sealed, r.locators, r.versions, tuple(progress))
+        out.append(r)
+        start = end
+    if k != len(rows):
+        raise ValueError(f"{where}: a progress row is beyond the {start} rollouts")
+    return out
 
 
 def encode(state: State, run_id: bytes, live_columns: Sequence[Mapping[str, list]] | None = None) -> bytes:
@@ -212,8 +272,13 @@ def _rollouts_of(block: _Block, where: str) -> list[Rollouts | None]:
         def per_group(column: list) -> Iterator[tuple]:
             return map(tuple, map(column.__getitem__, rows_of))
 
-    tracked = iter(list(map(Rollouts, per_group(block.rollout_attempt), block.rollout_sealed,
-                            per_group(block.rollout_locator), per_group(block.rollout_version))))
+    tracked = list(map(Rollouts, per_group(block.rollout_attempt), block.rollout_sealed,
+                       per_group(block.rollout_locator), per_group(block.rollout_version)))
+    try:
+        tracked = iter(attach_progress(tracked, list(itertools.compress(block.group_id, block.rollout_n)),
+                                       {name: getattr(block, name) for name in PROGRESS_COLUMNS}, where))
+    except ValueError as exc:
+        raise StateFileCorrupt(str(exc)) from None
     return [next(tracked) if n else None for n in block.rollout_n]
 
 

@@ -14,6 +14,7 @@
 `replay.cli` (`journal-inspect`) renders these reports; nothing here imports it.
 """
 
+from journal import Progress
 from journal.fingerprint import fingerprint
 
 from .errors import (ChecksumMismatch, CorruptRecord, CountMismatch, DamagedCutWarning,
@@ -38,7 +39,7 @@ from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutW
 
 __all__ = [
     "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
-    "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "fingerprint",
+    "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "Progress", "fingerprint",
     "ROW_CHANGED_POLICIES", "IDENTITY_POLICIES", "verify", "VerifyReport", "Check", "Finding", "audit", "AuditReport",
     "NotAJournal", "rescue", "RescueReport",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",

@@ -3,8 +3,9 @@ resume abandons, read once for the recovery rules (`recovery.py`).
 
 Two kinds of facts come out of one pass:
 
-* of the groups live at the point: the results (`finished`, `rollout_sealed`) of those ADMITTED
-  there, the groups dropped, and the attempts dispatched (for salvage and the fences);
+* of the groups live at the point: the results (`finished`, `rollout_sealed`) and the latest
+  prefixes (`rollout_progress`) of those ADMITTED there, the groups dropped, and the attempts
+  dispatched (for salvage and the fences);
 * the loader's takes after the point (`TailTake`), in order, each with what the tail did with
   its group (diverted, admitted, rollouts sealed, finished), up to the last `taken` that carries
   a loader state, and that loader state with its blobs: what adoption may bring back. A take
@@ -23,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from journal import (Admitted, Commit, Discarded, Diverted, Finished, LoaderState, Owner, Reader,
-                     RolloutFailed, RolloutSealed, State, Taken, TakenGroup)
+from journal import (Admitted, Commit, Discarded, Diverted, Finished, LoaderState, Owner, Progress,
+                     Reader, RolloutFailed, RolloutProgress, RolloutSealed, State, Taken, TakenGroup)
 
 
 @dataclass
@@ -37,6 +38,7 @@ class TailTake:
     admitted: Admitted | None = None  # its admission (target step, policy version, rollouts=N)
     finished: tuple | None = None     # (policy_version, locator) of the `finished` of a group without rollouts=
     sealed: dict[int, tuple] = field(default_factory=dict)  # index -> (policy_version, locator)
+    progress: dict[int, Progress] = field(default_factory=dict)  # index -> its latest, unended
 
 
 @dataclass
@@ -48,6 +50,9 @@ class DeadTail:
 
     finished: dict[int, tuple] = field(default_factory=dict)
     sealed: dict[tuple[int, int], tuple] = field(default_factory=dict)
+    # (group, index) -> the latest `Progress` the tail recorded, unless a seal or a failure
+    # ended it there (the fold's rule)
+    progress: dict[tuple[int, int], Progress] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
     # (group, index) -> the highest attempt the tail dispatched, for rollouts of groups live at
     # the point (`Reader.attempts_used`'s rule), so the fences need not read the tail again
@@ -83,6 +88,8 @@ class _Reading:
                 self.finished(ev)
             elif kind is RolloutSealed or kind is RolloutFailed:
                 self.rollouts(ev, kind is RolloutSealed)
+            elif kind is RolloutProgress:
+                self.progress(ev)
             elif kind is Admitted:
                 for gid in ev.groups:
                     if gid in self.takes:
@@ -137,13 +144,31 @@ class _Reading:
             g = self.live.get(ref.group_id)
             if g is None:
                 t = self.takes.get(ref.group_id)
-                if sealing and t is not None:
-                    t.sealed[ref.index] = (ev.policy_version, ref.locator)
+                if t is not None:
+                    t.progress.pop(ref.index, None)
+                    if sealing:
+                        t.sealed[ref.index] = (ev.policy_version, ref.locator)
                 continue
             key = (ref.group_id, ref.index)
             tail.attempts[key] = max(tail.attempts.get(key, 0), ref.attempt + (not sealing))
+            tail.progress.pop(key, None)
             if sealing and g.owner == Owner.ADMITTED:
                 tail.sealed[key] = (ev.policy_version, ref.locator)
+
+    def progress(self, ev: RolloutProgress) -> None:
+        """A prefix of a rollout of a group ADMITTED at the point or taken after it: the latest."""
+        ref = ev.rollout
+        p = Progress(ref.locator, ev.tokens, ev.turn, ev.policy_version)
+        g = self.live.get(ref.group_id)
+        if g is None:
+            t = self.takes.get(ref.group_id)
+            if t is not None:
+                t.progress[ref.index] = p
+            return
+        key = (ref.group_id, ref.index)
+        self.tail.attempts[key] = max(self.tail.attempts.get(key, 0), ref.attempt)
+        if g.owner == Owner.ADMITTED:
+            self.tail.progress[key] = p
 
     def done(self, reader: Reader) -> DeadTail:
         tail = self.tail

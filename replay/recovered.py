@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from journal import Group, OsFileSystem, Owner, ResumePlan, State
+from journal import Group, OsFileSystem, Owner, Progress, ResumePlan, State
 from journal.identity import IdentityChanges
 from snapshot import MANIFEST_NAME, SNAPSHOTS_DIR, RestoreError, Skipped, cut_dirs, write_cut
 from journal.layout import cut_dir_name, replaced_name
@@ -19,13 +19,16 @@ from snapshot.row_ledger import RowLedger
 class RecoveredRollout:
     """One rollout of a group admitted with `rollouts=N`. A sealed one's row is in the data
     plane at `locator`; an unsealed one is to be dispatched with `attempt`, the attempt the
-    resumed history expects (a worker of the dead run still holding an older one is fenced)."""
+    resumed history expects (a worker of the dead run still holding an older one is fenced),
+    and continues from `progress` when it has one: the durable prefix (`Progress`: its
+    data-plane locator, tokens, turn, policy version) the resume records for that attempt."""
 
     index: int
     attempt: int
     sealed: bool
     locator: str | None = None
     policy_version: int | None = None
+    progress: Progress | None = None
 
 
 @dataclass
@@ -55,7 +58,7 @@ class RecoveredGroup:
     def of(cls, g: Group) -> "RecoveredGroup":
         r = g.rollouts
         rollouts = None if r is None else [
-            RecoveredRollout(i, r.attempts[i], r.is_sealed(i), r.locators[i], r.versions[i])
+            RecoveredRollout(i, r.attempts[i], r.is_sealed(i), r.locators[i], r.versions[i], r.progress_of(i))
             for i in range(r.n)]
         return cls(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint, g.owner, g.target_step,
                    g.policy_version, g.locator, g.replaces, rollouts=rollouts)
@@ -98,6 +101,14 @@ class RecoveredState(ResumePlan):
     # rollouts sealed on the dead tail by weights newer than `step`, never kept (they regenerate):
     # (group as the dead tail named it, index), of the groups handed back
     newer_weights: list[tuple[int, int]] = field(default_factory=list)
+    # prefixes (`RecoveredRollout.progress`), each (group as the history that recorded it named
+    # it, index): recorded after `lsn` and kept under the salvage rule; recorded by weights
+    # newer than `step` (at `lsn` or after), dropped and never continued; whose row the data
+    # plane no longer has, dropped; dropped by on_identity_changed="regenerate"
+    salvaged_progress: list[tuple[int, int]] = field(default_factory=list)
+    newer_progress: list[tuple[int, int]] = field(default_factory=list)
+    lost_progress: list[tuple[int, int]] = field(default_factory=list)
+    dropped_progress: list[tuple[int, int]] = field(default_factory=list)
     changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
     changed_sample: list = field(default_factory=list)  # sampled rows whose fingerprint differs, accepted
     # damage in the journal this restore read past (segment, offset, LSN, what), not needed by

@@ -35,12 +35,22 @@ The rules, in the order they apply:
    do not bind the resumed one (its weights never saw that training). Re-admission is
    demotion's (rule 2), once per group.
 
+5. **Prefixes** (`rollout_progress`): each pending rollout of a recovered ADMITTED group
+   continues from its latest durable prefix: the one the dead tail recorded, when rule 1's
+   conditions hold for it (weights no newer than the checkpoint, its row still in the data
+   plane), else the one at L, when its row is still there (with a data plane); an adopted
+   group's pending rollouts likewise from the tail's. The first commit records the prefix
+   again under the attempt the rollout is dispatched with now (after rule 3's fences; for a
+   demoted or adopted group under its new id, at attempt 0), so the resumed history hands it
+   on if it crashes before the rollout goes further.
+
 Work by weights newer than the checkpoint is never kept (its rollouts regenerate):
-`newer_weights` lists the rollouts so dropped (the group as the dead tail named it, index).
+`newer_weights` lists the rollouts so dropped (the group as the dead tail named it, index),
+`newer_progress` the prefixes so dropped, at L or after it.
 
 **Regeneration** (`regenerate`: the run identity changed and the caller asked for
 `on_identity_changed="regenerate"`) applies before the rules: every group holding generated
-work (REPLAY, or a sealed rollout) is regenerated under a fresh id as rule 2 demotes one
+work (REPLAY, a sealed rollout, or a prefix) is regenerated under a fresh id as rule 2 demotes one
 (dropped with `identity_changed_on_restore`), none of its results kept; its place in the
 ownership (taken, admitted for its step) and the loader position stay. The caller reads no
 dead tail then: nothing generated after L is salvaged, nothing taken after it adopted.
@@ -56,7 +66,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, LoaderState, Owner,
-                     RolloutFailed, RolloutRef, RolloutSealed, State, Taken, TakenGroup)
+                     Progress, RolloutFailed, RolloutProgress, RolloutRef, RolloutSealed, State, Taken,
+                     TakenGroup)
 from snapshot import DataPlane
 from snapshot.row_ledger import ABANDONED_ON_RESTORE
 
@@ -86,6 +97,10 @@ class Recovery:
     newer_weights: list[tuple[int, int]] = field(default_factory=list)
     regenerated: list[RecoveredGroup] = field(default_factory=list)
     dropped_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (old group, index)
+    salvaged_progress: list[tuple[int, int]] = field(default_factory=list)  # see RecoveredState
+    newer_progress: list[tuple[int, int]] = field(default_factory=list)
+    lost_progress: list[tuple[int, int]] = field(default_factory=list)
+    dropped_progress: list[tuple[int, int]] = field(default_factory=list)
     loader: LoaderState | None = None  # the adopted takes' loader state (None: the point's)
     first_commit: list = field(default_factory=list)
     first_commit_blobs: dict[bytes, bytes] = field(default_factory=dict)
@@ -136,6 +151,35 @@ class _Plan:
                 kept += 1
         return kept
 
+    def prefix_kept(self, p: Progress, key: tuple[int, int], recorded_after: bool) -> bool:
+        """Whether prefix `p` of rollout `key` may be continued: never one by weights newer
+        than the checkpoint (reported in `newer_progress`); its row still in the data plane
+        (one recorded at the point that lost it: `lost_progress`); one recorded after the
+        point only under the salvage rule (known weights, a data plane)."""
+        if p.policy_version is not None and p.policy_version > self.limit:
+            self.out.newer_progress.append(key)
+            return False
+        if recorded_after:
+            return _usable((p.policy_version, p.locator), self.limit, self.data_plane)
+        if self.data_plane is not None and not self.data_plane.has(p.locator):
+            self.out.lost_progress.append(key)
+            return False
+        return True
+
+    def continue_from(self, g: RecoveredGroup) -> None:
+        """Rule 5: the prefix each pending rollout of `g` continues from: the dead tail's
+        latest when the salvage rule keeps it (`salvaged_progress`), else the one at the point
+        when it may be continued, else none."""
+        tail = self.tail if self.data_plane is not None else None
+        for r in g.pending:
+            key = (g.group_id, r.index)
+            later = tail.progress.get(key) if tail is not None and g.group_id not in tail.dropped else None
+            if later is not None and self.prefix_kept(later, key, recorded_after=True):
+                r.progress = later
+                self.out.salvaged_progress.append(key)
+            elif r.progress is not None and not self.prefix_kept(r.progress, key, recorded_after=False):
+                r.progress = None
+
     def rows_lost(self, g: RecoveredGroup) -> bool:
         """Whether the data plane lost rows the journal says `g` has (never when none is given)."""
         if self.data_plane is None:
@@ -156,6 +200,7 @@ class _Plan:
         events = [Admitted([g.group_id], g.target_step, g.policy_version, g.replaces, n)]
         events += [RolloutSealed([RolloutRef(g.group_id, r.index, 0, r.locator)], r.policy_version)
                    for r in g.rollouts or () if r.sealed]
+        events += _carried_progress([g])
         if g.owner == Owner.REPLAY:
             events.append(Finished([g.group_id]) if n is not None
                           else Finished([g.group_id], g.policy_version, [g.locator]))
@@ -168,7 +213,8 @@ class _Plan:
         if g.rollouts is not None:  # a new group: every attempt starts at 0, the survivors sealed
             g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version)
                           if r.sealed and (r.locator is None or self.data_plane.has(r.locator))
-                          else RecoveredRollout(r.index, 0, False) for r in g.rollouts]
+                          else RecoveredRollout(r.index, 0, False, progress=None if r.sealed else r.progress)
+                          for r in g.rollouts]
         g.group_id, g.replaces, g.owner, g.locator = self.next_free_id(), old, Owner.ADMITTED, None
         self.demotion_events += [Discarded([old], reason),
                                  Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)])]
@@ -179,12 +225,14 @@ class _Plan:
     def regenerate(self, g: RecoveredGroup) -> None:
         """Drop the work of `g` (its rows, its sealed rollouts) and regenerate it under a fresh id."""
         self.out.dropped_rollouts += [(g.group_id, r.index) for r in g.rollouts or () if r.sealed]
+        self.out.dropped_progress += [(g.group_id, r.index) for r in g.rollouts or () if r.progress is not None]
         for r in g.rollouts or ():
-            r.sealed = False
+            r.sealed, r.progress = False, None
         self.demote(g, IDENTITY_CHANGED, self.out.regenerated)
 
     def admitted_group(self, g: RecoveredGroup) -> None:
         salvaged = self.salvage_rollouts(g) > 0
+        self.continue_from(g)
         if self.rows_lost(g):
             self.demote(g)
             return
@@ -250,7 +298,11 @@ class _Plan:
                     g.rollouts.append(RecoveredRollout(i, 0, True, entry[1], entry[0]))
                     self.out.adopted_rollouts.append((g.group_id, i))
                 else:
-                    g.rollouts.append(RecoveredRollout(i, 0, False))
+                    later = t.progress.get(i)
+                    kept = later is not None and self.prefix_kept(later, (tg.group_id, i), recorded_after=True)
+                    g.rollouts.append(RecoveredRollout(i, 0, False, progress=later if kept else None))
+                    if kept:
+                        self.out.salvaged_progress.append((tg.group_id, i))
             if not g.pending:
                 g.owner = Owner.REPLAY
         elif _usable(t.finished, self.limit, self.data_plane):
@@ -275,6 +327,14 @@ def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -
                           ABANDONED) for k in range(rounds)]
 
 
+def _carried_progress(groups: list[RecoveredGroup]) -> list:
+    """The `rollout_progress` events that hand each pending rollout of `groups` that continues
+    from a prefix that prefix again, under the attempt it is dispatched with now."""
+    return [RolloutProgress(RolloutRef(g.group_id, r.index, r.attempt, r.progress.locator), r.progress.tokens,
+                            r.progress.turn, r.progress.policy_version)
+            for g in groups for r in g.pending if r.progress is not None]
+
+
 def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,
             recommit: list[int], next_free_id: Callable[[], int],
             attempts_used: Callable[[set], dict], regenerate: bool = False) -> Recovery:
@@ -286,7 +346,8 @@ def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane
     plan = _Plan(step, tail, data_plane, next_free_id)
     out = plan.out
     for g in map(RecoveredGroup.of, state.groups()):
-        if regenerate and (g.owner == Owner.REPLAY or any(r.sealed for r in g.rollouts or ())):
+        if regenerate and (g.owner == Owner.REPLAY
+                           or any(r.sealed or r.progress is not None for r in g.rollouts or ())):
             plan.regenerate(g)
         elif g.owner == Owner.ADMITTED:
             plan.admitted_group(g)
@@ -300,5 +361,6 @@ def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane
     plan.adopt(state)
     out.admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
     out.first_commit = ([CheckpointCommitted(s) for s in recommit] + plan.keep_events
-                        + _fence(plan.fenced, attempts_used) + plan.demotion_events + plan.adoption_events)
+                        + _fence(plan.fenced, attempts_used) + _carried_progress(plan.fenced)
+                        + plan.demotion_events + plan.adoption_events)
     return out

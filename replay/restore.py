@@ -375,7 +375,9 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
         ledger_source=r.ledger,
         write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start,
         identity_check=identity_check, identity_changes=identity_changes,
-        regenerated=groups.regenerated, dropped_rollouts=groups.dropped_rollouts)
+        regenerated=groups.regenerated, dropped_rollouts=groups.dropped_rollouts,
+        salvaged_progress=groups.salvaged_progress, newer_progress=groups.newer_progress,
+        lost_progress=groups.lost_progress, dropped_progress=groups.dropped_progress)
     if past_damage:
         met = damage_of(r.reader) if r.reader is not None else []
         result.damage = [describe(p) for p in met] + r.notes

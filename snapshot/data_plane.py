@@ -12,7 +12,8 @@ plane, and the journal holds only their locators (`finished(locators=...)`, the 
 * a locator is a plain name of the data plane's own grammar, validated before any I/O
   (`InvalidLocator`): never `..`, an absolute path or a separator.
 
-Restore calls `has` (are a REPLAY group's rows, or a sealed rollout's row, still there?),
+Restore calls `has` (are a REPLAY group's rows, a sealed rollout's row, a prefix's row still
+there?),
 compaction calls `save` (a cut carries the rows it needs in its `data_plane/`), the trainer
 calls the rest. The library's implementations: `replay.LocalDataPlane` (rows packed into
 append-only files in a directory) and `replay.ObjectStoreDataPlane` (immutable objects in a
@@ -36,6 +37,14 @@ def row_locators(group: Group) -> list[str]:
     return [loc for loc in group.rollouts.locators if loc is not None]
 
 
+def prefix_locators(group: Group) -> list[str]:
+    """The locators of the prefixes (`rollout_progress`) a group's unsealed rollouts hold now."""
+    r = group.rollouts
+    if r is None or r.progress is None:
+        return []
+    return [p.locator for p in r.progress if p is not None]
+
+
 @runtime_checkable
 class DataPlane(Protocol):
     """The trainer's store of rollout rows. Rows are a tree of dict, list, tuple, str, int,
@@ -51,6 +60,13 @@ class DataPlane(Protocol):
         """Store one rollout's rows as attempt `attempt` produced them; returns its locator (it
         names the attempt), for `rollout_sealed`. Durable before it returns, as `put`. When the
         journal refuses the seal (a stale attempt), delete the locator."""
+
+    def put_progress(self, group_id: int, index: int, attempt: int, part: int, rows: Any) -> str:
+        """Store a durable prefix of one rollout attempt's rows (the tokens so far, or the turns
+        so far and the environment's exported state), the `part`-th that attempt records;
+        returns its locator (it names the attempt and the part), for `rollout_progress`.
+        Durable before it returns, as `put`. Once a newer prefix of the rollout, or its seal
+        or failure, is journaled, the older prefix's row is no longer named by the journal."""
 
     def get(self, locator: str) -> Any:
         """The rows under `locator`, exactly as they were put. `RowsNotFound` when there are

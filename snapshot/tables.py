@@ -34,6 +34,7 @@ from typing import Mapping, Sequence
 import torch
 
 from journal import Group, Owner, Rollouts, SampledRow
+from journal.state_file import PROGRESS_COLUMNS, attach_progress
 from journal.layout import RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE
 
 from .errors import CorruptRecord, SchemaMismatch
@@ -188,10 +189,61 @@ def _encode_rollouts(columns: Mapping[str, list]) -> dict:
     table["sealed"] = torch.frombuffer(bytearray(bits.translate(_BIT_OF_CHAR)), dtype=torch.bool) \
         if bits else torch.empty(0, dtype=torch.bool)
     table["locator"] = _bytes_column(columns["rollout_locator"], True)
-    return {"rollouts": _int_tensor([n or NONE for n in per_group]), "rollout_table": table}
+    return {"rollouts": _int_tensor([n or NONE for n in per_group]), "rollout_table": table,
+            "progress_table": _encode_progress(columns)}
 
 
-def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) -> list:
+# Schema 4. A group table has a `progress_table`: one row per rollout with a `Progress` (an
+# unsealed rollout's latest durable prefix), sparse: `row` is its row in the `rollout_table`
+# (increasing), then the Progress's columns: locator, tokens, turn and policy_version (int64,
+# NONE for none). Schema 3 tables have none (no rollout has progress).
+_PROGRESS_INT_COLUMNS = {"row": "progress_row", "tokens": "progress_tokens", "turn": "progress_turn",
+                         "policy_version": "progress_version"}
+_PROGRESS_KEYS = frozenset(_PROGRESS_INT_COLUMNS) | {"locator"}
+
+
+def _encode_progress(columns: Mapping[str, list]) -> dict:
+    table = {key: _int_tensor(columns[name]) for key, name in _PROGRESS_INT_COLUMNS.items()}
+    table["locator"] = _bytes_column(columns["progress_locator"], True)
+    return table
+
+
+def _decode_progress(table: dict, rollouts: list, gids: list, m: int, where: str) -> list:
+    """`rollouts` (each group's, None when untracked) with the progress of `table`'s
+    `progress_table` set, validated against the `m` rollout rows."""
+    pt = table.get("progress_table")
+    if not isinstance(pt, dict) or set(pt) != _PROGRESS_KEYS:
+        raise CorruptRecord(f"{where}: bad progress_table layout")
+    rows = pt["row"]
+    if not isinstance(rows, torch.Tensor) or rows.dtype != torch.int64 or rows.dim() != 1:
+        raise CorruptRecord(f"{where}: progress column 'row' is not an int64 tensor")
+    k = rows.numel()
+    if not k:
+        return rollouts
+    columns = {}
+    for key, name in _PROGRESS_INT_COLUMNS.items():
+        t = pt[key]
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.shape != (k,):
+            raise CorruptRecord(f"{where}: progress column {key!r} is not an int64 tensor of {k} values")
+        values = t.tolist()
+        columns[name] = [None if v == NONE else v for v in values] if key in ("turn", "policy_version") \
+            else values
+    locators = _decode_str(_read_bytes_column(pt["locator"], k, f"{where} progress column 'locator'"),
+                           where, "progress locator")
+    if None in locators or min(columns["progress_tokens"]) < 0 or columns["progress_row"][-1] >= m:
+        raise CorruptRecord(f"{where}: a progress row has no locator, negative tokens or a row "
+                            f"beyond the {m} rollouts")
+    columns["progress_locator"] = locators
+    tracked = [r for r in rollouts if r is not None]
+    try:
+        attached = iter(attach_progress(tracked, [g for g, r in zip(gids, rollouts) if r is not None],
+                                        columns, where))
+    except ValueError as exc:
+        raise CorruptRecord(str(exc)) from None
+    return [None if r is None else next(attached) for r in rollouts]
+
+
+def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str, schema: int) -> list:
     """Each group's `Rollouts` (None for an untracked group), validated against its group."""
     counts_t, rt = table.get("rollouts"), table.get("rollout_table")
     if not isinstance(counts_t, torch.Tensor) or counts_t.dtype != torch.int64 or counts_t.shape != (n,):
@@ -238,7 +290,7 @@ def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str) 
         pos = end
     if pos != m:
         raise CorruptRecord(f"{where}: the rollout table has {m} rows, the groups have {pos}")
-    return out
+    return _decode_progress(table, out, gids, m, where) if schema >= 4 else out
 
 
 def _decode_str(values: list, where: str, name: str) -> list:
@@ -325,7 +377,7 @@ def decode_table(table, file: str, where: str, allowed: frozenset, cut_schema: i
     tasks = _decode_str(tasks, where, "task_name")
     locs = _decode_str(locs, where, "locator")
     owners = list(map(_PHASE_OWNERS.__getitem__, phases))
-    rollouts = _decode_rollouts(table, n, gids, phases, where) if schema >= 2 else [None] * n
+    rollouts = _decode_rollouts(table, n, gids, phases, where, schema) if schema >= 2 else [None] * n
     return list(map(Group, cols["group_id"], cols["idx"], tasks, cols["epoch"], fps, owners,
                     cols["target_step"], cols["policy_version"], locs, cols["replaces"], rollouts))
 

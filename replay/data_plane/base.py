@@ -18,7 +18,7 @@ IMPORT_BATCH_BYTES = 64 << 20   # import_cut stores a cut's rows this many bytes
 
 
 class RowStore:
-    """`put`, `put_rollout` and `import_cut` over the subclass's `_store(locator, data)`, which
+    """`put`, `put_rollout`, `put_progress` and `import_cut` over the subclass's `_store(locator, data)`, which
     makes `data` durable under `locator` unless other bytes are there (`RowConflict`)."""
 
     def _store(self, locator: str, data: bytes) -> None:
@@ -34,6 +34,9 @@ class RowStore:
 
     def put_rollout(self, group_id: int, index: int, attempt: int, rows: Any) -> str:
         return self._put(names.rollout_locator(group_id, index, attempt), rows)
+
+    def put_progress(self, group_id: int, index: int, attempt: int, part: int, rows: Any) -> str:
+        return self._put(names.progress_locator(group_id, index, attempt, part), rows)
 
     def _put(self, locator: str, rows: Any) -> str:
         self._store(locator, encode_rows(rows))

@@ -1,7 +1,8 @@
 """Row locators: the names both library data planes give rows, and their validation.
 
 `g<group id>.rows` holds a group's rows (`put`), `g<group id>-r<index>-a<attempt>.rows` one
-rollout attempt's (`put_rollout`); numbers in decimal without leading zeros. A locator is a
+rollout attempt's (`put_rollout`), `g<group id>-r<index>-a<attempt>-p<part>.rows` the
+`part`-th durable prefix of one (`put_progress`); numbers in decimal without leading zeros. A locator is a
 plain file or object name: anything else (`..`, a path, another store's locator) is refused
 with `InvalidLocator` before any I/O, so a locator read from a journal, a cut or a bucket
 never reaches outside the store.
@@ -16,7 +17,7 @@ from snapshot.errors import InvalidLocator
 
 SUFFIX = ".rows"
 _NUMBER = r"(?:0|[1-9][0-9]*)"
-_LOCATOR = re.compile(rf"g{_NUMBER}(?:-r{_NUMBER}-a{_NUMBER})?{re.escape(SUFFIX)}")
+_LOCATOR = re.compile(rf"g{_NUMBER}(?:-r{_NUMBER}-a{_NUMBER}(?:-p{_NUMBER})?)?{re.escape(SUFFIX)}")
 
 
 def _number(value: int, what: str) -> int:
@@ -40,6 +41,12 @@ def rollout_locator(group_id: int, index: int, attempt: int) -> str:
             f"-a{_number(attempt, 'attempt')}{SUFFIX}")
 
 
+def progress_locator(group_id: int, index: int, attempt: int, part: int) -> str:
+    """The locator of the `part`-th prefix that attempt `attempt` of rollout `index` of group
+    `group_id` recorded."""
+    return rollout_locator(group_id, index, attempt)[:-len(SUFFIX)] + f"-p{_number(part, 'part')}{SUFFIX}"
+
+
 def is_locator(name: object) -> bool:
     return isinstance(name, str) and _LOCATOR.fullmatch(name) is not None
 
@@ -47,6 +54,7 @@ def is_locator(name: object) -> bool:
 def checked(locator: object, where: str) -> str:
     """`locator` if it is one of these names, else `InvalidLocator` naming the store `where`."""
     if not is_locator(locator):
-        raise InvalidLocator(f"data plane {where}: {locator!r} is not a row locator (g<group>.rows "
-                             "or g<group>-r<index>-a<attempt>.rows); it names no rows of this store")
+        raise InvalidLocator(f"data plane {where}: {locator!r} is not a row locator (g<group>.rows, "
+                             "g<group>-r<index>-a<attempt>.rows or g<group>-r<index>-a<attempt>-p<part>.rows); "
+                             "it names no rows of this store")
     return locator

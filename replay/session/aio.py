@@ -55,7 +55,26 @@ class AsyncSession(Core):
             if self.refused(exc, locator):
                 await self._io(self.data_plane.delete, [locator])
             raise
+        await self._drop(self.prefix_moved(group_id, index, None))
         return locator
+
+    async def progress(self, group_id: int, index: int, attempt: int, rows: Any, *, tokens: int,
+                       turn: int | None = None, policy_version: int | None = None) -> str:
+        locator = await self._io(self.plane().put_progress, group_id, index, attempt,
+                                 self.next_part(group_id, index, attempt), rows)
+        try:
+            await self._commit(self.progress_fill(group_id, index, attempt, locator, tokens, turn,
+                                                  policy_version))
+        except Exception as exc:
+            if self.refused(exc, locator):
+                await self._io(self.data_plane.delete, [locator])
+            raise
+        await self._drop(self.prefix_moved(group_id, index, locator))
+        return locator
+
+    async def _drop(self, rows: list[str]) -> None:
+        if rows:
+            self._reclaimed += await self._io(self.plane().delete, rows)
 
     async def finish(self, group_id: int, rows: Any, *, policy_version: int | None = None) -> str:
         locator = await self._io(self.plane().put, group_id, rows)
@@ -64,6 +83,8 @@ class AsyncSession(Core):
 
     async def fail(self, group_id: int, index: int, attempt: int, *, reason: str) -> int:
         await self._aj.rollout_failed([RolloutRef(group_id, index, attempt)], reason=reason)
+        if self.data_plane is not None:
+            await self._drop(self.prefix_moved(group_id, index, None))
         return attempt + 1
 
     async def divert(self, group_ids: list[int]) -> None:
@@ -94,9 +115,9 @@ class AsyncSession(Core):
     async def checkpoint(self, step: int, *, save: Callable[[], Any]) -> int:
         begun = self.retry_of(step)
         if begun is None:
-            rows = self.take_reclaimable()
+            rows, held = self.take_reclaimable()
             try:
-                begun = Begun(step, await self._aj.begin_checkpoint(step=step), rows)
+                begun = Begun(step, await self._aj.begin_checkpoint(step=step), rows, prefixes=held)
             except BaseException:
                 self.give_back(rows)
                 raise
@@ -110,6 +131,7 @@ class AsyncSession(Core):
         await self._aj.commit_checkpoint(step=step)
         if self.journal.sync != "always":
             await self._aj.flush()
+        self.pin(begun)
         if begun.rows:
             self._reclaimed += await self._io(self.plane().delete, begun.rows)
         self.after_checkpoint(step)
@@ -131,6 +153,6 @@ class AsyncSession(Core):
 _OPEN_DEFAULTS = {name: p.default for name, p in inspect.signature(Session.open).parameters.items()
                   if p.kind is p.KEYWORD_ONLY}
 
-for _name in ("take", "admit", "seal", "finish", "fail", "divert", "discard", "replace", "rows",
+for _name in ("take", "admit", "progress", "seal", "finish", "fail", "divert", "discard", "replace", "rows",
               "trained", "checkpoint", "close"):
     getattr(AsyncSession, _name).__doc__ = f"Awaitable `Session.{_name}`: {getattr(Session, _name).__doc__}"

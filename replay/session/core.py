@@ -15,6 +15,12 @@ Rows no restore can need are deleted:
   after the previous checkpoint are kept until then, since restoring that one needs them;
 - at open, rows that the resumed state does not name (writes a crash cut off before their
   commit, attempts a restore gave up, groups trained before the restored checkpoint).
+
+A rollout's prefixes (`progress`): once a newer prefix, or the rollout's seal or failure, is
+durable, the older prefix's row is deleted at once, unless a restore may still hand it back:
+the prefixes held at the last committed checkpoint's LSN (or at the restore point the session
+opened at) and at a checkpoint begun since are "pinned" and wait for the checkpoint after the
+one that unpins them, as the rows of groups gone do.
 """
 
 from __future__ import annotations
@@ -26,12 +32,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from journal import (GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt,
+from journal import (GroupRef, Journal, JournalWarning, Owner, RolloutEnded, RolloutRef, StaleAttempt,
                      Transaction, list_segments)
 from journal.fingerprint import fingerprint
 from journal.replica import Location
 from snapshot import BackgroundCompactor
-from snapshot.data_plane import row_locators
+from snapshot.data_plane import prefix_locators, row_locators
 
 from ..recovered import RecoveredState
 from ..restore import restore
@@ -100,6 +106,7 @@ class Begun:
     lsn: int
     rows: list[str]
     trained_since: bool = False
+    prefixes: frozenset = frozenset()  # the prefixes held when it began (pinned once it commits)
 
 
 class Core:
@@ -128,6 +135,16 @@ class Core:
         self._compaction_error: str | None = None
         self._closed_stats: dict | None = None  # what `stats()` returned when the session closed
         self._unsaved: Begun | None = None  # the begun checkpoint whose save() failed
+        # the prefix each unsealed rollout holds now, group -> index -> locator (guarded by
+        # the reclaim lock), the parts each attempt used, and the prefixes a restore may hand
+        # back (see the module docstring)
+        self._prefixes: dict[int, dict[int, str]] = {}
+        self._parts: dict[int, dict[int, tuple[int, int]]] = {}  # group -> index -> (attempt, last part)
+        for g in self.journal.groups(Owner.ADMITTED):
+            if g.rollouts is not None and g.rollouts.progress is not None:
+                self._prefixes[g.group_id] = {i: p.locator for i, p in enumerate(g.rollouts.progress)
+                                              if p is not None}
+        self._pinned: set[str] = {loc for held in self._prefixes.values() for loc in held.values()}
 
     @classmethod
     def _start(cls, journal_dir: str, *, dataset, loader, data_plane, key: Key | None,
@@ -167,7 +184,7 @@ class Core:
                                f"{self.journal.path} (owner {self.journal.owner_of(group_id)}), so "
                                "it has no rollouts to generate")
         r = g.rollouts
-        return [RolloutWork(i, r.attempts[i], False) for i in r.unsealed()]
+        return [RolloutWork(i, r.attempts[i], False, progress=r.progress_of(i)) for i in r.unsealed()]
 
     def locators_of(self, group_id: int) -> list[str]:
         """The data-plane locators of a live group's rows, in rollout order."""
@@ -209,14 +226,26 @@ class Core:
                 tx.finished([group_id], policy_version=policy_version)
         return fill
 
+    def progress_fill(self, group_id: int, index: int, attempt: int, locator: str, tokens: int,
+                      turn: int | None, policy_version: int | None) -> Fill:
+        """`rollout_progress` of the prefix at `locator`."""
+        def fill(tx: Transaction) -> None:
+            tx.rollout_progress(RolloutRef(group_id, index, attempt, locator), tokens=tokens, turn=turn,
+                                policy_version=policy_version)
+        return fill
+
     def leaving_fill(self, group_ids: list[int], move: Fill) -> Fill:
         """`move(tx)`, which moves `group_ids` out of the live set (TRAINED or DROPPED); the
-        fill returns their rows (read under the transaction's lock), for `note_left` once
-        the commit is durable."""
+        fill returns their rows and prefixes (read under the transaction's lock), for
+        `note_left` once the commit is durable."""
         def fill(tx: Transaction) -> list[str]:
             gone = [loc for gid in group_ids if (g := self.journal.group(gid)) is not None
-                    for loc in row_locators(g)]
+                    for loc in row_locators(g) + prefix_locators(g)]
             move(tx)
+            with self._reclaim_lock:
+                for gid in group_ids:
+                    self._prefixes.pop(gid, None)
+                    self._parts.pop(gid, None)
             return gone
         return fill
 
@@ -224,10 +253,51 @@ class Core:
 
     def refused(self, exc: BaseException, locator: str) -> bool:
         """Whether rows written for a commit the journal refused with `exc` are to be deleted:
-        a late or unknown attempt (`StaleAttempt`), whose locator no history names. Any other
+        a late or unknown attempt (`StaleAttempt`), or a prefix of a sealed rollout
+        (`RolloutEnded`), whose locator no history names. Any other
         refusal may be a duplicate of a commit that named the same locator: kept (the next
         open's sweep removes it if nothing names it)."""
-        return isinstance(exc, StaleAttempt)
+        return isinstance(exc, (StaleAttempt, RolloutEnded))
+
+    def next_part(self, group_id: int, index: int, attempt: int) -> int:
+        """The part number of the next prefix of this rollout attempt (1, 2, ...): its locator
+        is new (an attempt is dispatched once, and a restore raises it)."""
+        with self._reclaim_lock:
+            parts = self._parts.setdefault(group_id, {})
+            last_attempt, last = parts.get(index, (attempt, 0))
+            part = last + 1 if last_attempt == attempt else 1
+            parts[index] = (attempt, part)
+        return part
+
+    def prefix_moved(self, group_id: int, index: int, locator: str | None) -> list[str]:
+        """A durable commit gave rollout `index` of `group_id` the prefix at `locator` (None: a
+        seal or a failure ended it). Returns the superseded prefix's row to delete now (none
+        when there was none, or when it is pinned: then it waits for a checkpoint)."""
+        with self._reclaim_lock:
+            held = self._prefixes.setdefault(group_id, {})
+            old = held.pop(index, None)
+            if locator is not None:
+                held[index] = locator
+            else:
+                if not held:
+                    del self._prefixes[group_id]
+                parts = self._parts.get(group_id)
+                if parts is not None:
+                    parts.pop(index, None)
+                    if not parts:
+                        del self._parts[group_id]
+            if old is None or old == locator:
+                return []
+            if old in self._pinned:
+                self._reclaim.append(old)
+                return []
+            return [old]
+
+    def pin(self, begun: "Begun") -> None:
+        """Checkpoint `begun` committed: a restore goes to it, so only the prefixes held when
+        it began stay pinned (until it committed, those of the previous one were too)."""
+        with self._reclaim_lock:
+            self._pinned = set(begun.prefixes)
 
     def note_left(self, locators: list[str]) -> None:
         """Rows of groups a durable commit moved out of the live set: reclaimed at the next
@@ -236,11 +306,14 @@ class Core:
         with self._reclaim_lock:
             self._reclaim += locators
 
-    def take_reclaimable(self) -> list[str]:
-        """The rows to delete once the checkpoint about to begin is committed."""
+    def take_reclaimable(self) -> tuple[list[str], frozenset]:
+        """The rows to delete once the checkpoint about to begin is committed, and the prefixes
+        held now (pinned from here on, beside those pinned already: see `pin`)."""
         with self._reclaim_lock:
             rows, self._reclaim = self._reclaim, []
-        return rows
+            held = frozenset(loc for by_index in self._prefixes.values() for loc in by_index.values())
+            self._pinned |= held
+        return rows, held
 
     def give_back(self, rows: list[str]) -> None:
         """A checkpoint that did not begin: its rows wait for the next one."""
@@ -274,7 +347,7 @@ class Core:
         dp = self.data_plane
         if dp is None:
             return 0
-        keep = {loc for g in self.journal.groups() for loc in row_locators(g)}
+        keep = {loc for g in self.journal.groups() for loc in row_locators(g) + prefix_locators(g)}
         gone = [loc for loc in dp.locators() if loc not in keep]
         return dp.delete(gone) if gone else 0
 

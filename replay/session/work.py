@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from journal import Progress
+
 from ..recovered import RecoveredGroup, RecoveredState
 
 TRAIN, GENERATE, ADMIT = "train", "generate", "admit"
@@ -14,14 +16,16 @@ TRAIN, GENERATE, ADMIT = "train", "generate", "admit"
 class RolloutWork:
     """One rollout of a recovered group. A sealed one's rows are in the data plane (`locator`);
     an unsealed one is generated again, dispatched with `attempt` (the attempt the resumed
-    history expects: a worker of the dead run holding an older one is fenced)."""
+    history expects: a worker of the dead run holding an older one is fenced), continuing from
+    `progress` when it has one (`Progress`: the prefix's data-plane locator, its tokens, turn
+    and policy version; `Session.data_plane.get(progress.locator)` reads its rows)."""
 
     index: int
     attempt: int
     sealed: bool
     locator: str | None = None
     policy_version: int | None = None
-    progress: Any = None  # the latest durable partial result of the rollout, when one was recorded
+    progress: Progress | None = None
 
 
 @dataclass
@@ -56,7 +60,7 @@ class Work:
 
 def _work(kind: str, g: RecoveredGroup) -> Work:
     rollouts = None if g.rollouts is None else [
-        RolloutWork(r.index, r.attempt, r.sealed, r.locator, r.policy_version) for r in g.rollouts]
+        RolloutWork(r.index, r.attempt, r.sealed, r.locator, r.policy_version, r.progress) for r in g.rollouts]
     return Work(kind, g.group_id, g.idx, g.task_name, g.epoch, g.prompt, g.target_step,
                 g.policy_version, rollouts)
 

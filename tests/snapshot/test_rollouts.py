@@ -1,5 +1,5 @@
-"""Cuts carry each rollout (schema 2): a cut of any rollout history reads back exactly the
-fold, loads with weights_only=True, and a rollout table that contradicts its groups is
+"""Cuts carry each rollout (schema 2) and its progress (schema 4): a cut of any rollout
+history reads back exactly the fold, loads with weights_only=True, and a rollout table that contradicts its groups is
 CorruptRecord."""
 
 from __future__ import annotations
@@ -28,10 +28,16 @@ def _history(j: Journal, data) -> None:
         i = data.draw(st.integers(0, rec.rollouts.n - 1))
         ref = RolloutRef(g, i, rec.rollouts.attempts[i], f"dp/{g}/{i}")
         try:
-            if data.draw(st.booleans()):
+            kind = data.draw(st.sampled_from(("seal", "fail", "progress")))
+            if kind == "seal":
                 j.rollout_sealed([ref], policy_version=data.draw(st.none() | st.integers(0, 3)))
-            else:
+            elif kind == "fail":
                 j.rollout_failed([ref], reason="timeout")
+            else:
+                j.rollout_progress(RolloutRef(g, i, ref.attempt, f"dp/{g}/{i}/p"),
+                                   tokens=data.draw(st.integers(0, 2 ** 40)),
+                                   turn=data.draw(st.none() | st.integers(0, 9)),
+                                   policy_version=data.draw(st.none() | st.integers(0, 3)))
         except OwnershipError:
             pass  # already sealed
     for g in gids:
@@ -51,7 +57,7 @@ def test_a_cut_of_a_rollout_history_reads_back_the_fold(tmp_path_factory, data):
         assert cut.state.same_as(j.state_copy())
         for name in ("rollout_recovery.pt", "replay_buffer_metadata.pt"):
             table = torch.load(os.path.join(cut.path, name), weights_only=True)
-            assert table["format_version"] == 3 and "rollout_table" in table
+            assert table["format_version"] == 4 and "rollout_table" in table and "progress_table" in table
 
 
 def _cut_with_rollouts(tmp_path) -> str:
@@ -63,10 +69,10 @@ def _cut_with_rollouts(tmp_path) -> str:
     return compact(d, at="end", retention=None).cut_path
 
 
-def _rewrite(cut: str, change) -> None:
+def _rewrite(cut: str, change, key: str = "rollout_table") -> None:
     path = os.path.join(cut, "rollout_recovery.pt")
     table = torch.load(path, weights_only=True)
-    change(table["rollout_table"])
+    change(table[key])
     torch.save(table, path)
     data = open(path, "rb").read()
     mpath = os.path.join(cut, "MANIFEST.json")
@@ -87,5 +93,31 @@ def test_a_rollout_table_that_contradicts_its_group_is_corrupt(tmp_path, change,
     cut = _cut_with_rollouts(tmp_path)
     assert read_cut(cut).state.live[0].rollouts.is_sealed(1)
     _rewrite(cut, change)
+    with pytest.raises(CorruptRecord, match=message):
+        read_cut(cut)
+
+
+def _cut_with_progress(tmp_path) -> str:
+    d = str(tmp_path / "j")
+    with Journal.open(d, sync="none") as j:
+        (g,) = j.taken([GroupRef(idx=1)])
+        j.admitted([g], target_step=1, rollouts=3)
+        j.rollout_sealed([RolloutRef(g, 1, 0, "dp/1")])
+        j.rollout_progress(RolloutRef(g, 2, 0, "dp/2/p"), tokens=7, turn=1, policy_version=0)
+    return compact(d, at="end", retention=None).cut_path
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.update(row=torch.tensor([1])), "rollout 1 has progress but is sealed"),
+    (lambda t: t.update(row=torch.tensor([3])), "beyond the 3 rollouts"),
+    (lambda t: t.update(tokens=torch.tensor([-1])), "negative tokens"),
+    (lambda t: t.update(turn=torch.tensor([1, 2])), "int64 tensor of 1"),
+    (lambda t: t.pop("locator"), "progress_table layout"),
+])
+def test_a_progress_table_that_contradicts_its_rollouts_is_corrupt(tmp_path, change, message):
+    cut = _cut_with_progress(tmp_path)
+    p = read_cut(cut).state.live[0].rollouts.progress_of(2)
+    assert (p.locator, p.tokens, p.turn, p.policy_version) == ("dp/2/p", 7, 1, 0)
+    _rewrite(cut, change, "progress_table")
     with pytest.raises(CorruptRecord, match=message):
         read_cut(cut)

@@ -75,7 +75,7 @@ def test_each_table_names_its_own_format_and_nemo_rl_rejects_it(cut):
         assert table["format"] == fmt and table["format_version"] == SCHEMA_VERSION
         assert "schema_version" not in table
         assert not nemo_rl_accepts(table), f"NeMo-RL's loader would take {name} for its own"
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
 
 
 @pytest.mark.parametrize("mutate, words", [
@@ -89,6 +89,20 @@ def test_a_table_of_another_format_is_refused_naming_it(cut, mutate, words):
     with pytest.raises(replay.SchemaMismatch) as info:
         restore(cut)
     assert "rollout_recovery.pt" in str(info.value) and words in str(info.value), str(info.value)
+
+
+def test_tables_of_schema_3_without_progress_still_read(cut):
+    """A cut of schema 3 (the last before progress): no progress_table, no rollout has progress."""
+    want = restore(cut)
+    for name in TABLES:
+        def untable(t):
+            del t["progress_table"]
+            t["format_version"] = 3
+        _rewrite(cut, name, untable, manifest_schema=3)
+    got = restore(cut)
+    assert [(g.group_id, g.owner, g.rollouts) for g in got.groups] == \
+        [(g.group_id, g.owner, g.rollouts) for g in want.groups]
+    assert got.groups[1].rollouts is not None
 
 
 def test_tables_written_before_the_tag_still_read(cut):
