@@ -585,13 +585,13 @@ def _generation_lines(s: dict) -> list[str]:
     lines.append(f"generation lost     {s['generation_seconds_lost']:.2f} s to kills "
                  f"({s['generation_seconds_lost_per_kill']:.3f} s per kill) of {s['generation_seconds']:.1f} s "
                  "generated")
-    progress = (f"progress every {s['progress_every']} tokens and every turn" if s.get("progress_every")
-                else "progress off")
-    lines.append(f"  in flight         {s['generation_seconds_in_flight_lost']:.2f} s of it were rollouts in "
-                 f"flight at a kill ({s['generation_seconds_in_flight_lost_per_kill']:.3f} s per kill; {progress})")
+    lines.append(f"  in flight         {s['generation_seconds_in_flight_lost']:.2f} s of it in rollouts in flight at "
+                 f"a kill ({s['generation_seconds_in_flight_lost_per_kill']:.3f} s per kill)")
     if s.get("progress_every"):
-        lines.append(f"  continued         {s['continued_rollouts']} rollouts from their durable prefix "
-                     f"({s['kept_tokens']} tokens kept)")
+        lines.append(f"  progress          every {s['progress_every']} tokens and every turn: "
+                     f"{s['continued_rollouts']} rollouts continued, {s['kept_tokens']} tokens kept")
+    elif s["level"] == "rollout-level" and s["mode"] == "journal":
+        lines.append("  progress          off (--progress-every K: restores continue rollouts from a prefix)")
     lines.append(f"  and discarded     {s['generation_seconds_wasted']:.2f} s by failed groups and late results")
     if s["level"] == "rollout-level":
         lines.append(f"late results        {s['fenced_late_results']} fenced by the journal (rows deleted); "

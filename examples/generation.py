@@ -28,7 +28,7 @@ from .dataset import VOCAB
 LENGTH_MEDIAN = 8      # policy tokens of a median rollout
 LENGTH_SIGMA = 1.1     # log-normal spread of the lengths: a long tail
 MAX_TOKENS = 128       # 16x the median: the longest rollouts still make the deadline
-TURN_TOKENS = 4        # policy tokens per turn of a multi-turn rollout
+TURN_TOKENS = 8        # policy tokens per turn of a multi-turn rollout
 BOS = 0                # what the first token is sampled after (single-turn)
 NOISE_ROWS = 8191      # rows of the Gumbel noise table
 _noise: torch.Tensor | None = None

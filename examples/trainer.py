@@ -12,7 +12,7 @@ The shape is the one of an async RL framework (NeMo-RL, verl, ...):
 * `--workers` generator tasks produce `--rollouts` rollouts per prompt group token by token
   (`examples.generation`: one forward pass of the tiny policy per token, long-tailed lengths,
   a median rollout taking `--latency-ms`), from a copy of the policy at the version the group
-  was admitted with (generation runs one step ahead of training); a quarter of the prompts are
+  was admitted with (generation runs one step ahead of training); five prompts in eight are
   single-turn, the others multi-turn with one of three environments (`examples.environments`:
   one per recovery of `replay.environments`);
 * `--progress-every K`: a rollout's prefix (its tokens so far, the environment's saved state)
@@ -791,8 +791,10 @@ class Trainer:
             w.status = DROPPED
         # the rollouts it had done go with it
         self.ledger.dropped(DISCARD_REASON, [w.row_key], generation_us=_us(float(w.seconds.sum())))
-        if w.sealed is not None and w.row_locators():
-            self.gc_pool.submit(self.dp.delete, w.row_locators())
+        if w.sealed is not None:   # its sealed rows and the prefixes of its unsealed rollouts
+            doomed = w.row_locators() + [loc for loc in w.progress if loc is not None]
+            if doomed:
+                self.gc_pool.submit(self.dp.delete, doomed)
         del self.live[w.gid]
         self.stats["discarded"] += 1
         if spare is not None:
@@ -921,7 +923,7 @@ class Trainer:
                     return self._settled(r, rejected=True)
                 if spent > deadline_us:
                     # a slow worker: given up at the deadline, it keeps going and answers later
-                    task = self._guarded(self._straggle(w, i, attempt, r, token_us, rng))
+                    task = self._guarded(self._straggle(w, i, attempt, r, token_us, self._generate(w, rng)))
                     self.stragglers.add(task)
                     task.add_done_callback(self.stragglers.discard)
                     r = None   # the straggler settles it
@@ -948,15 +950,16 @@ class Trainer:
             self._rejected(r.us / 1e6)
 
     async def _straggle(self, w: Work, i: int, attempt: int, r: Rollout, token_us: float,
-                        rng: random.Random) -> None:
-        """A slow worker after its rollout was given up: it finishes, and its late result is
-        offered to the journal (`_late`)."""
+                        result: tuple) -> None:
+        """A slow worker after its rollout was given up: it finishes its tokens, and its late
+        `result` (drawn at the deadline, while its weights are kept) is offered to the journal
+        (`_late`)."""
         try:
             while not r.done:
                 await self._tokens(r, CHUNK_TOKENS, token_us)
         finally:
             self._settled(r, rejected=True)
-        await self._late(w, i, attempt, self._generate(w, rng), r.us / 1e6)
+        await self._late(w, i, attempt, result, r.us / 1e6)
 
     async def _progress(self, w: Work, i: int, attempt: int, r: Rollout) -> None:
         """The prefix of rollout `i` of `w` durable in the data plane, then `rollout_progress`

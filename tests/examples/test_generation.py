@@ -79,8 +79,8 @@ def test_a_multi_turn_rollout_resumes_at_its_turn_with_its_environment_state(tmp
 
 def test_progress_points_fall_every_k_tokens_or_at_every_turn():
     single = _start(0, 0, 40)      # idx 0: single-turn
-    multi = _start(1, 0, 40)
-    assert environment_for(0) is None and environment_for(1) is not None
+    multi = _start(5, 0, 40)
+    assert environment_for(0) is None and environment_for(5) is not None
     stops = {"single": [], "multi": []}
     for name, r in (("single", single), ("multi", multi)):
         while not r.done:
@@ -88,7 +88,7 @@ def test_progress_points_fall_every_k_tokens_or_at_every_turn():
             if r.stops(16):
                 stops[name].append(r.generated)
     assert stops["single"] == [16, 32]
-    assert stops["multi"] == list(range(TURN_TOKENS, 40, TURN_TOKENS))
+    assert stops["multi"] == list(range(TURN_TOKENS, 40, TURN_TOKENS)) and len(stops["multi"]) >= 3
     assert _start(0, 0, 40).next_stop(0) == 40 and not single.stops(0)
 
 
