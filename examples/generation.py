@@ -25,9 +25,9 @@ from replay.environments import Environment, resume, saved_state
 
 from .dataset import VOCAB
 
-LENGTH_MEDIAN = 8      # policy tokens of a median rollout
+LENGTH_MEDIAN = 4      # policy tokens of a median rollout
 LENGTH_SIGMA = 1.1     # log-normal spread of the lengths: a long tail
-MAX_TOKENS = 128       # 16x the median: the longest rollouts still make the deadline
+MAX_TOKENS = 64        # 16x the median: the longest rollouts still make the deadline
 TURN_TOKENS = 8        # policy tokens per turn of a multi-turn rollout
 BOS = 0                # what the first token is sampled after (single-turn)
 NOISE_ROWS = 8191      # rows of the Gumbel noise table
@@ -62,16 +62,18 @@ def rollout_key(seed: int, epoch: int, idx: int, index: int) -> int:
 
 class Rollout:
     """One rollout being generated: the trace so far (policy tokens and observations), the
-    policy tokens generated, the turns' actions, `us`, the generation microseconds of the
-    trace over every attempt and process that made it, and whether the process generating it
-    has `settled` its account (delivered, failed or given up: not in flight at a kill)."""
+    policy tokens generated, the turns' actions, the answer logits the prompt's prefill gave,
+    `us`, the generation microseconds of the trace over every attempt and process that made
+    it, and whether the process generating it has `settled` its account (delivered, failed or
+    given up: not in flight at a kill)."""
 
-    __slots__ = ("policy", "base", "key", "length", "env", "trace", "generated", "actions", "us", "settled")
+    __slots__ = ("policy", "base", "answer_logits", "key", "length", "env", "trace", "generated", "actions", "us",
+                 "settled")
 
     def __init__(self, policy, tokens: torch.Tensor, key: int, length: int, env: Environment | None):
         self.policy, self.key, self.length, self.env = policy, key, length, env
         with torch.no_grad():
-            self.base = policy.prefill(tokens)
+            self.base, self.answer_logits = policy.prefill(tokens)
         self.trace: list[int] = []
         self.generated = 0
         self.actions: list[int] = []

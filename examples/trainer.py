@@ -207,9 +207,11 @@ class TinyPolicy(torch.nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.head(self.encode(tokens))
 
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The part of every next-token logit the prompt fixes (`out` of its encoding)."""
-        return self.out(self.encode(tokens[None])[0])
+    def prefill(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt read once per rollout: the part of every next-token logit it fixes (`out`
+        of its encoding), and the answer logits (`forward`'s)."""
+        z = self.encode(tokens[None])[0]
+        return self.out(z), self.head(z)
 
     def next_logits(self, base: torch.Tensor, prev: int) -> torch.Tensor:
         """One decoding step: logits of the token after `prev` (`base`: `prefill`'s)."""
@@ -836,11 +838,12 @@ class Trainer:
             return self.cfg.deadline_ms / 1000 * rng.uniform(1.5, 4.0)
         return self.cfg.latency_ms / 1000 * rng.lognormvariate(0.0, LATENCY_SIGMA)
 
-    def _generate(self, w: Work, rng: random.Random) -> tuple[int, float, float]:
-        """One rollout: (answer, its log-probability under the generating policy, reward)."""
-        policy = self.policies[w.policy_version]
+    def _generate(self, w: Work, rng: random.Random, r: Rollout | None = None) -> tuple[int, float, float]:
+        """One rollout's answer: (answer, its log-probability under the generating policy,
+        reward); `r`: the rollout whose prefill has the answer logits already."""
         with torch.no_grad():
-            logp = torch.log_softmax(policy(w.tokens[None]), -1)[0]
+            logits = r.answer_logits if r is not None else self.policies[w.policy_version](w.tokens[None])[0]
+            logp = torch.log_softmax(logits, -1)
             gen = torch.Generator().manual_seed(rng.getrandbits(62))
             a = int(torch.multinomial(logp.exp(), 1, generator=gen))
         return a, float(logp[a]), float(a == w.answer)
@@ -923,7 +926,7 @@ class Trainer:
                     return self._settled(r, rejected=True)
                 if spent > deadline_us:
                     # a slow worker: given up at the deadline, it keeps going and answers later
-                    task = self._guarded(self._straggle(w, i, attempt, r, token_us, self._generate(w, rng)))
+                    task = self._guarded(self._straggle(w, i, attempt, r, token_us, self._generate(w, rng, r)))
                     self.stragglers.add(task)
                     task.add_done_callback(self.stragglers.discard)
                     r = None   # the straggler settles it
@@ -934,7 +937,7 @@ class Trainer:
                 if r.stops(every):
                     await self._progress(w, i, attempt, r)
             self._settled(r)
-            await self._deliver(w, i, attempt, self._generate(w, rng), r.us / 1e6, r)
+            await self._deliver(w, i, attempt, self._generate(w, rng, r), r.us / 1e6, r)
         except asyncio.CancelledError:
             if r is not None and not r.settled:
                 self._settled(r, rejected=True)

@@ -47,7 +47,7 @@ def _rollout(t: Trainer, idx: int, index: int) -> Rollout:
 
 def _long_index(t: Trainer, idx: int) -> int:
     """A rollout index of the prompt at `idx` long enough for a prefix of 2 turns and more."""
-    return next(i for i in range(64) if rollout_length(t.cfg.seed, 0, idx, i) > 3 * TURN_TOKENS)
+    return next(i for i in range(512) if rollout_length(t.cfg.seed, 0, idx, i) > 3 * TURN_TOKENS)
 
 
 def _crashed_run(t: Trainer, index: dict) -> dict:
