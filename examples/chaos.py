@@ -472,12 +472,12 @@ def run(o: Options, cluster=None) -> dict:
         check_replica(o.replica, o.replica_options)
     level = "group-level" if o.baseline or o.group_level else "rollout-level"
     mode = "baseline (no journal)" if o.baseline else f"journal, {level}"
-    mode += f", progress every {o.progress_every} tokens" if o.progress_every else ""
     mode += ", Ray actors" if o.ray else ""
     mode += f", node-loss kills, replica {o.replica}" if o.replica else ""
     _say(o, f"journal-demo [{mode}]: {o.epochs} epochs x {o.dataset_size} prompts, batch "
             f"{o.batch_size}, {o.rollouts} rollouts per group,\n  {o.workers} generator workers, rollout "
-            f"failure rate {o.failure_rate}, {o.kills} kills, seed {o.seed}\n  run dir {out}")
+            f"failure rate {o.failure_rate}, {o.kills} kills, seed {o.seed}"
+            f"{f', progress every {o.progress_every} tokens' if o.progress_every else ''}\n  run dir {out}")
     if o.ray:
         kills, runs, ray_counts = _run_on_ray(o, out, cluster)
     else:
