@@ -918,7 +918,8 @@ class Trainer:
         every = self.cfg.progress_every if w.attempts is not None else 0
         try:
             while not r.done:
-                n = min(r.next_stop(every), CHUNK_TOKENS)
+                # the deadline is looked at once it has passed, not a chunk later
+                n = min(r.next_stop(every), CHUNK_TOKENS, int((deadline_us - spent) // token_us) + 1)
                 if fail_at is not None:
                     n = min(n, max(1, fail_at - r.generated))
                 spent += await self._tokens(r, n, token_us)
