@@ -42,7 +42,8 @@ round, in an order that rotates from round to round.
    100,000 durable events/s, and the event loop's longest stall <= 5 ms (beside it, the
    longest garbage-collector pause meanwhile and how many full collections ran).
 6. the commit path's CPU per commit, stage by stage (`bench.commit_cost`), and the CPU,
-   system time and context switches per commit of the 8-thread run.
+   system time and context switches per commit of the 8-thread run; and a `rollout_progress`
+   commit's CPU and bytes beside a `rollout_sealed` one's (target: no more than a seal).
 7. bytes per event on a trainer-like mix, without and with a real
    `StatefulDataLoader(shuffle=True).state_dict()` on every `taken`.
 """
@@ -577,6 +578,18 @@ def add_commit_cost(report: Report, r: Rounds, parent: str | None, threads: int,
         note=f"user {r.median('j8_user_us'):.1f} us, system {r.median('j8_sys_us'):.1f} us (fdatasync, "
              f"futex wake-ups), {r.median('j8_switches'):.2f} voluntary context switches per commit "
              "(median round)"))
+    commits = 20_000 if quick else 80_000
+    log(f"progress commit vs seal commit: {commits:,} one-event commits each, best of {commit_cost.RUNS}")
+    p = commit_cost.progress_vs_seal(parent, commits)
+    report.meta["progress_vs_seal"] = p
+    report.add(Figure(
+        "progress_commit", "progress commit vs seal commit: CPU, 1 thread, sync=none", p["progress_ns"],
+        "ns/commit", reference=p["seal_ns"], reference_label="a rollout_sealed commit",
+        target=Target(max_ratio=1.0),
+        note=f"rollout_progress of each rollout of groups admitted with rollouts={commit_cost.ROLLOUTS} "
+             f"(locator, tokens, version) vs rollout_sealed of each (locator, version); frames "
+             f"{p['progress_bytes']:.1f} B vs {p['seal_bytes']:.1f} B. Under sync=always both wait "
+             "for the same fsync; target: a prefix costs no more than a seal"))
 
 
 # -- the benchmark -----------------------------------------------------------------------------

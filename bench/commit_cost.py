@@ -1,4 +1,5 @@
-"""The commit path's CPU cost per commit, stage by stage (rows of `python -m bench append`).
+"""The commit path's CPU cost per commit, stage by stage (rows of `python -m bench append`), and
+what a `rollout_progress` commit costs beside a `rollout_sealed` one.
 
 Each stage is timed as a cumulative pipeline over the same one-event commits (each group
 through taken -> admitted -> finished -> trained): build the event records; then encode them;
@@ -15,7 +16,8 @@ import os
 import resource
 import time
 
-from journal import Admitted, Commit, Finished, GroupRef, Journal, OsFileSystem, Taken, TakenGroup, Trained
+from journal import (Admitted, Commit, Finished, GroupRef, Journal, OsFileSystem, RolloutRef, Taken, TakenGroup,
+                     Trained, list_segments)
 from journal import format as fmt
 from journal.events import commit_decoder, commit_encoder
 from journal.fold import State, apply
@@ -101,6 +103,62 @@ def breakdown(parent: str | None, lives: int) -> dict[str, float]:
     costs["journal"] = whole
     costs["rest"] = max(0.0, whole - cumulative[-1])
     return costs
+
+
+ROLLOUTS = 8  # per group, in the progress-vs-seal comparison
+
+
+def _in_flight(path: str, groups: int) -> Journal:
+    """An open journal (sync="none") of `groups` groups admitted with rollouts=ROLLOUTS, none sealed."""
+    j = Journal.open(path, sync="none")
+    for start in range(0, groups, 1000):
+        gids = j.taken([GroupRef(idx=n, task_name=TASK, epoch=0) for n in range(start, min(groups, start + 1000))])
+        j.admitted(gids, target_step=1, policy_version=1, rollouts=ROLLOUTS)
+    return j
+
+
+def _written(path: str) -> int:
+    """Bytes the journal at `path` holds (its segments' used sizes, not the preallocated ones)."""
+    return sum(seg.size for seg in list_segments(path))
+
+
+def _rollout_commits(kind: str, path: str, commits: int) -> tuple[float, float]:
+    """(CPU ns, bytes) per one-event commit of `commits` commits of `kind` on a fresh journal of
+    rollouts in flight, one per rollout in turn: "seal" seals it (`rollout_sealed` with its
+    locator and version), "progress" records a prefix of it (`rollout_progress`: locator,
+    tokens, turn, version). The journal is built outside the timing."""
+    j = _in_flight(path, -(-commits // ROLLOUTS))
+    try:
+        first = j.state_copy().groups()[0].group_id
+        before = _written(path)
+        start = time.process_time()
+        if kind == "seal":
+            for k in range(commits):
+                g, i = first + k // ROLLOUTS, k % ROLLOUTS
+                j.rollout_sealed([RolloutRef(g, i, 0, f"g{g}-r{i}-a0.rows")], policy_version=1)
+        else:
+            for k in range(commits):
+                g, i = first + k // ROLLOUTS, k % ROLLOUTS
+                j.rollout_progress(RolloutRef(g, i, 0, f"g{g}-r{i}-a0-p1.rows"), tokens=4096, turn=None,
+                                   policy_version=1)
+        elapsed = time.process_time() - start
+        return elapsed / commits * 1e9, (_written(path) - before) / commits
+    finally:
+        j.close()
+
+
+def progress_vs_seal(parent: str | None, commits: int) -> dict[str, float]:
+    """CPU ns and bytes per one-event commit, sync="none", one thread, of a `rollout_progress`
+    ("progress_ns", "progress_bytes") and of a `rollout_sealed` ("seal_ns", "seal_bytes"):
+    best of RUNS rounds, the two alternating within each round (see `_rollout_commits`)."""
+    best = {"progress": (float("inf"), 0.0), "seal": (float("inf"), 0.0)}
+    with scratch_dir(parent, "progress-cost-") as d:
+        for run in range(RUNS):
+            for kind in ("progress", "seal") if run % 2 == 0 else ("seal", "progress"):
+                ns, size = _rollout_commits(kind, os.path.join(d, f"{kind}-{run}"), commits)
+                best[kind] = min(best[kind], (ns, size))
+    return {"progress_ns": best["progress"][0], "progress_bytes": best["progress"][1],
+            "seal_ns": best["seal"][0], "seal_bytes": best["seal"][1]}
 
 
 def usage_per_commit(measure, seconds: float) -> tuple[float, dict[str, float]]:

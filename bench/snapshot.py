@@ -37,6 +37,11 @@ reference measured in the same run, in interleaved rounds (medians):
    On the same from-disk pair, `Journal.open(path)` without resume= (newest cut's state
    file plus the tail) and `replay.restore(path)`: opens/s and restores/s after 10x over
    after 1x, the same target.
+   Prefixes: the same live set of rollouts (10k groups with --quick, 100k full) with a prefix
+   (`rollout_progress`: locator, tokens, policy version) on every unsealed rollout of the
+   ADMITTED half, against the same set without: cut CPU time (the least of the rounds; the
+   wall time beside it) and cut size, target <= 1.2x each (a prefix costs per prefix, not
+   per rollout: docs/format.md).
 4. the state file's share (100k groups, and x 8 rollouts): `state_file.encode` of
    the state from the columns of the cut's three group tables (built outside the
    timing, as the cut builds them for the tables), beside the cut's time, and its size.
@@ -54,6 +59,7 @@ import hashlib
 import io
 import os
 import shutil
+import statistics
 import time
 import tracemalloc
 
@@ -67,6 +73,8 @@ from .common import Figure, Report, Rounds, Target, log, scratch_dir
 
 SIZES = (1_000, 10_000, 100_000)
 ROLLOUT_GROUPS = 100_000
+PREFIX_GROUPS = {True: 10_000, False: 100_000}  # the prefixes figures' live groups, by --quick
+PREFIX_TARGET = 1.2  # a cut with prefixes at most this many times one without (time and size)
 ROLLOUTS = 8
 BATCH = 1_000
 PEER_TARGET = 5.0
@@ -148,15 +156,29 @@ def rollout_live_set(j: Journal, groups: int, first_idx: int) -> int:
     return idx
 
 
+def with_prefixes(j: Journal) -> int:
+    """Record a prefix of every unsealed rollout of the ADMITTED groups (as a trainer that writes
+    progress every K tokens holds them), a transaction per BATCH; how many."""
+    refs = [RolloutRef(g.group_id, i, g.rollouts.attempts[i], f"g{g.group_id}-r{i}-a{g.rollouts.attempts[i]}-p3.rows")
+            for g in j.groups(Owner.ADMITTED) for i in g.rollouts.unsealed()]
+    for start in range(0, len(refs), BATCH):
+        with j.transaction() as tx:
+            for k, ref in enumerate(refs[start:start + BATCH]):
+                tx.rollout_progress(ref, tokens=1024 + (start + k) % 7919, policy_version=6)
+    return len(refs)
+
+
 def build(path: str, live: int, history: int, segment_bytes: int = 64 << 20,
-          rollouts: bool = False) -> Journal:
+          rollouts: bool = False, prefixes: bool = False) -> Journal:
     """An open journal (sync="none" while building) with `history` groups trained, then `live`
-    groups live (`rollout_live_set` with `rollouts`, else `live_set`), then a committed
-    checkpoint."""
+    groups live (`rollout_live_set` with `rollouts`, else `live_set`; `with_prefixes` too with
+    `prefixes`), then a committed checkpoint."""
     j = Journal.open(path, sync="none", segment_bytes=segment_bytes)
     idx = churn(j, history, 0)
     if rollouts:
         rollout_live_set(j, live, idx)
+        if prefixes:
+            with_prefixes(j)
     else:
         live_set(j, live, idx)
     j.begin_checkpoint(step=1)
@@ -286,6 +308,60 @@ def prepare_disk_case(j: Journal) -> None:
 
 
 # -- the benchmark --------------------------------------------------------------------------------
+
+def measure_prefixes(root: str, groups: int, rounds: int) -> dict[str, list[float]]:
+    """Cut CPU time and wall time (s) and size (bytes) of `groups` live groups x ROLLOUTS
+    rollouts without and with prefixes (`with_prefixes`), in alternating rounds, each journal's
+    first cut (which folds its row ledger from LSN 1) taken before them; and how many prefixes.
+    CPU time: this process's (`time.process_time`), which the load of other jobs on a shared
+    machine moves much less than the wall time."""
+    plain = build(os.path.join(root, f"prefixes-without-{groups}"), groups, groups, rollouts=True)
+    held = build(os.path.join(root, f"prefixes-with-{groups}"), groups, groups, rollouts=True, prefixes=True)
+    out: dict[str, list[float]] = {f"{m}_{key}": [] for m in ("cpu", "wall", "size") for key in ("with", "without")}
+    try:
+        for j in (plain, held):
+            shutil.rmtree(time_cut_live(j)[1])
+        for i in range(rounds):
+            for key, j in (("without", plain), ("with", held)) if i % 2 == 0 else (("with", held), ("without", plain)):
+                cpu = time.process_time()
+                wall, cut = time_cut_live(j)
+                out[f"cpu_{key}"].append(time.process_time() - cpu)
+                out[f"wall_{key}"].append(wall)
+                out[f"size_{key}"].append(cut_size(cut))
+                if i == 0 and key == "with":
+                    state = read_cut(cut).state
+                    n = sum(p is not None for g in state.groups() for p in g.rollouts.progress or ())
+                    assert n == sum(len(g.rollouts.unsealed()) for g in held.groups(Owner.ADMITTED)) > 0
+                    out["prefixes"] = [n]
+                shutil.rmtree(cut)
+    finally:
+        plain.close()
+        held.close()
+    return out
+
+
+def add_prefix_figures(report: Report, m: dict[str, list[float]], groups: int) -> None:
+    """The two prefixes figures (module docstring, 2): the cut's CPU time in the round whose
+    ratio to the cut without prefixes is the median of the rounds' (both cut in the same round,
+    one after the other), and the cut's size, each against the same live set without prefixes."""
+    label = f"{groups:,} live groups x {ROLLOUTS} rollouts, {m['prefixes'][0]:,} prefixes"
+    ratios = [w / wo for w, wo in zip(m["cpu_with"], m["cpu_without"])]
+    i = ratios.index(statistics.median_low(ratios))
+    wall = [w / wo for w, wo in zip(m["wall_with"], m["wall_without"])]
+    report.add(Figure(
+        "cut_prefixes", f"cut CPU time with prefixes, {label}", m["cpu_with"][i] * 1e3, "ms",
+        reference=m["cpu_without"][i] * 1e3, reference_label="the same live set without prefixes",
+        target=Target(max_ratio=PREFIX_TARGET), samples=[x * 1e3 for x in m["cpu_with"]],
+        reference_samples=[x * 1e3 for x in m["cpu_without"]],
+        note=f"process CPU, the median round of {len(ratios)} (per-round ratios {min(ratios):.2f}-"
+             f"{max(ratios):.2f}x; wall time {statistics.median(wall):.2f}x, per round "
+             f"{min(wall):.2f}-{max(wall):.2f}x); a prefix on every unsealed rollout of the ADMITTED half"))
+    report.add(Figure(
+        "size_prefixes", f"cut size with prefixes, {label}", m["size_with"][-1], "bytes",
+        reference=m["size_without"][-1], reference_label="the same live set without prefixes",
+        target=Target(max_ratio=PREFIX_TARGET),
+        note=f"{(m['size_with'][-1] - m['size_without'][-1]) / m['prefixes'][0]:.0f} B per prefix"))
+
 
 def run(args) -> Report:
     quick = args.quick
@@ -425,6 +501,10 @@ def run(args) -> Report:
                 target=Target(min_ratio=HISTORY_TARGET)))
             f.note = (f"{1e3 / f.value:.1f} ms after 10x vs {1e3 / f.reference:.1f} ms after 1x: "
                       f"time ratio {f.reference / f.value:.2f} (target <= 1.2)")
+
+        groups = PREFIX_GROUPS[quick]
+        log(f"prefixes: {groups:,} live groups x {ROLLOUTS} rollouts without and with prefixes")
+        add_prefix_figures(report, measure_prefixes(root, groups, rounds), groups)
 
         log("peak memory (tracemalloc, separate runs)")
         for n in SIZES:

@@ -12,7 +12,8 @@ The payload is a zstandard frame (level `ZSTD_LEVEL`) of msgpack of `_Body`: the
 every field of the `State` (the last ones with a default, which files written before them
 lack: the loader's epoch, the run identity), the live groups as column blocks (`_Block`: per
 field of `Group` the values of the block's groups, the owners as one code byte each, the rollouts
-flattened, and their progress as sparse columns: the last ones, with defaults too). A cut builds the columns
+flattened, a prefix's locator and version in its unsealed rollout's slots and its tokens and turn
+in two sparse columns: the last ones, with defaults too). A cut builds the columns
 of each of its group tables once (`group_columns`) and hands the same lists to the state file.
 Format 1 ("OWNJST01", the live groups as one msgpack map each) is still read. `read` checks
 the magic, the length and the CRC, then decompresses and decodes with the schema, so a torn,
@@ -48,16 +49,18 @@ _GETTERS = tuple((name, operator.attrgetter(name)) for name in GROUP_FIELDS)
 # sealed bits; per rollout, in group order and then by index, its attempt, locator, version
 ROLLOUT_COLUMNS = ("rollout_n", "rollout_sealed", "rollout_attempt", "rollout_locator",
                    "rollout_version")
-# per rollout with a `Progress` (few: only unsealed rollouts that recorded one), its row among
-# the block's rollouts (`progress_row`, increasing) and the Progress's fields
-PROGRESS_COLUMNS = ("progress_row", "progress_locator", "progress_tokens", "progress_turn",
-                    "progress_version")
+# An unsealed rollout has no result, so the rollout columns `rollout_locator` and
+# `rollout_version` hold its prefix's locator and policy version when it has a `Progress`: a
+# prefix is an unsealed rollout with a locator. Per prefix, in rollout order, its tokens and
+# turn (the few prefixes cost a few bytes each; a rollout without one nothing)
+PROGRESS_COLUMNS = ("progress_tokens", "progress_turn")
 _PLAIN_FIELDS = tuple(n for n in GROUP_FIELDS if n not in ("owner", "rollouts"))  # stored as is
 _BLOCK_COLUMNS = _PLAIN_FIELDS + ROLLOUT_COLUMNS + PROGRESS_COLUMNS
 _SEALED_OF = operator.attrgetter("sealed")
 _ATTEMPTS_OF = operator.attrgetter("attempts")
 _LOCATORS_OF = operator.attrgetter("locators")
 _VERSIONS_OF = operator.attrgetter("versions")
+_PROGRESS_OF = operator.attrgetter("progress")
 _LIVE_OWNER_OF_CODE = {int(o): o for o in LIVE_OWNERS}
 
 
@@ -80,12 +83,9 @@ class _Block(msgspec.Struct, array_like=True):
     rollout_attempt: list[int]
     rollout_locator: list[str | None]
     rollout_version: list[int | None]
-    # the rollouts' progress (`PROGRESS_COLUMNS`); files written before it lack it
-    progress_row: list[int] = []
-    progress_locator: list[str] = []
+    # the prefixes' tokens and turns (`PROGRESS_COLUMNS`); files written before them lack them
     progress_tokens: list[int] = []
     progress_turn: list[int | None] = []
-    progress_version: list[int | None] = []
 
 
 class _Body(msgspec.Struct, array_like=True):
@@ -119,66 +119,62 @@ _decoders = {MAGIC: msgspec.msgpack.Decoder(_Body), MAGIC_V1: msgspec.msgpack.De
 
 
 def group_columns(groups: Sequence[Group]) -> dict[str, list]:
-    """Per field of `Group` (`GROUP_FIELDS`), its values over `groups` in their order, and
-    their rollouts flattened (`ROLLOUT_COLUMNS`): one attribute pass, shared by the state file
-    and the cut's group tables."""
+    """Per field of `Group` (`GROUP_FIELDS`), its values over `groups` in their order, their
+    rollouts flattened (`ROLLOUT_COLUMNS`, a prefix in its unsealed rollout's locator and
+    version) and their prefixes' `PROGRESS_COLUMNS`: one attribute pass, shared by the state
+    file and the cut's group tables."""
     columns = {name: list(map(getter, groups)) for name, getter in _GETTERS}
     tracked = [r for r in columns["rollouts"] if r is not None]
     chain = itertools.chain.from_iterable
     columns["rollout_n"] = [0 if r is None else r.n for r in columns["rollouts"]]
     columns["rollout_sealed"] = list(map(_SEALED_OF, tracked))
     columns["rollout_attempt"] = list(chain(map(_ATTEMPTS_OF, tracked)))
-    columns["rollout_locator"] = list(chain(map(_LOCATORS_OF, tracked)))
-    columns["rollout_version"] = list(chain(map(_VERSIONS_OF, tracked)))
-    columns.update(_progress_columns(tracked))
+    locators = columns["rollout_locator"] = list(chain(map(_LOCATORS_OF, tracked)))
+    versions = columns["rollout_version"] = list(chain(map(_VERSIONS_OF, tracked)))
+    tokens, turns = columns["progress_tokens"], columns["progress_turn"] = [], []
+    held = list(itertools.compress(range(len(tracked)), map(_PROGRESS_OF, tracked)))  # None or a tuple
+    if held:  # an unsealed rollout's slots hold its prefix's locator and version
+        starts = [0, *itertools.accumulate(map(len, map(_ATTEMPTS_OF, tracked)))]
+        for k in held:
+            start = starts[k]
+            for i, p in enumerate(tracked[k].progress):
+                if p is not None:
+                    locators[start + i], versions[start + i] = p.locator, p.policy_version
+                    tokens.append(p.tokens)
+                    turns.append(p.turn)
     return columns
 
 
-def _progress_columns(tracked: list[Rollouts]) -> dict[str, list]:
-    """`PROGRESS_COLUMNS` of the rollouts of `tracked` (flattened in their order): one pass
-    over the groups, and work per rollout only for groups with progress."""
-    rows, progress = [], []
-    start = 0
-    for r in tracked:
-        if r.progress is not None:
-            for i, p in enumerate(r.progress):
-                if p is not None:
-                    rows.append(start + i)
-                    progress.append(p)
-        start += len(r.attempts)
-    return {"progress_row": rows, "progress_locator": [p.locator for p in progress],
-            "progress_tokens": [p.tokens for p in progress], "progress_turn": [p.turn for p in progress],
-            "progress_version": [p.policy_version for p in progress]}
-
-
-def attach_progress(tracked: list[Rollouts], gids: Sequence[int], columns: Mapping[str, list],
-                    where: str) -> list[Rollouts]:
-    """`tracked` (the rollouts of the groups `gids`, in order) with the progress of the
-    `PROGRESS_COLUMNS` set; `ValueError` naming `where` when a row is out of order or range,
-    or names a sealed rollout."""
-    rows = columns["progress_row"]
-    if not rows:
-        return tracked
-    fields = [columns[name] for name in PROGRESS_COLUMNS[1:]]
-    if any(len(c) != len(rows) for c in fields) or any(b <= a for a, b in zip(rows, rows[1:])) \
-            or rows[0] < 0:
-        raise ValueError(f"{where}: the progress columns are not {len(rows)} increasing rows")
-    out, start, k = [], 0, 0
+def split_prefixes(tracked: list[Rollouts], gids: Sequence[int], tokens: list, turns: list,
+                   where: str) -> list[Rollouts]:
+    """`tracked` (the rollouts of the groups `gids`, as the columns store them) with each prefix
+    (an unsealed rollout with a locator) moved into its `Progress`, taking `tokens` and `turns`
+    in order; `ValueError` naming `where` and the group when an unsealed rollout has a version
+    but no locator, or the prefixes and their tokens do not match in number."""
+    if len(tokens) != len(turns):
+        raise ValueError(f"{where}: {len(tokens)} prefix tokens but {len(turns)} turns")
+    out, k = [], 0
     for gid, r in zip(gids, tracked):
-        end = start + len(r.attempts)
-        if k < len(rows) and rows[k] < end:
-            progress = [None] * len(r.attempts)
-            while k < len(rows) and rows[k] < end:
-                i = rows[k] - start
-                if r.sealed >> i & 1:
-                    raise ValueError(f"{where}: group {gid} rollout {i} has progress but is sealed")
-                progress[i] = Progress(*(c[k] for c in fields))
+        full = (1 << len(r.attempts)) - 1
+        if r.sealed != full and any(r.locators[i] is not None or r.versions[i] is not None
+                                    for i in range(len(r.attempts)) if not r.sealed >> i & 1):
+            progress, locators, versions = [None] * len(r.attempts), list(r.locators), list(r.versions)
+            for i in range(len(r.attempts)):
+                if r.sealed >> i & 1 or (locators[i] is None and versions[i] is None):
+                    continue
+                if locators[i] is None:
+                    raise ValueError(f"{where}: group {gid} rollout {i} is unsealed with a policy version "
+                                     "but no locator")
+                if k >= len(tokens):
+                    raise ValueError(f"{where}: group {gid} rollout {i} is unsealed with a locator (a "
+                                     f"prefix), but the prefix columns hold only {len(tokens)} prefixes")
+                progress[i] = Progress(locators[i], tokens[k], turns[k], versions[i])
+                locators[i] = versions[i] = None
                 k += 1
-            r = Rollouts(r.attempts, r.sealed, r.locators, r.versions, tuple(progress))
+            r = Rollouts(r.attempts, r.sealed, tuple(locators), tuple(versions), tuple(progress))
         out.append(r)
-        start = end
-    if k != len(rows):
-        raise ValueError(f"{where}: a progress row is beyond the {start} rollouts")
+    if k != len(tokens):
+        raise ValueError(f"{where}: {len(tokens)} prefix tokens for {k} prefixes")
     return out
 
 
@@ -274,12 +270,14 @@ def _rollouts_of(block: _Block, where: str) -> list[Rollouts | None]:
 
     tracked = list(map(Rollouts, per_group(block.rollout_attempt), block.rollout_sealed,
                        per_group(block.rollout_locator), per_group(block.rollout_version)))
-    try:
-        tracked = iter(attach_progress(tracked, list(itertools.compress(block.group_id, block.rollout_n)),
-                                       {name: getattr(block, name) for name in PROGRESS_COLUMNS}, where))
-    except ValueError as exc:
-        raise StateFileCorrupt(str(exc)) from None
-    return [next(tracked) if n else None for n in block.rollout_n]
+    if block.progress_tokens:
+        try:
+            tracked = split_prefixes(tracked, list(itertools.compress(block.group_id, block.rollout_n)),
+                                     block.progress_tokens, block.progress_turn, where)
+        except ValueError as exc:
+            raise StateFileCorrupt(str(exc)) from None
+    it = iter(tracked)
+    return [next(it) if n else None for n in block.rollout_n]
 
 
 def _state_of(body: _Body, live: dict[int, Group]) -> State:

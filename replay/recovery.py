@@ -144,7 +144,7 @@ class _Plan:
         for r in g.pending:
             entry = self.tail.sealed.get((g.group_id, r.index))
             if self.kept(entry, g.group_id, r.index) and g.group_id not in self.tail.dropped:
-                r.sealed, (r.policy_version, r.locator) = True, entry
+                r.sealed, (r.policy_version, r.locator), r.progress = True, entry, None  # the seal ends it
                 self.keep_events.append(RolloutSealed(
                     [RolloutRef(g.group_id, r.index, r.attempt, r.locator)], r.policy_version))
                 self.out.salvaged_rollouts.append((g.group_id, r.index))

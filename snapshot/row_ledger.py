@@ -6,7 +6,8 @@ Per (epoch, task_name) of the loader, three byte counters per dataset row `idx`:
 row was taken, how often trained (both saturating at 255) and the code of the reason of its
 last drop (0: never dropped; codes index `reasons`, 255 stands for any reason past the 254th).
 Besides: the groups taken, trained and dropped, the rollout figures (sealed, regenerated,
-failed, abandoned on restore) and the rollout violations found (a rollout sealed twice into a
+failed, abandoned on restore; the tokens of the prefixes a resume continued and of those it
+ended without continuing them) and the rollout violations found (a rollout sealed twice into a
 trained group, a group with rollouts trained without all N sealed).
 
 `RowLedger.add(commit)` folds one commit that the ownership fold accepted. It resolves the
@@ -27,18 +28,24 @@ import io
 import os
 from typing import Callable, Iterable
 
-from journal import (Admitted, Commit, Discarded, Reader, RolloutFailed, RolloutSealed, State, Taken,
-                     Trained)
+from journal import (Admitted, Commit, Discarded, Reader, RolloutFailed, RolloutProgress, RolloutSealed, State,
+                     Taken, Trained)
 from journal.layout import LEDGER_FILE
 
 from .cut import Cut
 from .errors import ChecksumMismatch, CorruptRecord, MissingFile, RestoreError
 
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2  # 2 added the token figures; a version-1 ledger reads with them at 0 (no prefixes then)
+_READS = (1, 2)
 ABANDONED_ON_RESTORE = "abandoned_on_restore"  # the reason of the fences a resume writes
 DENSE_GAP = 1 << 20   # indices further than this past a dense table go to its dict
 OTHER_REASON = 255    # the drop code of every reason past the 254th
-ROLLOUT_FIGURES = ("sealed", "regenerated", "failed", "abandoned_on_restore", "groups_trained")
+# the tokens figures: a resume's fence ends the prefix the rollout held (`rollout_progress`);
+# the same commit records it again under the new attempt when the restore continues it
+# ("tokens_kept"), else its tokens are generated again ("tokens_regenerated")
+ROLLOUT_FIGURES = ("sealed", "regenerated", "failed", "abandoned_on_restore", "groups_trained",
+                   "tokens_kept", "tokens_regenerated")
+_TOKEN_FIGURES = ("tokens_kept", "tokens_regenerated")
 
 
 class Bytes:
@@ -108,6 +115,7 @@ class RowLedger:
         # live groups: their row, and per group admitted with rollouts=N the seals of each rollout
         self.live: dict[int, tuple] = {}
         self.seals: dict[int, bytearray] = {}
+        self.prefixes: dict[tuple[int, int], int] = {}  # (group, index) -> its prefix's tokens
 
     @classmethod
     def starting_at(cls, state: State) -> "RowLedger":
@@ -123,6 +131,9 @@ class RowLedger:
             r = g.rollouts
             if r is not None:
                 self.seals[gid] = bytearray(int(r.is_sealed(i)) for i in range(r.n))
+                for i, p in enumerate(r.progress or ()):
+                    if p is not None:
+                        self.prefixes[(gid, i)] = p.tokens
 
     def rows(self, epoch, task) -> Rows:
         key = (epoch, task)
@@ -147,7 +158,8 @@ class RowLedger:
         """Fold `commit`, which the ownership fold accepted; `first_take(lsn, epoch)` is told of
         every row taken for the first time."""
         lsn = commit.lsn
-        live, seals = self.live, self.seals
+        live, seals, prefixes = self.live, self.seals, self.prefixes
+        fenced: dict[tuple[int, int], int] = {}  # prefixes this commit's fences ended
         for ev in commit.events:
             t = type(ev)
             if t is Taken:
@@ -172,23 +184,46 @@ class RowLedger:
                     row = live.pop(gid, None)
                     if row is not None:
                         self.rows(row[0], row[1]).dropped.set(row[2], code)
-                    seals.pop(gid, None)
+                    counts = seals.pop(gid, None)
+                    for i in range(len(counts) if counts is not None and prefixes else 0):
+                        prefixes.pop((gid, i), None)
             elif t is Admitted:
                 if ev.rollouts is not None:
                     for gid in ev.groups:
                         seals[gid] = bytearray(ev.rollouts)
-            elif t is RolloutSealed:
-                for ref in ev.rollouts:
-                    self.rollouts["sealed"] += 1
-                    self.rollouts["regenerated"] += ref.attempt > 0
-                    counts = seals.get(ref.group_id)
-                    if counts is not None and ref.index < len(counts):
-                        counts[ref.index] = min(counts[ref.index] + 1, 255)
-            elif t is RolloutFailed:
-                self.rollouts["failed"] += len(ev.rollouts)
-                if ev.reason == ABANDONED_ON_RESTORE:
-                    self.rollouts["abandoned_on_restore"] += len(ev.rollouts)
+            elif t is RolloutSealed or t is RolloutFailed or t is RolloutProgress:
+                self._rollout_event(ev, fenced)
+        if fenced:
+            self.rollouts["tokens_regenerated"] += sum(fenced.values())
         self.lsn = lsn
+
+    def _rollout_event(self, ev, fenced: dict[tuple[int, int], int]) -> None:
+        """A seal, a failure or a prefix: the rollout figures, each rollout's seals and prefix;
+        `fenced` collects the prefixes a resume's fences in this commit ended (see
+        ROLLOUT_FIGURES), and loses each that the commit records again."""
+        t, prefixes = type(ev), self.prefixes
+        if t is RolloutProgress:
+            key = (ev.rollout.group_id, ev.rollout.index)
+            prefixes[key] = ev.tokens
+            if fenced.pop(key, None) is not None:
+                self.rollouts["tokens_kept"] += ev.tokens
+        elif t is RolloutSealed:
+            for ref in ev.rollouts:
+                self.rollouts["sealed"] += 1
+                self.rollouts["regenerated"] += ref.attempt > 0
+                prefixes.pop((ref.group_id, ref.index), None)
+                counts = self.seals.get(ref.group_id)
+                if counts is not None and ref.index < len(counts):
+                    counts[ref.index] = min(counts[ref.index] + 1, 255)
+        else:
+            self.rollouts["failed"] += len(ev.rollouts)
+            restore = ev.reason == ABANDONED_ON_RESTORE
+            if restore:
+                self.rollouts["abandoned_on_restore"] += len(ev.rollouts)
+            for ref in ev.rollouts:
+                tokens = prefixes.pop((ref.group_id, ref.index), None)
+                if restore and tokens is not None:
+                    fenced[(ref.group_id, ref.index)] = tokens
 
     def _check_trained_rollouts(self, gid: int, counts: bytearray, lsn: int, step: int) -> None:
         self.rollouts["groups_trained"] += 1
@@ -224,8 +259,8 @@ class RowLedger:
 
         want = {"version", "lsn", "epochs", "tasks", "counters", "reasons", "groups", "rollouts",
                 "violations"}
-        if not isinstance(obj, dict) or set(obj) != want or obj["version"] != LEDGER_VERSION:
-            raise CorruptRecord(f"{where}: not a row ledger of version {LEDGER_VERSION}")
+        if not isinstance(obj, dict) or set(obj) != want or obj["version"] not in _READS:
+            raise CorruptRecord(f"{where}: not a row ledger of version {' or '.join(map(str, _READS))}")
         if obj["lsn"] != state.lsn:
             raise CorruptRecord(f"{where}: the row ledger covers LSN {obj['lsn']!r}, the cut is at "
                                 f"LSN {state.lsn}")
@@ -249,6 +284,8 @@ class RowLedger:
         ledger.reason_code = {r: i + 1 for i, r in enumerate(reasons)}
         for name, keys in (("groups", set(ledger.groups)), ("rollouts", set(ROLLOUT_FIGURES))):
             figures = obj[name]
+            if name == "rollouts" and obj["version"] == 1 and isinstance(figures, dict):
+                figures = {**dict.fromkeys(_TOKEN_FIGURES, 0), **figures}  # no prefixes before version 2
             if not (isinstance(figures, dict) and set(figures) == keys
                     and all(isinstance(v, int) and v >= 0 for v in figures.values())):
                 raise CorruptRecord(f"{where}: row ledger {name} figures: bad layout")

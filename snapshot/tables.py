@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 import torch
 
 from journal import Group, Owner, Rollouts, SampledRow
-from journal.state_file import PROGRESS_COLUMNS, attach_progress
+from journal.state_file import split_prefixes
 from journal.layout import RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE
 
 from .errors import CorruptRecord, SchemaMismatch
@@ -193,54 +193,44 @@ def _encode_rollouts(columns: Mapping[str, list]) -> dict:
             "progress_table": _encode_progress(columns)}
 
 
-# Schema 4. A group table has a `progress_table`: one row per rollout with a `Progress` (an
-# unsealed rollout's latest durable prefix), sparse: `row` is its row in the `rollout_table`
-# (increasing), then the Progress's columns: locator, tokens, turn and policy_version (int64,
-# NONE for none). Schema 3 tables have none (no rollout has progress).
-_PROGRESS_INT_COLUMNS = {"row": "progress_row", "tokens": "progress_tokens", "turn": "progress_turn",
-                         "policy_version": "progress_version"}
-_PROGRESS_KEYS = frozenset(_PROGRESS_INT_COLUMNS) | {"locator"}
+# Schema 4. A rollout with a `Progress` (an unsealed rollout's latest durable prefix) holds its
+# prefix's locator and policy version in its `rollout_table` row (an unsealed rollout has no
+# result to put there), and a group table has a `progress_table`: per such rollout, in rollout
+# order, its `tokens` and `turn` (int64, NONE for none; `turn` is empty when no prefix has a
+# turn, as a single-turn trainer's do not). Schema 3 tables have none, and an unsealed rollout
+# with a locator there is corrupt.
+_PROGRESS_KEYS = frozenset({"tokens", "turn"})
 
 
 def _encode_progress(columns: Mapping[str, list]) -> dict:
-    table = {key: _int_tensor(columns[name]) for key, name in _PROGRESS_INT_COLUMNS.items()}
-    table["locator"] = _bytes_column(columns["progress_locator"], True)
-    return table
+    turns = columns["progress_turn"]
+    return {"tokens": _int_tensor(columns["progress_tokens"]),
+            "turn": _int_tensor(turns if any(t is not None for t in turns) else [])}
 
 
-def _decode_progress(table: dict, rollouts: list, gids: list, m: int, where: str) -> list:
-    """`rollouts` (each group's, None when untracked) with the progress of `table`'s
-    `progress_table` set, validated against the `m` rollout rows."""
+def _decode_progress(table: dict, rollouts: list, gids: list, where: str) -> list:
+    """`rollouts` (each group's, None when untracked; prefixes still in the rollout slots) with
+    each prefix moved into its `Progress`, the tokens and turns from `table`'s `progress_table`."""
     pt = table.get("progress_table")
     if not isinstance(pt, dict) or set(pt) != _PROGRESS_KEYS:
         raise CorruptRecord(f"{where}: bad progress_table layout")
-    rows = pt["row"]
-    if not isinstance(rows, torch.Tensor) or rows.dtype != torch.int64 or rows.dim() != 1:
-        raise CorruptRecord(f"{where}: progress column 'row' is not an int64 tensor")
-    k = rows.numel()
-    if not k:
-        return rollouts
-    columns = {}
-    for key, name in _PROGRESS_INT_COLUMNS.items():
-        t = pt[key]
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.shape != (k,):
-            raise CorruptRecord(f"{where}: progress column {key!r} is not an int64 tensor of {k} values")
-        values = t.tolist()
-        columns[name] = [None if v == NONE else v for v in values] if key in ("turn", "policy_version") \
-            else values
-    locators = _decode_str(_read_bytes_column(pt["locator"], k, f"{where} progress column 'locator'"),
-                           where, "progress locator")
-    if None in locators or min(columns["progress_tokens"]) < 0 or columns["progress_row"][-1] >= m:
-        raise CorruptRecord(f"{where}: a progress row has no locator, negative tokens or a row "
-                            f"beyond the {m} rollouts")
-    columns["progress_locator"] = locators
+    tokens, turn = pt["tokens"], pt["turn"]
+    if not (isinstance(tokens, torch.Tensor) and tokens.dtype == torch.int64 and tokens.dim() == 1
+            and isinstance(turn, torch.Tensor) and turn.dtype == torch.int64
+            and turn.shape in (tokens.shape, (0,))):
+        raise CorruptRecord(f"{where}: the progress columns are not int64 tensors of one length "
+                            "(or no turns)")
+    tokens_list = tokens.tolist()
+    if tokens_list and min(tokens_list) < 0:
+        raise CorruptRecord(f"{where}: a prefix has negative tokens")
+    turns = [None if v == NONE else v for v in turn.tolist()] if turn.numel() else [None] * len(tokens_list)
     tracked = [r for r in rollouts if r is not None]
     try:
-        attached = iter(attach_progress(tracked, [g for g, r in zip(gids, rollouts) if r is not None],
-                                        columns, where))
+        split = iter(split_prefixes(tracked, [g for g, r in zip(gids, rollouts) if r is not None],
+                                    tokens_list, turns, where))
     except ValueError as exc:
         raise CorruptRecord(str(exc)) from None
-    return [None if r is None else next(attached) for r in rollouts]
+    return [None if r is None else next(split) for r in rollouts]
 
 
 def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str, schema: int) -> list:
@@ -281,7 +271,7 @@ def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str, 
         bits = int(sealed[pos:end][::-1], 2)
         r = Rollouts(tuple(cols["attempt"][pos:end]), bits, tuple(locators[pos:end]),
                      tuple(versions[pos:end]))
-        if any(r.locators[k] is not None or r.versions[k] is not None for k in r.unsealed()):
+        if schema < 4 and any(r.locators[k] is not None or r.versions[k] is not None for k in r.unsealed()):
             raise CorruptRecord(f"{where}: group {gid} has an unsealed rollout with a locator "
                                 "or policy version")
         if phases[i] == _PHASES[Owner.REPLAY] and not r.all_sealed():
@@ -290,7 +280,7 @@ def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str, 
         pos = end
     if pos != m:
         raise CorruptRecord(f"{where}: the rollout table has {m} rows, the groups have {pos}")
-    return _decode_progress(table, out, gids, m, where) if schema >= 4 else out
+    return _decode_progress(table, out, gids, where) if schema >= 4 else out
 
 
 def _decode_str(values: list, where: str, name: str) -> list:

@@ -137,6 +137,9 @@ def _rollout_lines(r: dict, show_all: bool) -> list[str]:
         ("sealed", r["sealed"]), ("regenerated", f"{r['regenerated']} (sealed at an attempt > 0)"),
         ("failed", r["failed"]),
         ("abandoned by restores", f"{r['abandoned_on_restore']} (rollout_failed abandoned_on_restore)"),
+        ("prefix tokens kept", f"{r['tokens_kept']} (continued by resumes from rollout_progress)"),
+        ("prefix tokens regenerated", f"{r['tokens_regenerated']} (prefixes a resume ended without "
+                                      "continuing them)"),
         ("groups trained", r["groups_trained"]),
         ("no rollout trained twice", "FAIL" if any("index" in v for v in r["violations"]) else "ok"),
         ("all N sealed when trained", "FAIL" if any("unsealed" in v for v in r["violations"]) else "ok")],

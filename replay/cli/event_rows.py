@@ -10,8 +10,9 @@ the `groups` it names and the event's own fields. Bytes (fingerprints) are hex.
                "fingerprint": null}, ...], "loader_state": true}
 
 Words: a *row* is a dataset row (idx, task, epoch, fingerprint: what `taken`
-records); a *locator* is where a finished rollout lies in the data plane (the
-strings `finished` records). Text and JSON use them in these senses only.
+records); a *locator* is where a finished rollout, or a rollout's prefix
+(`rollout_progress`), lies in the data plane (the strings `finished` records).
+Text and JSON use them in these senses only.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     IdentityRecorded, Record, RolloutFailed, RolloutSealed, Taken, Trained)
+                     IdentityRecorded, Record, RolloutFailed, RolloutProgress, RolloutSealed, Taken, Trained)
 from journal.events import event_name
 from journal.identity import to_hex
 
@@ -37,6 +38,8 @@ def groups_of(event) -> list[int]:
         return []
     if t is RolloutSealed or t is RolloutFailed:
         return list(dict.fromkeys(r.group_id for r in event.rollouts))
+    if t is RolloutProgress:
+        return [event.rollout.group_id]
     return list(event.groups)
 
 
@@ -50,6 +53,8 @@ def names_group(event, gid: int) -> bool:
         return False
     if t is RolloutSealed or t is RolloutFailed:
         return any(r.group_id == gid for r in event.rollouts)
+    if t is RolloutProgress:
+        return event.rollout.group_id == gid
     return gid in event.groups
 
 
@@ -78,6 +83,10 @@ def event_dict(rec: Record, index: int, event) -> dict:
             d["policy_version"] = event.policy_version
         else:
             d["reason"] = event.reason
+    elif t is RolloutProgress:
+        r = event.rollout
+        d["rollouts"] = [{"group_id": r.group_id, "index": r.index, "attempt": r.attempt, "locator": r.locator}]
+        d["tokens"], d["turn"], d["policy_version"] = event.tokens, event.turn, event.policy_version
     elif t is Finished:
         d["policy_version"] = event.policy_version
         d["locators"] = event.locators
@@ -135,6 +144,11 @@ def details(event, focus: tuple[int, str | None] | None = None) -> str:
         return " ".join(parts)
     if t is RolloutSealed or t is RolloutFailed:
         return _rollouts_text(event)
+    if t is RolloutProgress:
+        r = event.rollout
+        return " ".join([f"rollout={r.group_id}/{r.index}@{r.attempt}={r.locator}", f"tokens={event.tokens}"]
+                        + ([f"turn={event.turn}"] if event.turn is not None else [])
+                        + ([f"policy={event.policy_version}"] if event.policy_version is not None else []))
     if t is Finished:
         parts = []
         if event.policy_version is not None:

@@ -20,7 +20,8 @@ DESCRIPTION = (
     "its owner at the end of the active "
     "history; the spare that replaced it, if any; for a group admitted with rollouts=N, each "
     "rollout's attempts on the active history (failed, with the reason, or sealed, with the "
-    "data-plane locator). Exit 1 if the group never appears.")
+    "data-plane locator) and the latest prefix each recorded (rollout_progress: tokens, turn, "
+    "locator). Exit 1 if the group never appears.")
 EPILOG = ("examples:\n  journal-inspect group runs/exp1/journal 4711\n"
           "  journal-inspect group runs/exp1/journal 4711 --json")
 
@@ -123,14 +124,15 @@ def _text(found: _GroupScan, rollouts: list[dict] | None) -> list[str]:
 def rollout_attempts(events) -> list[dict] | None:
     """Per rollout of a group admitted with rollouts=N, from its events (`event_dict`s, in
     order): its attempts, each with what became of it (sealed: LSN, locator, policy version;
-    failed: LSN, reason; neither: still out), whether it is sealed and its current attempt.
+    failed: LSN, reason; neither: still out) and its latest prefix (`progress`: LSN, locator,
+    tokens, turn, policy version), whether it is sealed and its current attempt.
     None for a group admitted without rollouts=."""
     table = None
     for e in events:
         if e["kind"] == "admitted" and e["rollouts"] is not None:
             table = [{"index": i, "sealed": False, "attempt": 0, "attempts": [{"attempt": 0}]}
                      for i in range(e["rollouts"])]
-        elif table is not None and e["kind"] in ("rollout_sealed", "rollout_failed"):
+        elif table is not None and e["kind"] in ("rollout_sealed", "rollout_failed", "rollout_progress"):
             for ref in e["rollouts"]:
                 if not 0 <= ref["index"] < len(table):
                     continue
@@ -138,7 +140,10 @@ def rollout_attempts(events) -> list[dict] | None:
                 if r["attempts"][-1]["attempt"] != ref["attempt"]:
                     r["attempts"].append({"attempt": ref["attempt"]})
                 a = r["attempts"][-1]
-                if e["kind"] == "rollout_sealed":
+                if e["kind"] == "rollout_progress":  # the attempt's latest prefix
+                    a["progress"] = {"lsn": e["lsn"], "locator": ref["locator"], "tokens": e["tokens"],
+                                     "turn": e["turn"], "policy_version": e["policy_version"]}
+                elif e["kind"] == "rollout_sealed":
                     a.update(sealed_lsn=e["lsn"], locator=ref["locator"], policy_version=e["policy_version"])
                     r["sealed"] = True
                 else:
@@ -149,9 +154,12 @@ def rollout_attempts(events) -> list[dict] | None:
 
 
 def _attempt_text(a: dict) -> str:
+    p = a.get("progress")
+    prefix = "" if p is None else (f", {p['tokens']} tokens" + (f" turn {p['turn']}" if p["turn"] is not None else "")
+                                   + f" at LSN {p['lsn']} ({p['locator']})")
     if "sealed_lsn" in a:
         return f"{a['attempt']}: sealed at LSN {a['sealed_lsn']}" + (
-            f" ({a['locator']})" if a["locator"] is not None else "")
+            f" ({a['locator']})" if a["locator"] is not None else "") + prefix
     if "failed_lsn" in a:
-        return f"{a['attempt']}: failed at LSN {a['failed_lsn']} ({a['reason']})"
-    return f"{a['attempt']}: out"
+        return f"{a['attempt']}: failed at LSN {a['failed_lsn']} ({a['reason']})" + prefix
+    return f"{a['attempt']}: out" + prefix

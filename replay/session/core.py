@@ -413,6 +413,7 @@ class Core:
         j, r = self.journal, self.restored
         kept = sum(1 for g in r.admitted + r.replay for x in g.rollouts or () if x.sealed)
         regenerated = sum(len(g.pending) for g in r.admitted)
+        prefixes = [x.progress for g in r.admitted for x in g.pending if x.progress is not None]
         lag = j.replica_lag() if j.replica is not None else None
         with self._reclaim_lock:
             waiting = len(self._reclaim)
@@ -427,6 +428,8 @@ class Core:
                          "demoted": len(r.demoted), "adopted": len(r.adopted),
                          "rollouts_adopted": len(r.adopted_rollouts), "rollouts_kept": kept,
                          "rollouts_regenerated": regenerated, "rollouts_newer_weights": len(r.newer_weights),
+                         "prefixes_continued": len(prefixes), "prefix_tokens_continued": sum(p.tokens for p in prefixes),
+                         "prefixes_newer_weights": len(r.newer_progress),
                          "identity": r.identity_check},
             "rows_reclaimed": self._reclaimed, "rows_awaiting_reclaim": waiting,
             "compactions": self._compactions, "compaction_error": self._compaction_error,

@@ -1,9 +1,9 @@
-"""The rollout rules (seal, fail, attempts, finish, discard) driven by a hypothesis state
+"""The rollout rules (seal, fail, progress, attempts, finish, discard) driven by a hypothesis state
 machine against a model of their own, written out again here and not built on
 `journal.fold`: after every step the writer, and after reopens a strict reader, agree with
 it; an illegal call or transaction leaves every file byte for byte as it was; a crash after
 a checkpoint, restore and resume goes back to the checkpoint with the next attempt for
-every unsealed rollout."""
+every unsealed rollout, continuing from the prefix it held there unless newer weights made it."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from journal import GroupRef, Journal, Owner, OwnershipError, Reader, RolloutRef, StaleAttempt
+from journal import GroupRef, Journal, Owner, OwnershipError, Progress, Reader, RolloutRef, StaleAttempt
 from replay import restore
 from tests.support.journal_model import tree_bytes
 
@@ -27,27 +27,32 @@ class Illegal(Exception):
 
 
 class RolloutModel:
-    """gid -> [owner, n or None, attempts, sealed indices, locators]."""
+    """gid -> [owner, n or None, attempts, sealed indices, locators]; (gid, index) -> the
+    unsealed rollout's latest prefix (locator, tokens, policy version)."""
 
     def __init__(self):
         self.groups: dict[int, list] = {}
+        self.progress: dict[tuple[int, int], tuple] = {}
         self.next_gid = 0
 
-    def resumed(self, used: dict) -> "RolloutModel":
-        """The model a restore-and-resume at this point leaves: every unsealed rollout of an
-        ADMITTED group gets an attempt above every attempt any history dispatched it in
-        (`used`; ids stay used too: next_gid is kept by the caller)."""
+    def resumed(self, used: dict, step: int) -> "RolloutModel":
+        """The model a restore-and-resume at this point (checkpoint `step`) leaves: every
+        unsealed rollout of an ADMITTED group gets an attempt above every attempt any history
+        dispatched it in (`used`; ids stay used too: next_gid is kept by the caller) and keeps
+        its prefix unless weights newer than `step` made it."""
         m = self.copy()
         for gid, (owner, n, attempts, sealed, _) in m.groups.items():
             if owner == Owner.ADMITTED and n is not None:
                 for i in range(n):
                     if i not in sealed:
                         attempts[i] = max(attempts[i], used.get((gid, i), 0)) + 1
+        m.progress = {k: p for k, p in m.progress.items() if p[2] is None or p[2] <= step}
         return m
 
     def copy(self) -> "RolloutModel":
         m = RolloutModel()
         m.groups = {g: [o, n, list(a), set(s), dict(loc)] for g, (o, n, a, s, loc) in self.groups.items()}
+        m.progress = dict(self.progress)
         m.next_gid = self.next_gid
         return m
 
@@ -60,14 +65,18 @@ class RolloutModel:
             return
         gid = op[1]
         g = self.groups.get(gid)
-        if kind in ("seal", "fail"):
-            _, gid, index, attempt, locator = op
+        if kind in ("seal", "fail", "progress"):
+            _, gid, index, attempt, locator = op[:5]
             if g is None or g[0] != Owner.ADMITTED or g[1] is None or not 0 <= index < g[1]:
                 raise Illegal()
             if attempt != g[2][index]:  # a late result, also once the retry has sealed
                 raise Illegal(stale=True)
             if index in g[3]:
                 raise Illegal()
+            if kind == "progress":  # the newer prefix supersedes
+                self.progress[(gid, index)] = (locator, op[5], op[6])
+                return
+            self.progress.pop((gid, index), None)  # a seal or a failure ends it
             if kind == "seal":
                 g[3].add(index)
                 g[4][index] = locator
@@ -88,24 +97,35 @@ class RolloutModel:
             if g is None or g[0] not in (Owner.RESERVED, Owner.ADMITTED, Owner.REPLAY, Owner.SPARE):
                 raise Illegal()
             g[0] = Owner.DROPPED
+            self.progress = {k: p for k, p in self.progress.items() if k[0] != gid}
 
 
 def draw_op(data, m: RolloutModel) -> tuple:
-    kind = data.draw(st.sampled_from(("take_admit", "seal", "seal", "seal", "fail", "fail", "finish",
-                                      "train", "discard")))
+    kind = data.draw(st.sampled_from(("take_admit", "seal", "seal", "seal", "fail", "fail", "progress",
+                                      "progress", "progress", "finish", "train", "discard")))
     if kind == "take_admit":
         return kind, data.draw(st.sampled_from((None, 1, 3, 4)))
     gid = data.draw(st.sampled_from(sorted(m.groups) + [m.next_gid + 3])) if m.groups else 0
-    if kind in ("seal", "fail"):
+    if kind in ("seal", "fail", "progress"):
         g = m.groups.get(gid)
         n = g[1] if g is not None and g[1] else 2
         index = data.draw(st.integers(0, n))  # n itself is out of range
         current = g[2][index] if g is not None and g[1] and index < n else 0
         attempt = data.draw(st.sampled_from((current, current, current, current - 1, current + 1)))
-        return kind, gid, index, max(attempt, 0), f"dp/{gid}/{index}/{attempt}"
+        op = (kind, gid, index, max(attempt, 0), f"dp/{gid}/{index}/{attempt}")
+        return with_prefix(data, op)
     if kind == "finish":
         return kind, gid, data.draw(st.booleans())
     return kind, gid
+
+
+def with_prefix(data, op: tuple) -> tuple:
+    """`op`; a "progress" op with its prefix's locator, tokens and the weights that made it (at,
+    before or after the next checkpoint's)."""
+    if op[0] != "progress":
+        return op
+    return op[:4] + (f"{op[4]}/p{data.draw(st.integers(0, 99))}", data.draw(st.integers(0, 5000)),
+                     data.draw(st.sampled_from((None, 0, 10 ** 6))))
 
 
 def run(target, op: tuple, journal: Journal):
@@ -117,6 +137,8 @@ def run(target, op: tuple, journal: Journal):
         return target.rollout_sealed([RolloutRef(op[1], op[2], op[3], op[4])], policy_version=op[3])
     if kind == "fail":
         return target.rollout_failed([RolloutRef(op[1], op[2], op[3])], reason="timeout")
+    if kind == "progress":
+        return target.rollout_progress(RolloutRef(op[1], op[2], op[3], op[4]), tokens=op[5], policy_version=op[6])
     if kind == "finish":
         return target.finished([op[1]], locators=["dp/g"] if op[2] else None)
     if kind == "train":
@@ -138,6 +160,10 @@ def assert_matches(state, m: RolloutModel) -> None:
         assert {i for i in range(n) if r.is_sealed(i)} == sealed, f"group {gid} sealed"
         assert {i: r.locators[i] for i in sealed} == locators
         assert all(r.locators[i] is None for i in range(n) if i not in sealed)
+        assert {i: (p.locator, p.tokens, p.policy_version) for i in range(n)
+                if (p := r.progress_of(i)) is not None} == \
+            {i: p for (g2, i), p in m.progress.items() if g2 == gid}, f"group {gid} progress"
+    assert all(m.groups[gid][0] == Owner.ADMITTED for gid, _ in m.progress)
 
 
 class RolloutMachine(RuleBasedStateMachine):
@@ -166,7 +192,7 @@ class RolloutMachine(RuleBasedStateMachine):
     def _dispatched(self, ops) -> None:
         """Note the attempts the ops dispatched: a seal its own, a failure the next one."""
         for op in ops:
-            if op[0] in ("seal", "fail"):
+            if op[0] in ("seal", "fail", "progress"):
                 key = (op[1], op[2])
                 self.used[key] = max(self.used.get(key, 0), op[3] + (op[0] == "fail"))
 
@@ -182,6 +208,25 @@ class RolloutMachine(RuleBasedStateMachine):
                 assert f"names attempt {op[3]}" in str(info.value) and f"group {op[1]}" in str(info.value)
             assert tree_bytes(self.dir) == before, "an illegal call changed the journal files"
             return
+        run(self.j, op, self.j)
+        self.model = new
+        self._dispatched([op])
+
+    def _in_flight(self) -> list[tuple[int, int]]:
+        """(group, index) of every unsealed rollout of an ADMITTED group with rollouts=N."""
+        return [(gid, i) for gid, (owner, n, _, sealed, _) in sorted(self.model.groups.items())
+                if owner == Owner.ADMITTED and n for i in range(n) if i not in sealed]
+
+    @precondition(lambda self: self._in_flight())
+    @rule(data=st.data())
+    def generate(self, data):
+        """A legal step of a rollout in flight (the other rules draw mostly illegal ones): a
+        prefix, a newer prefix, a seal or a failure of its current attempt."""
+        gid, index = data.draw(st.sampled_from(self._in_flight()))
+        attempt = self.model.groups[gid][2][index]
+        kind = data.draw(st.sampled_from(("progress", "progress", "progress", "seal", "fail")))
+        op = with_prefix(data, (kind, gid, index, attempt, f"dp/{gid}/{index}/{attempt}"))
+        new, _ = self._expect([op])
         run(self.j, op, self.j)
         self.model = new
         self._dispatched([op])
@@ -225,13 +270,16 @@ class RolloutMachine(RuleBasedStateMachine):
         exactly that (a late seal of the old attempt is then stale)."""
         self.j.close()
         state = restore(self.dir)
-        expected = self.at_checkpoint.resumed(self.used)
+        expected = self.at_checkpoint.resumed(self.used, self.step)
         expected.next_gid = self.model.next_gid  # ids of the dead tail are never handed out again
         for g in state.admitted:
             _, n, attempts, sealed, locators = expected.groups[g.group_id]
             if n is not None:
                 assert [(r.index, r.attempt, r.sealed, r.locator) for r in g.rollouts] == \
                     [(i, attempts[i], i in sealed, locators.get(i)) for i in range(n)]
+                assert [r.progress for r in g.rollouts] == \
+                    [Progress(p[0], p[1], None, p[2]) if (p := expected.progress.get((g.group_id, i)))
+                     else None for i in range(n)]
         self.j = Journal.open(self.dir, sync="none", segment_bytes=4096, resume=state)
         self.model = expected
         self.at_checkpoint = expected.copy()

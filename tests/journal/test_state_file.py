@@ -1,5 +1,5 @@
 """The journal state file (`journal/state_file.py`, docs/format.md "State files"): format 2
-(the live groups as column blocks, their rollouts flattened) round-trips any state however
+(the live groups as column blocks, their rollouts flattened, their prefixes too) round-trips any state however
 its live groups are split into blocks, the format-1 file of tests/fixtures (one msgpack map
 per group) still reads as the state it holds, a cut's state file (written from the columns of
 its group tables) is the fold at the cut, and a file whose columns disagree is refused."""
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from journal import Group, Owner, Reader, Rollouts, StateFileCorrupt, state_file
+from journal import Group, Owner, Progress, Reader, Rollouts, StateFileCorrupt, state_file
 from journal.layout import STATE_FILE
 from snapshot import compact
 from tests.fixtures.make_state_file_v1 import RUN_ID, sample_state
@@ -45,7 +45,12 @@ def _rollouts(draw, n: int) -> Rollouts:
     sealed = draw(st.integers(0, (1 << n) - 1))
     locators = tuple(f"dp/{i}/{attempts[i]}" if sealed >> i & 1 else None for i in range(n))
     versions = tuple(draw(st.integers(0, 9)) if sealed >> i & 1 else None for i in range(n))
-    return Rollouts(attempts, sealed, locators, versions)
+    prefixes = tuple(None if sealed >> i & 1 or not draw(st.booleans()) else
+                     Progress(f"dp/{i}/{attempts[i]}/p", draw(st.integers(0, 1 << 40)),
+                              draw(st.none() | st.integers(0, 99)), draw(st.none() | st.integers(0, 9)))
+                     for i in range(n))
+    return Rollouts(attempts, sealed, locators, versions,
+                    prefixes if any(p is not None for p in prefixes) else None)
 
 
 @st.composite

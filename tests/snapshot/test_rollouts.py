@@ -86,7 +86,8 @@ def _rewrite(cut: str, change, key: str = "rollout_table") -> None:
     (lambda t: t.update(index=torch.tensor([0, 2, 1], dtype=torch.int16)), "indices"),
     (lambda t: t.update(attempt=torch.tensor([0, -1, 0], dtype=torch.int32)), "attempts"),
     (lambda t: t.update(index=torch.tensor([0, 1, 2])), "int16 tensor of 3"),
-    (lambda t: t.update(sealed=torch.tensor([True, False, False])), "unsealed rollout with a locator"),
+    (lambda t: t.update(sealed=torch.tensor([True, False, False])),
+     "rollout 1 is unsealed with a locator .a prefix., but the prefix columns hold only 0"),
     (lambda t: t.update(group_id=torch.tensor([0, 0])), "int64 tensor of 3"),
 ])
 def test_a_rollout_table_that_contradicts_its_group_is_corrupt(tmp_path, change, message):
@@ -107,17 +108,21 @@ def _cut_with_progress(tmp_path) -> str:
     return compact(d, at="end", retention=None).cut_path
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t.update(row=torch.tensor([1])), "rollout 1 has progress but is sealed"),
-    (lambda t: t.update(row=torch.tensor([3])), "beyond the 3 rollouts"),
-    (lambda t: t.update(tokens=torch.tensor([-1])), "negative tokens"),
-    (lambda t: t.update(turn=torch.tensor([1, 2])), "int64 tensor of 1"),
-    (lambda t: t.pop("locator"), "progress_table layout"),
+@pytest.mark.parametrize("key, change, message", [
+    ("progress_table", lambda t: t.update(tokens=torch.tensor([-1])), "negative tokens"),
+    ("progress_table", lambda t: t.update(turn=torch.tensor([1, 2])), "int64 tensors of one length"),
+    ("progress_table", lambda t: t.update(tokens=torch.tensor([1, 2]), turn=torch.tensor([1, 2])),
+     "2 prefix tokens for 1 prefixes"),
+    ("progress_table", lambda t: t.pop("turn"), "progress_table layout"),
+    ("rollout_table", lambda t: t.update(sealed=torch.tensor([False, False, False])),
+     "rollout 2 is unsealed with a locator .a prefix., but the prefix columns hold only 1"),
+    ("rollout_table", lambda t: t.update(policy_version=torch.tensor([3, -(2 ** 63), -(2 ** 63)])),
+     "rollout 0 is unsealed with a policy version but no locator"),
 ])
-def test_a_progress_table_that_contradicts_its_rollouts_is_corrupt(tmp_path, change, message):
+def test_a_progress_table_that_contradicts_its_rollouts_is_corrupt(tmp_path, key, change, message):
     cut = _cut_with_progress(tmp_path)
     p = read_cut(cut).state.live[0].rollouts.progress_of(2)
     assert (p.locator, p.tokens, p.turn, p.policy_version) == ("dp/2/p", 7, 1, 0)
-    _rewrite(cut, change, "progress_table")
+    _rewrite(cut, change, key)
     with pytest.raises(CorruptRecord, match=message):
         read_cut(cut)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import msgspec
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted, Finished,
-                     GroupRef, Journal, JournalCorrupt, Reader, RolloutFailed, RolloutRef, RolloutSealed,
-                     StaleAttempt, Taken, TakenGroup, Trained)
+                     GroupRef, Journal, JournalCorrupt, Reader, RolloutFailed, RolloutProgress, RolloutRef,
+                     RolloutSealed, StaleAttempt, Taken, TakenGroup, Trained)
 from journal.loader_state import unpack
 from tests.support.equality import deep_equal
 from tests.support.journal_model import Model, events_of
@@ -170,6 +170,8 @@ def _event(kind: str, args: tuple, kw: dict):
         return RolloutSealed(list(args[0]), kw.get("policy_version"))
     if kind == "rollout_failed":
         return RolloutFailed(list(args[0]), kw["reason"])
+    if kind == "rollout_progress":
+        return RolloutProgress(args[0], kw["tokens"], kw.get("turn"), kw.get("policy_version"))
     if kind == "finished":
         loc = kw.get("locators")
         return Finished(list(args[0]), kw.get("policy_version"), list(loc) if loc is not None else None)
@@ -353,10 +355,12 @@ def w_sync_none(run: Run) -> None:
 
 
 def rollout_groups(run: Run, j, rounds: range, *, checkpoint_at: int | None = None) -> list[int]:
-    """Groups admitted with rollouts=3, per round: a seal, two failures in one commit, a
-    transaction sealing the first group's last rollouts (one a retry) and finishing it, a
-    train; the second group keeps a sealed, a failed-and-unsealed and a fresh (index 0)
-    rollout. A committed checkpoint after round `checkpoint_at`. Returns the second groups."""
+    """Groups admitted with rollouts=3, per round: a seal, two failures in one commit, a prefix
+    of the second group's fresh rollout, a transaction sealing the first group's last
+    rollouts (one a retry), finishing it and recording a prefix of the second group's retry,
+    a newer prefix of the fresh rollout by the next round's weights, a train; the second
+    group keeps a sealed, a failed-and-unsealed and a fresh (index 0) rollout, both with a
+    prefix. A committed checkpoint after round `checkpoint_at`. Returns the second groups."""
     kept = []
     for i in rounds:
         a, b = run.taken(j, [2 * i, 2 * i + 1], loader(i))
@@ -364,12 +368,17 @@ def rollout_groups(run: Run, j, rounds: range, *, checkpoint_at: int | None = No
         run.call(j, "rollout_sealed", [RolloutRef(a, 0, 0, f"dp/{a}/0"), RolloutRef(b, 1, 0, f"dp/{b}/1")],
                  policy_version=i)
         run.call(j, "rollout_failed", [RolloutRef(a, 1, 0), RolloutRef(b, 2, 0)], reason="timeout")
+        run.call(j, "rollout_progress", RolloutRef(b, 0, 0, f"dp/{b}/0/p1"), tokens=16 * i + 1, policy_version=i)
         run.transaction(j, [("rollout_sealed", ([RolloutRef(a, 2, 0, f"dp/{a}/2"),
                                                  RolloutRef(a, 1, 1, f"dp/{a}/1")],), {"policy_version": i}),
-                            ("finished", ([a],), {"policy_version": i})])
+                            ("finished", ([a],), {"policy_version": i}),
+                            ("rollout_progress", (RolloutRef(b, 2, 1, f"dp/{b}/2/p1"),),
+                             {"tokens": 7, "turn": 1, "policy_version": i})])
         if i == checkpoint_at:
             run.call(j, "begin_checkpoint", step=i)
             run.call(j, "commit_checkpoint", step=i)
+        run.call(j, "rollout_progress", RolloutRef(b, 0, 0, f"dp/{b}/0/p2"), tokens=16 * i + 9,
+                 policy_version=i + 1)
         run.call(j, "trained", [a], step=i)
         kept.append(b)
     return kept
@@ -377,26 +386,31 @@ def rollout_groups(run: Run, j, rounds: range, *, checkpoint_at: int | None = No
 
 def resume_first_commit(run: Run, rs) -> list:
     """The first commit a resume from `rs` must write, from the model of the history on disk:
-    the restored checkpoint marked committed again and every unsealed rollout of a group
-    ADMITTED at it failed (its attempt raised). No data plane: nothing salvaged or demoted."""
+    the restored checkpoint marked committed again, every unsealed rollout of a group
+    ADMITTED at it failed (its attempt raised) and the prefixes it held there recorded again
+    under the raised attempt. No data plane: nothing salvaged or demoted."""
     reader = Reader(run.root)
     end = max(rec.commit.lsn for rec in reader.records())
     _, at, step = model_at(run, history_keys(reader, end))
     if (rs.lsn, rs.step) != (at.lsn, step):
         raise Violation(f"restore at LSN {rs.lsn} step {rs.step}, the model at {at.lsn} step {step}")
-    rounds = at.fence_rounds(attempts_on_disk(run.root))
-    return [CheckpointCommitted(step)] + [RolloutFailed([RolloutRef(*ref) for ref in refs], ABANDONED)
-                                          for refs in rounds]
+    used = attempts_on_disk(run.root)
+    return ([CheckpointCommitted(step)] + [RolloutFailed([RolloutRef(*ref) for ref in refs], ABANDONED)
+                                           for refs in at.fence_rounds(used)]
+            + at.carried_progress(used, step))
 
 
 def attempts_on_disk(path: str) -> dict[tuple[int, int], int]:
-    """(gid, index) -> the highest attempt any timeline on disk dispatched it in: a seal names
-    its attempt, a failure of attempt a is followed by a dispatch of a+1."""
+    """(gid, index) -> the highest attempt any timeline on disk dispatched it in: a seal or a
+    prefix names its attempt, a failure of attempt a is followed by a dispatch of a+1."""
     reader, used = Reader(path), {}
     for t in reader.timelines:
         for rec in reader.timeline_records(t):
             for ev in rec.commit.events:
-                if type(ev) in (RolloutSealed, RolloutFailed):
+                if type(ev) is RolloutProgress:
+                    key = (ev.rollout.group_id, ev.rollout.index)
+                    used[key] = max(used.get(key, 0), ev.rollout.attempt)
+                elif type(ev) in (RolloutSealed, RolloutFailed):
                     for r in ev.rollouts:
                         key = (r.group_id, r.index)
                         used[key] = max(used.get(key, 0), r.attempt + (type(ev) is RolloutFailed))
@@ -404,7 +418,8 @@ def attempts_on_disk(path: str) -> dict[tuple[int, int], int]:
 
 
 def w_rollouts(run: Run) -> None:
-    """Rollouts sealed and failed (alone and in transactions) across segment rotations, a
+    """Rollouts sealed, failed and with prefixes (alone and in transactions; the checkpoint's
+    by its weights and by newer ones, and on the dead tail) across segment rotations, a
     compaction while the journal is open (the cut holds a rollout table of partly sealed
     groups), seals after the restored checkpoint's begin (a dead tail), a resume (its first
     commit raises the attempts of the unsealed rollouts; a late seal of the old attempt is
@@ -414,10 +429,13 @@ def w_rollouts(run: Run) -> None:
     kept = rollout_groups(run, j, range(4), checkpoint_at=2)
     compact(run.root, journal=j, keep_cuts=1, retention="archive", fs=run.fs)
     rollout_groups(run, j, range(4, 6))
+    run.call(j, "rollout_progress", RolloutRef(kept[3], 0, 0, f"dp/{kept[3]}/0/p3"), tokens=99, policy_version=7)
     run.call(j, "begin_checkpoint", step=6)  # what follows is the dead tail of the restore at 6
     run.call(j, "rollout_sealed", [RolloutRef(kept[0], 0, 0, f"dp/{kept[0]}/0")], policy_version=6)
     run.call(j, "commit_checkpoint", step=6)
     run.call(j, "rollout_failed", [RolloutRef(kept[1], 0, 0)], reason="timeout")
+    run.call(j, "rollout_progress", RolloutRef(kept[2], 0, 0, f"dp/{kept[2]}/0/p3"), tokens=98, policy_version=6)
+    run.call(j, "rollout_progress", RolloutRef(kept[2], 2, 1, f"dp/{kept[2]}/2/p2"), tokens=97, policy_version=7)
     j.close()
     rs = restore(run.root)
     first = resume_first_commit(run, rs)
@@ -433,6 +451,8 @@ def w_rollouts(run: Run) -> None:
         raise Violation(f"a late seal of attempt {attempt - 1} of group {gid} rollout {index} was accepted")
     run.call(j, "rollout_sealed", [RolloutRef(g, i, a, f"dp/{g}/{i}/{a}") for g, i, a in pending[:3]],
              policy_version=7)
+    g, i, a = pending[3]
+    run.call(j, "rollout_progress", RolloutRef(g, i, a, f"dp/{g}/{i}/{a}/p1"), tokens=5, policy_version=7)
     run.call(j, "begin_checkpoint", step=7)
     run.call(j, "commit_checkpoint", step=7)
     j.close()
@@ -608,11 +628,19 @@ def check_restore(path: str, model: Model, step: int | None) -> None:
         if have != model.recovered_rollouts(g.group_id, used):
             raise Violation(f"restored rollouts of group {g.group_id} {have} != model "
                             f"{model.recovered_rollouts(g.group_id, used)}")
+        if g.rollouts is not None and [r.progress for r in g.rollouts] != \
+                [model.recovered_progress(g.group_id, r.index, step) for r in g.rollouts]:
+            raise Violation(f"restored prefixes of group {g.group_id} {[r.progress for r in g.rollouts]} "
+                            "!= the model's (the checkpoint's, unless by newer weights)")
     fenced = [[(r.group_id, r.index, r.attempt) for r in e.rollouts] for e in rs.first_commit
               if type(e) is RolloutFailed]
     if fenced != model.fence_rounds(used):
         raise Violation(f"the resume would fence rollouts {fenced}, the model's rounds are "
                         f"{model.fence_rounds(used)}")
+    carried = [e for e in rs.first_commit if type(e) is RolloutProgress]
+    if carried != model.carried_progress(used, step):
+        raise Violation(f"the resume would record prefixes {carried}, the model "
+                        f"{model.carried_progress(used, step)}")
 
 
 class WrittenRows:
@@ -632,6 +660,8 @@ def _locators(events):
             yield from ev.locators
         elif type(ev) in (RolloutSealed, RolloutFailed):
             yield from (r.locator for r in ev.rollouts if r.locator is not None)
+        elif type(ev) is RolloutProgress:
+            yield ev.rollout.locator
 
 
 def _max_gid_on_disk(path: str) -> int:
@@ -666,7 +696,7 @@ def check_salvage_restore(path: str, run: Run, keys: list, at: Model, step: int 
         raise Violation(f"salvage restore owners {sorted(got.items())} != rules {sorted(want.owners.items())}")
     for g in rs.groups:
         have = None if g.rollouts is None else [
-            (r.index, r.attempt, r.sealed, r.locator, r.policy_version) for r in g.rollouts]
+            (r.index, r.attempt, r.sealed, r.locator, r.policy_version, r.progress) for r in g.rollouts]
         if have != want.rollouts[g.group_id]:
             raise Violation(f"salvage restore: rollouts of group {g.group_id} {have} != rules "
                             f"{want.rollouts[g.group_id]}")

@@ -5,7 +5,8 @@ id, the LSN and the checkpoint markers, with the transition table written out
 again. Tests compare the library (writer state, `Reader` folds) against it.
 
 Rollouts (groups admitted with rollouts=N) are a dict gid -> [attempts, {index: (locator,
-policy_version)} of the sealed ones], kept while the group is live.
+policy_version)} of the sealed ones], kept while the group is live; their prefixes a dict
+(gid, index) -> (locator, tokens, turn, policy_version) of the unsealed ones that hold one.
 
 Events are plain tuples:
     ("taken", [gid, ...], loader_state_or_None)
@@ -15,6 +16,7 @@ Events are plain tuples:
     ("finished", [gid, ...], locators_or_None)
     ("sealed", [[gid, index, attempt, locator], ...], policy_version_or_None)
     ("failed", [[gid, index, attempt], ...])
+    ("progress", [gid, index, attempt, locator], tokens, turn_or_None, policy_version_or_None)
     ("begin" | "commit", step)
     ("identity", {key: fingerprint})                 (the run identity; moves no group)
 """
@@ -24,7 +26,8 @@ from __future__ import annotations
 import os
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     GroupRef, IdentityRecorded, Owner, RolloutFailed, RolloutSealed, Taken, Trained)
+                     GroupRef, IdentityRecorded, Owner, Progress, RolloutFailed, RolloutProgress, RolloutRef,
+                     RolloutSealed, Taken, Trained)
 
 from tests.support.loader_states import loader_state
 
@@ -57,6 +60,7 @@ class Model:
         self.loader = None                   # the last loader_state a taken carried (as given)
         self.has_loader = False
         self.rollouts: dict[int, list] = {}  # live gid -> [attempts, {index: (locator, version)}]
+        self.progress: dict[tuple[int, int], tuple] = {}  # (gid, index) -> (locator, tokens, turn, version)
         self.identity: dict | None = None    # the run identity recorded last
 
     def copy(self) -> "Model":
@@ -67,6 +71,7 @@ class Model:
         m.open_lsn, m.appending = self.open_lsn, self.appending
         m.loader, m.has_loader, m.identity = self.loader, self.has_loader, self.identity
         m.rollouts = {g: [list(a), dict(s)] for g, (a, s) in self.rollouts.items()}
+        m.progress = dict(self.progress)
         return m
 
     def counts(self) -> dict[Owner, int]:
@@ -107,6 +112,26 @@ class Model:
         return [(i, a, True, *sealed[i]) if i in sealed else
                 (i, self.fenced_attempt(gid, i, used) if admitted else a, False, None, None)
                 for i, a in enumerate(attempts)]
+
+    def recovered_progress(self, gid: int, index: int, step: int | None) -> Progress | None:
+        """The prefix restore (without a data plane) hands back for an unsealed rollout of an
+        ADMITTED group at this state, the checkpoint's `step`: the one it holds, unless
+        weights newer than `step` made it."""
+        p = self.progress.get((gid, index))
+        if p is None or self.owners.get(gid) != A or (p[3] is not None and (step is None or p[3] > step)):
+            return None
+        return Progress(*p)
+
+    def carried_progress(self, used: dict, step: int | None) -> list:
+        """The `rollout_progress` events a resume at this state writes after its fences: each
+        prefix handed back, under the rollout's fenced attempt, by gid and index."""
+        out = []
+        for g, i, _ in self.unsealed():
+            p = self.recovered_progress(g, i, step)
+            if p is not None:
+                out.append(RolloutProgress(RolloutRef(g, i, self.fenced_attempt(g, i, used), p.locator),
+                                           p.tokens, p.turn, p.policy_version))
+        return out
 
     def fence_rounds(self, used: dict) -> list[list[tuple[int, int, int]]]:
         """The `rollout_failed` rounds a resume at this state writes, each as (gid, index,
@@ -161,14 +186,21 @@ class Model:
                     self.rollouts[g] = [[0] * ev[3], {}]
                 elif to not in LIVE:
                     self.rollouts.pop(g, None)
+                    self.progress = {k: p for k, p in self.progress.items() if k[0] != g}
         elif kind == "sealed":
             seen: set = set()
             for ref in ev[1]:
                 self._rollout(kind, ref, seen)[1][ref[1]] = (ref[3], ev[2])
+                self.progress.pop((ref[0], ref[1]), None)  # a seal ends the prefix
         elif kind == "failed":
             seen = set()
             for ref in ev[1]:
                 self._rollout(kind, ref, seen)[0][ref[1]] += 1
+                self.progress.pop((ref[0], ref[1]), None)  # so does a failure
+        elif kind == "progress":
+            ref = ev[1]
+            self._rollout(kind, ref, set())
+            self.progress[(ref[0], ref[1])] = (ref[3], ev[2], ev[3], ev[4])  # the newer supersedes
         elif kind == "begin":
             if ev[1] in self.committed:
                 raise Illegal("step already committed")
@@ -221,6 +253,10 @@ def events_of(commit) -> list[tuple]:
                         ev.policy_version))
         elif t is RolloutFailed:
             out.append(("failed", [[r.group_id, r.index, r.attempt] for r in ev.rollouts]))
+        elif t is RolloutProgress:
+            r = ev.rollout
+            out.append(("progress", [r.group_id, r.index, r.attempt, r.locator], ev.tokens, ev.turn,
+                        ev.policy_version))
         elif t is CheckpointBegun:
             out.append(("begin", ev.step))
         elif t is CheckpointCommitted:
@@ -277,6 +313,9 @@ def assert_state_matches(st, model: Model) -> None:
         assert {i for i in range(r.n) if r.is_sealed(i)} == set(sealed), f"group {g} sealed"
         assert [(r.locators[i], r.versions[i]) for i in range(r.n)] == \
             [sealed.get(i, (None, None)) for i in range(r.n)], f"group {g} locators and versions"
+        assert [r.progress_of(i) for i in range(r.n)] == \
+            [Progress(*p) if (p := model.progress.get((g, i))) else None for i in range(r.n)], \
+            f"group {g} prefixes"
 
 
 def tree_bytes(path: str) -> dict[str, bytes]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from journal import (Admitted, Discarded, Diverted, Finished, Owner, RolloutFailed, RolloutRef,
-                     RolloutSealed, Taken, TakenGroup)
+from journal import (Admitted, Discarded, Diverted, Finished, Owner, Progress, RolloutFailed, RolloutProgress,
+                     RolloutRef, RolloutSealed, Taken, TakenGroup)
 from replay.recovery import ABANDONED, ROWS_LOST
 from tests.support.journal_model import Model
 
@@ -37,12 +37,13 @@ class Facts:
     diverted: bool = False
     finished: tuple | None = None          # (pv, locator) of a `finished` on the dead tail
     sealed: dict = field(default_factory=dict)  # index -> (pv, locator) of seals on the dead tail
+    progress: dict = field(default_factory=dict)  # index -> the tail's latest Progress no seal or failure ended
 
 
 @dataclass
 class Expected:
     """What the restore hands back: owner and rollouts (index, attempt, sealed, locator,
-    policy_version) of every group by id, the groups demoted (old ids) and adopted (dead ids)
+    policy_version, progress) of every group by id, the groups demoted (old ids) and adopted (dead ids)
     in allocation order, the loader state (`has_loader`: one is handed back) and the first
     commit without its checkpoint markers (a `taken` of adopted groups compared without its
     loader state, which `loader` stands for)."""
@@ -104,25 +105,41 @@ class _Rules:
                             f = self.facts[gid]
                             f.finished = (ev.policy_version if ev.policy_version is not None else f.pv,
                                           ev.locators[i] if ev.locators is not None else None)
-                elif t is RolloutSealed:
+                elif t is RolloutSealed or t is RolloutFailed:
                     for r in ev.rollouts:
                         if live.get(r.group_id) == A:
-                            self.facts[r.group_id].sealed[r.index] = (ev.policy_version, r.locator)
+                            _ended(self.facts[r.group_id], ev, r)
+                elif t is RolloutProgress:
+                    if live.get(ev.rollout.group_id) == A:
+                        _prefix(self.facts[ev.rollout.group_id], ev)
                 elif t is Discarded:
                     self.dropped.update(ev.groups)
+
+    def prefix(self, gid: int, index: int, f: Facts) -> Progress | None:
+        """Rule 5: what an unsealed rollout continues from: the tail's latest under the
+        salvage rule, else the one at L while its row is there; never one by newer weights."""
+        later = f.progress.get(index) if gid not in self.dropped else None
+        if later is not None and self.usable((later.policy_version, later.locator)):
+            return later
+        at = self.at.progress.get((gid, index))
+        if at is None or (at[3] is not None and at[3] > self.step) or not self.has(at[0]):
+            return None
+        return Progress(*at)
 
     def live_group(self, gid: int, owner: Owner) -> None:
         f = self.facts[gid]
         rollouts = None
         if gid in self.at.rollouts:
             attempts, sealed = self.at.rollouts[gid]
-            rollouts = {i: [a, i in sealed, *(sealed.get(i, (None, None)))] for i, a in enumerate(attempts)}
+            rollouts = {i: [a, i in sealed, *(sealed.get(i, (None, None))), None] for i, a in enumerate(attempts)}
         if owner == A and rollouts is not None:
             for i, r in rollouts.items():
                 entry = f.sealed.get(i)
                 if not r[1] and self.usable(entry) and gid not in self.dropped:
-                    r[1:] = [True, entry[1], entry[0]]
+                    r[1:4] = [True, entry[1], entry[0]]
                     self.keep.append(RolloutSealed([RolloutRef(gid, i, r[0], entry[1])], entry[0]))
+                elif not r[1]:
+                    r[4] = self.prefix(gid, i, f)
         if self.rows_lost(f, owner, rollouts):
             return self.demote(gid, f, rollouts)
         if owner == A and rollouts is None and f.finished is not None and gid not in self.dropped \
@@ -153,7 +170,9 @@ class _Rules:
         self.demotions += [RolloutSealed([RolloutRef(new, i, 0, r[2])], r[3]) for i, r in kept.items()]
         self.out.owners[new] = A
         self.out.rollouts[new] = None if rollouts is None else {
-            i: [0, i in kept, *(kept[i][2:] if i in kept else (None, None))] for i in rollouts}
+            i: [0, True, *kept[i][2:4], None] if i in kept else [0, False, None, None, None if r[1] else r[4]]
+            for i, r in rollouts.items()}
+        self.demotions += _carried(new, self.out.rollouts[new])
 
     def fence(self) -> list:
         targets = []
@@ -165,7 +184,25 @@ class _Rules:
                     r[0] = new
         rounds = max((new - a for _, _, a, new in targets), default=0)
         return [RolloutFailed([RolloutRef(g, i, a + k) for g, i, a, new in targets if a + k < new], ABANDONED)
-                for k in range(rounds)]
+                for k in range(rounds)] + [e for gid, rollouts in self.fenced for e in _carried(gid, rollouts)]
+
+
+def _ended(f: Facts, ev, ref) -> None:
+    """A seal or a failure of the tail: it ends the rollout's prefix; a seal's result is kept."""
+    f.progress.pop(ref.index, None)
+    if type(ev) is RolloutSealed:
+        f.sealed[ref.index] = (ev.policy_version, ref.locator)
+
+
+def _prefix(f: Facts, ev: RolloutProgress) -> None:
+    r = ev.rollout
+    f.progress[r.index] = Progress(r.locator, ev.tokens, ev.turn, ev.policy_version)
+
+
+def _carried(gid: int, rollouts: dict | None) -> list:
+    """The prefixes a resume records again for `gid`'s pending rollouts, under their attempt."""
+    return [RolloutProgress(RolloutRef(gid, i, r[0], r[4].locator), r[4].tokens, r[4].turn, r[4].policy_version)
+            for i, r in sorted((rollouts or {}).items()) if not r[1] and r[4] is not None]
 
 
 def _adoptable(tail: list, live_rows: dict) -> tuple[list[TakenGroup], dict, object, int | None]:
@@ -207,10 +244,13 @@ def _adoptable(tail: list, live_rows: dict) -> tuple[list[TakenGroup], dict, obj
                         f = work[gid]
                         f.finished = (ev.policy_version if ev.policy_version is not None else f.admitted_pv,
                                       ev.locators[i] if ev.locators is not None else None)
-            elif t is RolloutSealed:
+            elif t is RolloutSealed or t is RolloutFailed:
                 for r in ev.rollouts:
                     if r.group_id in work:
-                        work[r.group_id].sealed[r.index] = (ev.policy_version, r.locator)
+                        _ended(work[r.group_id], ev, r)
+            elif t is RolloutProgress:
+                if ev.rollout.group_id in work:
+                    _prefix(work[ev.rollout.group_id], ev)
     return takes[:upto], work, loader, size_then
 
 
@@ -238,8 +278,9 @@ def _adopt(rules: _Rules, known: set[int]) -> None:
         owner, pv, loc = A, f.admitted_pv, None
         if f.n is not None:
             kept = {i: f.sealed[i] for i in range(f.n) if rules.usable(f.sealed.get(i))}
-            out.rollouts[gid] = {i: [0, i in kept, *(kept[i][::-1] if i in kept else (None, None))]
-                                 for i in range(f.n)}
+            prefixes = {i: p for i, p in f.progress.items() if rules.usable((p.policy_version, p.locator))}
+            out.rollouts[gid] = {i: [0, True, *kept[i][::-1], None] if i in kept else
+                                 [0, False, None, None, prefixes.get(i)] for i in range(f.n)}
             owner = P if len(kept) == f.n else A
         elif rules.usable(f.finished):
             owner, (pv, loc) = P, f.finished
@@ -247,6 +288,7 @@ def _adopt(rules: _Rules, known: set[int]) -> None:
         readmit.append(Admitted([gid], f.target_step, pv, rep, f.n))
         readmit += [RolloutSealed([RolloutRef(gid, i, 0, r[2])], r[3])
                     for i, r in (out.rollouts[gid] or {}).items() if r[1]]
+        readmit += _carried(gid, out.rollouts[gid])
         if owner == P:
             readmit.append(Finished([gid]) if f.n is not None else Finished([gid], pv, [loc]))
     out.first_commit += events + ([Diverted(spares)] if spares else []) + readmit
