@@ -1179,15 +1179,16 @@ class Trainer:
         the group, None once it left the trainer); it must reject the seal; the row at `loc`
         goes. Without a journal (the baseline) or for a group without rollouts= there is no
         attempt to fence with: the trainer gave the result up, and drops it."""
-        if self.journal is None or (w is not None and (w.attempts is None or w.failed)):
-            # (a group given up as a whole gives up its rollouts without a `rollout_failed`
-            # each: its discard, queued, drops them all; this result goes with it)
-            await asyncio.to_thread(self.dp.delete, [loc])
-            self.stats["late_results_ignored"] += 1
-            self.ledger.count(late_results_ignored=1)
+        if self.journal is None or (w is not None and w.attempts is None):
+            await self._ignore_late(loc)
             return
         lock = w.lock if w is not None else asyncio.Lock()
         async with lock:
+            if w is not None and w.failed:
+                # a group given up as a whole gives up its rollouts without a `rollout_failed`
+                # each (its discard, queued, drops them all): this result goes with it
+                await self._ignore_late(loc)
+                return
             try:
                 await self.own.rollout_sealed(gid, i, attempt, loc,
                                               w.policy_version if w is not None else None, finish=False)
@@ -1205,6 +1206,12 @@ class Trainer:
         self.stats["fenced_late_results"] += 1
         self.stats[f"fenced_{kind}"] += 1
         self.ledger.count(fenced_late_results=1)
+
+    async def _ignore_late(self, loc: str) -> None:
+        """A late result no attempt fences: its row goes."""
+        await asyncio.to_thread(self.dp.delete, [loc])
+        self.stats["late_results_ignored"] += 1
+        self.ledger.count(late_results_ignored=1)
 
     # -- training ------------------------------------------------------------------------------
 
