@@ -10,6 +10,12 @@ once for a table's version (`tables.table_version`) and once for its rollouts
 | 2 | their version under `schema_version`; the rollout table without prefixes | schema 3, since each table names its own format (`format`, `format_version`; a582f32) |
 | 3 | tagged; the rollout table without prefixes (no `progress_table`, and an unsealed rollout with a locator or policy version is corrupt) | schema 4, since `rollout_progress` (3660358) |
 
+The row ledger (`row_ledger.LEDGER_VERSION`, 2) of a cut also has an older version:
+
+| older row ledger | what it is | replaced by, since |
+| --- | --- | --- |
+| 1 | its rollout figures without the prefixes' `tokens_kept` and `tokens_regenerated` (read as 0: no prefix existed) | version 2, since `rollout_progress` (b36a7fb) |
+
 The journal's older formats (state file, segment headers) are `journal.compat`'s. This module
 is imported by `manifest` for `OLDER_SCHEMAS`, so it imports the current modules it reads
 with (`manifest`, `tables`: torch) where an older table is met.
@@ -21,6 +27,8 @@ from .errors import CorruptRecord
 
 OLDER_SCHEMAS = frozenset({1, 2, 3})
 UNTAGGED_SCHEMAS = frozenset({1, 2})  # their tables' version under `schema_version`
+OLDER_LEDGER_VERSIONS = (1,)
+_LEDGER_V1_LACKS = ("tokens_kept", "tokens_regenerated")  # of `row_ledger.ROLLOUT_FIGURES`
 
 
 def untagged_table_version(table: dict, where: str, cut_schema: int) -> int:
@@ -45,3 +53,10 @@ def older_rollouts(table: dict, n: int, gids: list, phases: list, where: str, sc
             raise CorruptRecord(f"{where}: group {gid} has an unsealed rollout with a locator "
                                 "or policy version")
     return rows
+
+
+def older_ledger_rollouts(figures):
+    """The rollout figures of a row ledger of version 1 as version 2 has them: the prefixes'
+    token figures at 0 (no prefix existed then); anything but a dict as it is (the caller
+    refuses it)."""
+    return {**dict.fromkeys(_LEDGER_V1_LACKS, 0), **figures} if isinstance(figures, dict) else figures
