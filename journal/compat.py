@@ -1,12 +1,14 @@
 """The journal's readers of this project's own pre-release formats: files written before the
-current format open as they did (tests/fixtures/v1 and tests/fixtures/state_file_v1.bin are
-what they were written for), and only older files reach this module. Each current reader
-branches here once, where it meets an older format:
+current formats open as they did (tests/fixtures/v1 and tests/fixtures/state_file_v1.bin are
+what they were kept for), and only older files reach this module. Each current reader branches
+here once, where it meets an older format. The older formats it reads, and what replaced them:
 
-| older format | its current reader | replaced by, since |
-| --- | --- | --- |
-| state file format 1 (magic "OWNJST01": the body of format 2 with the live groups one msgpack map of `fold.Group` each) | `state_file.decode` (the magic) | format 2 ("OWNJST02", the live groups by column), since the state file's column blocks (c91e54a) |
-| a segment header without a group mark (`UNMARKED`, the reserved bytes left zero) | `format.SegmentHeader.next_group_id` (None: not recorded, so the readers read every segment no mark covers) | the group mark, since marks were added (e649d67) |
+- state file format 1 (magic "OWNJST01": format 2's body with the live groups one msgpack map
+  of `fold.Group` each), met by `state_file.decode` (the magic); replaced by format 2
+  ("OWNJST02", the live groups by column) since the state file's column blocks (c91e54a).
+- segment headers without a group mark (`UNMARKED`: the reserved bytes left zero), met by
+  `format.SegmentHeader.next_group_id` (None: not recorded, so the readers read every segment
+  no mark covers); replaced by headers with the mark since marks were added (e649d67).
 
 The cut's older schemas are `snapshot.compat`'s (cuts are the snapshot package's).
 """

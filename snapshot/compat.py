@@ -1,24 +1,26 @@
-"""The cut's readers of this project's own pre-release schemas: cuts written before the current
+"""The cut's readers of this project's own pre-release formats: cuts written before the current
 schema (`manifest.SCHEMA_VERSION`, 4) restore and verify as they did (tests/fixtures/v1 holds
-cuts of schema 1), and only their tables reach this module. The current reader branches here
-once for a table's version (`tables.table_version`) and once for its rollouts
-(`tables.decode_table`):
+cuts of schema 1), and only their files reach this module. The current readers branch here
+once each: for a table's version (`tables.table_version`), for its rollouts
+(`tables.decode_table`) and for a row ledger's rollout figures (`row_ledger.RowLedger.decode`).
+The older formats it reads, and what replaced them:
 
-| older cut schema | what its group tables are | replaced by, since |
-| --- | --- | --- |
-| 1 | their version under NeMo-RL's key `schema_version`; no rollouts (every group all-or-nothing) | schema 2, since cuts carry each rollout (3fcc240) |
-| 2 | their version under `schema_version`; the rollout table without prefixes | schema 3, since each table names its own format (`format`, `format_version`; a582f32) |
-| 3 | tagged; the rollout table without prefixes (no `progress_table`, and an unsealed rollout with a locator or policy version is corrupt) | schema 4, since `rollout_progress` (3660358) |
+- cut schema 1: group tables with their version under NeMo-RL's key `schema_version` and no
+  rollouts (every group all-or-nothing); replaced by schema 2 since cuts carry each rollout
+  (3fcc240).
+- cut schema 2: the version under `schema_version`, the rollout table without prefixes;
+  replaced by schema 3 since each table names its own format (`format`, `format_version`;
+  a582f32).
+- cut schema 3: tagged tables, the rollout table without prefixes (no `progress_table`, and an
+  unsealed rollout with a locator or policy version is corrupt); replaced by schema 4 since
+  `rollout_progress` (3660358).
+- row ledger version 1: the rollout figures without the prefixes' `tokens_kept` and
+  `tokens_regenerated` (read as 0: no prefix existed); replaced by version 2 since
+  `rollout_progress` (b36a7fb).
 
-The row ledger (`row_ledger.LEDGER_VERSION`, 2) of a cut also has an older version:
-
-| older row ledger | what it is | replaced by, since |
-| --- | --- | --- |
-| 1 | its rollout figures without the prefixes' `tokens_kept` and `tokens_regenerated` (read as 0: no prefix existed) | version 2, since `rollout_progress` (b36a7fb) |
-
-The journal's older formats (state file, segment headers) are `journal.compat`'s. This module
-is imported by `manifest` for `OLDER_SCHEMAS`, so it imports the current modules it reads
-with (`manifest`, `tables`: torch) where an older table is met.
+The journal's older formats (state file, segment headers) are `journal.compat`'s. `manifest`
+imports this module for `OLDER_SCHEMAS`, so this one imports the current modules it reads with
+(`manifest`, `tables`, which loads torch) only where an older table is met.
 """
 
 from __future__ import annotations
