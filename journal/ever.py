@@ -28,17 +28,19 @@ def segments_naming(reader, group_id: int) -> Iterator:
     segment after its last-but-one, and a new timeline's first segment after every
     segment of the lower timelines. So the next-created segment's mark bounds every id a
     segment's commits can name (`SegmentHeader.group_mark`): a segment whose bound is at
-    or below `group_id` names only lower ids. The newest segment and one whose bound was
-    not recorded are always read."""
-    ordered = sorted(reader.timelines)
-    for n, t in enumerate(ordered):
-        segs = reader.timelines[t].segments
-        later = reader.timelines[ordered[n + 1]].segments[0] if n + 1 < len(ordered) else None
-        for i, seg in enumerate(segs):
-            nxt = segs[i + 1] if i + 1 < len(segs) else later
-            bound = nxt.header.next_group_id if nxt is not None else None
-            if bound is None or bound > group_id:
-                yield seg
+    or below `group_id` names only lower ids, and so does every segment created before it
+    (all their commits were written before the segment whose mark bounds it was created).
+    So the walk goes from the newest segment back and stops at the first such bound: the
+    headers of the older segments are not read (a strict reader reads an archive's header
+    on first use). The newest segment and one whose bound was not recorded are always read."""
+    created = [seg for t in sorted(reader.timelines) for seg in reader.timelines[t].segments]
+    naming = []
+    for i in range(len(created) - 1, -1, -1):
+        bound = created[i + 1].header.next_group_id if i + 1 < len(created) else None
+        if bound is not None and bound <= group_id:
+            break
+        naming.append(created[i])
+    return reversed(naming)
 
 def group_mark_top(reader) -> int:
     """The highest group id below every recorded group mark could cover (-1 if none)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import msgspec
 import zstandard
@@ -43,14 +43,28 @@ MODES = ("strict", "point_in_time", "salvage")
 
 @dataclass
 class Segment:
-    """One segment file (live or archived) and what scanning it found."""
+    """One segment file (live or archived) and what scanning it found. A header that a `Reader`
+    left unread (`_read_header`: an archive inside its timeline, see `Reader._read_headers`) is
+    read, and checked, on first use of `header`."""
 
     path: str
     timeline: int
     first_lsn: int
     archived: bool
     size: int
-    header: fmt.SegmentHeader | None = None
+    _header: fmt.SegmentHeader | None = field(default=None, repr=False)
+    _read_header: Callable[[], fmt.SegmentHeader | None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def header(self) -> fmt.SegmentHeader | None:
+        if self._read_header is not None:
+            read, self._read_header = self._read_header, None
+            self._header = read()
+        return self._header
+
+    @header.setter
+    def header(self, h: fmt.SegmentHeader | None) -> None:
+        self._header, self._read_header = h, None
 
     @property
     def name(self) -> str:
@@ -380,6 +394,12 @@ class Reader:
     # -- headers and timelines -------------------------------------------------
 
     def _read_headers(self) -> None:
+        """Read and check the segments' headers; a segment whose header is bad is no part of the
+        history (strict: JournalCorrupt). In strict mode an archive that is neither the first nor
+        the last segment of its timeline is read on first use of its header instead (a bad one
+        raises then): a restart reads the history after its cut, and the archives before it are
+        sealed, so a reader does not open each of them (the first segment gives the timeline its
+        parent, the last may end it torn: those are read here)."""
         kept = []
         dctx = zstandard.ZstdDecompressor()  # one for every archive's header
         by_timeline: dict[int, list[Segment]] = {}
@@ -387,26 +407,11 @@ class Reader:
             by_timeline.setdefault(seg.timeline, []).append(seg)
         for timeline, segs in by_timeline.items():
             for i, seg in enumerate(segs):
-                head = self._header_bytes(seg, dctx)
-                try:
-                    seg.header = fmt.decode_header(head)
-                except fmt.HeaderError as exc:
-                    self._bad_header(seg, head, exc, last=i == len(segs) - 1)
-                    continue
-                h = seg.header
-                if (h.timeline, h.first_lsn) != (seg.timeline, seg.first_lsn):
-                    self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
-                                             f"header says timeline {h.timeline} LSN {h.first_lsn}, "
-                                             "the file name disagrees", fmt.HEADER_SIZE))
-                    continue
-                if self.run_id is None:
-                    self.run_id = h.run_id
-                elif h.run_id != self.run_id:
-                    self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
-                                             f"segment belongs to run {h.run_id.hex()}, not "
-                                             f"{self.run_id.hex()}", fmt.HEADER_SIZE))
-                    continue
-                kept.append(seg)
+                if self.mode == "strict" and seg.archived and 0 < i < len(segs) - 1:
+                    seg._read_header = lambda seg=seg: self._checked_header(seg, dctx, last=False)
+                    kept.append(seg)
+                elif self._checked_header(seg, dctx, last=i == len(segs) - 1) is not None:
+                    kept.append(seg)
         self.segments = sorted(kept, key=lambda s: (s.timeline, s.first_lsn))
         for seg in self.segments:
             tl = self.timelines.get(seg.timeline)
@@ -414,6 +419,30 @@ class Reader:
                 tl = self.timelines[seg.timeline] = Timeline(
                     seg.timeline, seg.header.parent_timeline, seg.first_lsn - 1)
             tl.segments.append(seg)
+
+    def _checked_header(self, seg: Segment, dctx: zstandard.ZstdDecompressor, *,
+                        last: bool) -> fmt.SegmentHeader | None:
+        """`seg`'s header once it decodes, agrees with the file name and is of this journal's run
+        (the first read sets the run), else None with the problem recorded and the mode applied."""
+        head = self._header_bytes(seg, dctx)
+        try:
+            h = seg.header = fmt.decode_header(head)
+        except fmt.HeaderError as exc:
+            self._bad_header(seg, head, exc, last=last)
+            return None
+        if (h.timeline, h.first_lsn) != (seg.timeline, seg.first_lsn):
+            self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
+                                     f"header says timeline {h.timeline} LSN {h.first_lsn}, "
+                                     "the file name disagrees", fmt.HEADER_SIZE))
+            return None
+        if self.run_id is None:
+            self.run_id = h.run_id
+        elif h.run_id != self.run_id:
+            self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
+                                     f"segment belongs to run {h.run_id.hex()}, not "
+                                     f"{self.run_id.hex()}", fmt.HEADER_SIZE))
+            return None
+        return h
 
     def _bad_header(self, seg: Segment, head: bytes, exc: fmt.HeaderError, *, last: bool) -> None:
         """A header that does not decode: torn (the segment was being created; a crash before the
