@@ -87,6 +87,7 @@ from .replica_options import add_replica_arguments, parse_replica_options
 TRAINER_MODULE = f"{__package__}.trainer"   # examples.trainer in a checkout, replay.demo.trainer installed
 RAY_DEADLINE_MS = 1000      # a Ray round trip on a busy machine takes far more than a thread's
 RAY_KILL_KINDS = ("actor", "node", "controller")
+DEFAULT_PROGRESS_EVERY = 16  # journal-demo's --progress-every
 KINDS = ("checkpoint_save", "compaction", "restore", "random")
 KIND_TEXT = {"checkpoint_save": "in a checkpoint save", "compaction": "in compaction",
              "restore": "in a restore", "random": "at a random moment"}
@@ -110,6 +111,7 @@ class Options:
     dataset_size: int = 2048
     batch_size: int = 16
     ckpt_every: int = 4
+    progress_every: int = 0           # the trainer's --progress-every (rollout-level with the journal)
     baseline: bool = False
     group_level: bool = False
     ray: bool = False
@@ -141,6 +143,8 @@ def _trainer_cmd(o: Options, out: str) -> list[str]:
         cmd.append("--baseline")
     if o.group_level:
         cmd.append("--group-level")
+    if o.progress_every:
+        cmd += ["--progress-every", str(o.progress_every)]
     if o.ray:
         cmd += ["--ray", "--deadline-ms", str(RAY_DEADLINE_MS)]
     if o.replica is not None:
@@ -472,14 +476,15 @@ def run(o: Options, cluster=None) -> dict:
     mode += f", node-loss kills, replica {o.replica}" if o.replica else ""
     _say(o, f"journal-demo [{mode}]: {o.epochs} epochs x {o.dataset_size} prompts, batch "
             f"{o.batch_size}, {o.rollouts} rollouts per group,\n  {o.workers} generator workers, rollout "
-            f"failure rate {o.failure_rate}, {o.kills} kills, seed {o.seed}\n  run dir {out}")
+            f"failure rate {o.failure_rate}, {o.kills} kills, seed {o.seed}"
+            f"{f', progress every {o.progress_every} tokens' if o.progress_every else ''}\n  run dir {out}")
     if o.ray:
         kills, runs, ray_counts = _run_on_ray(o, out, cluster)
     else:
         kills, runs, ray_counts = (*_run_children(o, out), None)
     ledger = read_ledger(os.path.join(out, "ledger.log"))
     summary = {"mode": "baseline" if o.baseline else "journal", "level": level, "out": out, "seed": o.seed,
-               "rollouts_per_group": o.rollouts,
+               "rollouts_per_group": o.rollouts, "progress_every": o.progress_every,
                "epochs": o.epochs, "dataset_size": o.dataset_size,
                "kills": len(kills), "kills_by_phase": dict(Counter(k.landed for k in kills)),
                "kills_aimed": dict(Counter(k.aim for k in kills)), "restarts": len(runs) - 1}
@@ -500,6 +505,7 @@ def run(o: Options, cluster=None) -> dict:
     summary["audit"] = audit
     resumed = [p.resumed for p in runs[1:] if p.resumed]
     for key, field_name in (("regenerated_groups", "admitted"), ("regenerated_rollouts", "regenerated"),
+                            ("continued_rollouts", "continued"), ("kept_tokens", "kept_tokens"),
                             ("salvaged_groups", "salvaged"), ("salvaged_rollouts", "salvaged_rollouts"),
                             ("demoted_groups", "demoted"), ("lost_rollouts", "lost_rollouts")):
         summary[key] = sum(int(r.get(field_name, 0)) for r in resumed)
@@ -555,10 +561,13 @@ def generation_report(ledger_report: dict, kills: int) -> dict:
     generated = c.get("generation_us", 0)
     wasted = c.get("rejected_us", 0) + ledger_report["dropped_generation_us"]
     lost = generated - ledger_report["used_generation_us"] - wasted
+    in_flight = generated - c.get("settled_us", 0)
     return {"generation_seconds": generated / 1e6,
             "generation_seconds_used": ledger_report["used_generation_us"] / 1e6,
             "generation_seconds_wasted": wasted / 1e6, "generation_seconds_lost": lost / 1e6,
             "generation_seconds_lost_per_kill": lost / 1e6 / kills if kills else 0.0,
+            "generation_seconds_in_flight_lost": in_flight / 1e6,
+            "generation_seconds_in_flight_lost_per_kill": in_flight / 1e6 / kills if kills else 0.0,
             "fenced_late_results": c.get("fenced_late_results", 0),
             "late_results_ignored": c.get("late_results_ignored", 0),
             "rollouts_retried": c.get("rollouts_retried", 0)}
@@ -576,6 +585,13 @@ def _generation_lines(s: dict) -> list[str]:
     lines.append(f"generation lost     {s['generation_seconds_lost']:.2f} s to kills "
                  f"({s['generation_seconds_lost_per_kill']:.3f} s per kill) of {s['generation_seconds']:.1f} s "
                  "generated")
+    lines.append(f"  in flight         {s['generation_seconds_in_flight_lost']:.2f} s of it in rollouts in flight at "
+                 f"a kill ({s['generation_seconds_in_flight_lost_per_kill']:.3f} s per kill)")
+    if s.get("progress_every"):
+        lines.append(f"  progress          every {s['progress_every']} tokens and every turn: "
+                     f"{s['continued_rollouts']} rollouts continued, {s['kept_tokens']} tokens kept")
+    elif s["level"] == "rollout-level" and s["mode"] == "journal":
+        lines.append("  progress          off (--progress-every K: restores continue rollouts from a prefix)")
     lines.append(f"  and discarded     {s['generation_seconds_wasted']:.2f} s by failed groups and late results")
     if s["level"] == "rollout-level":
         lines.append(f"late results        {s['fenced_late_results']} fenced by the journal (rows deleted); "
@@ -694,6 +710,10 @@ def parse_args(argv=None) -> tuple[Options, bool]:
     p.add_argument("--dataset-size", type=int, default=2048, help="prompts per epoch (default 2048)")
     p.add_argument("--batch-size", type=int, default=16, help="prompt groups per step (default 16)")
     p.add_argument("--ckpt-every", type=int, default=4, help="steps between checkpoints (default 4)")
+    p.add_argument("--progress-every", type=int, default=DEFAULT_PROGRESS_EVERY,
+                   help="the trainer records a rollout's durable prefix every this many tokens and "
+                        "every turn of a multi-turn rollout; a restore continues from it (0: off; "
+                        f"rollout-level with the journal only) (default {DEFAULT_PROGRESS_EVERY})")
     p.add_argument("--ray", action="store_true",
                    help="rollout workers as Ray actors on a local 3-node cluster (loopback only), "
                         "also killing actors and replacing a node; needs the ray extra")
@@ -713,12 +733,17 @@ def parse_args(argv=None) -> tuple[Options, bool]:
         require(p, "--ray", "ray", "ray")
     if not a.ray and a.kill_kinds != RAY_KILL_KINDS:
         p.error("--kill-kinds needs --ray (without it every kill is a controller kill)")
+    if a.progress_every < 0:
+        p.error(f"--progress-every must be >= 0, not {a.progress_every}")
+    if a.baseline or a.group_level or a.ray:
+        a.progress_every = 0   # no rollout_progress without rollout-level groups in the journal
     if a.replica is not None and a.baseline:
         p.error("--replica ships the journal: the baseline has none")
     replica_options = parse_replica_options(p, a)
     o = Options(out=a.out, seed=a.seed, epochs=a.epochs, kills=a.kills, workers=a.workers,
                 failure_rate=a.failure_rate, dataset_size=a.dataset_size, batch_size=a.batch_size,
-                ckpt_every=a.ckpt_every, baseline=a.baseline, group_level=a.group_level, rollouts=a.rollouts,
+                ckpt_every=a.ckpt_every, progress_every=a.progress_every, baseline=a.baseline,
+                group_level=a.group_level, rollouts=a.rollouts,
                 ray=a.ray, kill_kinds=a.kill_kinds, replica=a.replica, replica_options=replica_options,
                 timeout=a.timeout, verbose=not (a.quiet or a.json))
     return o, a.json

@@ -9,9 +9,15 @@
 The shape is the one of an async RL framework (NeMo-RL, verl, ...):
 
 * a `torchdata` `StatefulDataLoader` with shuffling hands out prompt batches;
-* `--workers` generator tasks produce `--rollouts` rollouts per prompt group with long-tailed
-  latency (log-normal around `--latency-ms`), from a copy of the policy at the version the
-  group was admitted with (generation runs one step ahead of training);
+* `--workers` generator tasks produce `--rollouts` rollouts per prompt group token by token
+  (`examples.generation`: one forward pass of the tiny policy per token, long-tailed lengths,
+  a median rollout taking `--latency-ms`), from a copy of the policy at the version the group
+  was admitted with (generation runs one step ahead of training); five prompts in eight are
+  single-turn, the others multi-turn with one of three environments (`examples.environments`:
+  one per recovery of `replay.environments`);
+* `--progress-every K`: a rollout's prefix (its tokens so far, the environment's saved state)
+  goes to the data plane every K tokens and every turn of a multi-turn rollout, then
+  `rollout_progress`; after a restore its next attempt continues from that prefix;
 * rollout-level ownership (the default): groups are admitted with `rollouts=N`; each
   rollout's result goes to a local data plane (`replay.LocalDataPlane`) under its own
   locator, durably, then `rollout_sealed`; the last seal and `finished` are one commit;
@@ -98,14 +104,17 @@ from snapshot import BackgroundCompactor, compact
 
 from .bookkeeping import Ledger
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
+from .environments import environment_for
 from .extras import require
+from .generation import LENGTH_MEDIAN, MAX_TOKENS, Rollout, rollout_key, rollout_length
 from .loader import stateful_loader
 from .replica_options import add_replica_arguments, parse_replica_options
 
 RESERVED, ADMITTED, REPLAY, SPARE, TRAINED, DROPPED = "RESERVED", "ADMITTED", "REPLAY", "SPARE", "TRAINED", "DROPPED"
 CKPT_NAME = re.compile(r"^step_(\d{8})$")
 TMP = ".tmp-"
-LATENCY_SIGMA = 0.8          # log-normal spread of a rollout's latency: a long tail
+LATENCY_SIGMA = 0.8          # log-normal spread of a Ray actor's rollout latency: a long tail
+CHUNK_TOKENS = 8             # tokens generated between two looks at the clock (and the ledger)
 DISCARD_REASON = "rollout_failed"
 REPLICA_FLUSH_SECONDS = 120.0   # the end of a run waits this long for the bucket to have it all
 # The run identity the journal records and every restore checks: the token layout of the
@@ -135,7 +144,8 @@ class Config:
     rollouts: int = 8
     workers: int = 8
     failure_rate: float = 0.02
-    latency_ms: float = 3.0       # median rollout latency
+    latency_ms: float = 3.0       # median rollout latency (LENGTH_MEDIAN tokens)
+    progress_every: int = 0       # a progress row every this many tokens (multi-turn: every turn); 0 off
     slow_rate: float = 0.01       # probability that a rollout's worker is slow (misses the deadline)
     deadline_ms: float = 50.0     # a rollout not delivered by then is given up
     max_attempts: int = 3         # attempts of one rollout before its group is discarded
@@ -181,17 +191,32 @@ class Config:
 
 
 class TinyPolicy(torch.nn.Module):
-    """Prompt tokens -> logits over the answer tokens."""
+    """Prompt tokens -> logits over the answer tokens; and the next token of a rollout's trace
+    from the prompt's encoding and the previous token (`examples.generation`)."""
 
     def __init__(self):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, 16)
         self.hidden = torch.nn.Linear(16 * PROMPT_TOKENS, 64)
         self.head = torch.nn.Linear(64, ANSWERS)
+        self.token = torch.nn.Embedding(VOCAB, 64)
+        self.out = torch.nn.Linear(64, VOCAB)
+
+    def encode(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.hidden(self.embed(tokens).flatten(1)))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.embed(tokens).flatten(1)
-        return self.head(torch.relu(self.hidden(h)))
+        return self.head(self.encode(tokens))
+
+    def prefill(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt read once per rollout: the part of every next-token logit it fixes (`out`
+        of its encoding), and the answer logits (`forward`'s)."""
+        z = self.encode(tokens[None])[0]
+        return self.out(z), self.head(z)
+
+    def next_logits(self, base: torch.Tensor, prev: int) -> torch.Tensor:
+        """One decoding step: logits of the token after `prev` (`base`: `prefill`'s)."""
+        return torch.addmv(base, self.out.weight, self.token.weight[prev])
 
 
 class MomentumSGD:
@@ -247,7 +272,7 @@ class Work:
 
     __slots__ = ("gid", "idx", "epoch", "task", "tokens", "answer", "status", "target_step",
                  "policy_version", "locator", "failed", "done", "answers", "old_logprobs",
-                 "rewards", "seconds", "attempts", "sealed", "lock")
+                 "rewards", "seconds", "attempts", "sealed", "prefix", "progress", "trace", "lock")
 
     def __init__(self, gid: int, idx: int, epoch: int, task: str, tokens: torch.Tensor, answer: int,
                  status: str):
@@ -259,7 +284,8 @@ class Work:
         self.failed = False
         self.done = 0
         self.answers = self.old_logprobs = self.rewards = self.seconds = None
-        self.attempts = self.sealed = None
+        self.attempts = self.sealed = self.prefix = self.progress = None
+        self.trace = None
         self.lock = asyncio.Lock()   # orders the journal commits of one group's rollouts
 
     @property
@@ -267,11 +293,13 @@ class Work:
         return (self.epoch, self.idx)
 
     def clear(self, n: int, rollout_level: bool) -> None:
-        """Empty result slots for `n` rollouts (and attempt 0 for each, rollout-level)."""
+        """Empty result slots for `n` rollouts (and, rollout-level, attempt 0 for each, no
+        prefix to continue from, no progress row)."""
         self.failed, self.done = False, 0
         self.answers = torch.zeros(n, dtype=torch.long)
         self.old_logprobs, self.rewards, self.seconds = torch.zeros(n), torch.zeros(n), torch.zeros(n)
         self.attempts, self.sealed = ([0] * n, [None] * n) if rollout_level else (None, None)
+        self.prefix, self.progress = ([None] * n, [None] * n) if rollout_level else (None, None)
 
     def keep(self, i: int, result: tuple[int, float, float], seconds: float) -> None:
         self.answers[i], self.old_logprobs[i], self.rewards[i] = result
@@ -332,6 +360,10 @@ class JournalOwnership:
     async def rollout_failed(self, gid, index, attempt, reason):
         await self.aj.rollout_failed([RolloutRef(gid, index, attempt)], reason=reason)
 
+    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, policy_version):
+        await self.aj.rollout_progress(RolloutRef(gid, index, attempt, locator), tokens=tokens, turn=turn,
+                                       policy_version=policy_version)
+
     async def trained(self, gids, step):
         self.acked(await self.aj.trained(gids, step=step))
 
@@ -381,6 +413,9 @@ class NoOwnership:
     async def rollout_failed(self, gid, index, attempt, reason):
         pass
 
+    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, policy_version):
+        pass
+
     async def trained(self, gids, step):
         pass
 
@@ -415,18 +450,24 @@ def step_dir(ckpt_dir: str, step: int) -> str:
 
 
 def _restored_rows(g) -> list[str]:
-    """The data-plane locators a restored group's rows live at."""
+    """The data-plane locators a restored group's rows live at (sealed rollouts' and the
+    prefixes unsealed ones continue from)."""
     if g.rollouts is None:
         return [g.locator] if g.locator is not None else []
-    return [r.locator for r in g.rollouts if r.sealed]
+    return [r.locator if r.sealed else r.progress.locator for r in g.rollouts
+            if r.sealed or r.progress is not None]
 
 
-def _rollout_row(result: tuple[int, float, float], seconds: float, policy_version: int) -> dict:
-    """One rollout's row in the data plane."""
+def _rollout_row(result: tuple[int, float, float], seconds: float, policy_version: int,
+                 trace: list[int] | None = None) -> dict:
+    """One rollout's row in the data plane (`trace`: its tokens, when generated here)."""
     answer, logprob, reward = result
-    return {"answer": torch.tensor(answer), "old_logprob": torch.tensor(logprob),
-            "reward": torch.tensor(reward), "seconds": torch.tensor(seconds),
-            "policy_version": torch.tensor(policy_version)}
+    row = {"answer": torch.tensor(answer), "old_logprob": torch.tensor(logprob),
+           "reward": torch.tensor(reward), "seconds": torch.tensor(seconds),
+           "policy_version": torch.tensor(policy_version)}
+    if trace is not None:
+        row["trace"] = torch.tensor(trace, dtype=torch.long)
+    return row
 
 
 def _us(seconds: float) -> int:
@@ -595,8 +636,10 @@ class Trainer:
             self.reserved.append(work(g, RESERVED))
         for g in state.spare:
             self.spares.append(work(g, SPARE))
+        prefixes = [p for w, _ in redispatch for p in (w.prefix or ()) if p is not None]
         counts = {"regenerated_groups": len(redispatch),
                   "regenerated_rollouts": sum(len(todo) for _, todo in redispatch),
+                  "continued_rollouts": len(prefixes), "kept_tokens": sum(int(p["generated"]) for p in prefixes),
                   "salvaged_groups": len(state.salvaged), "salvaged_rollouts": len(state.salvaged_rollouts),
                   "demoted_groups": len(state.demoted), "lost_rollouts": len(state.lost_rollouts)}
         self.stats.update(counts)
@@ -605,8 +648,8 @@ class Trainer:
                  f"reserved={len(state.reserved)}", f"admitted={len(state.admitted)}",
                  f"replay={len(state.replay)}", f"spare={len(state.spare)}",
                  f"salvaged={len(state.salvaged)}", f"demoted={len(state.demoted)}",
-                 f"regenerated={counts['regenerated_rollouts']}",
-                 f"salvaged_rollouts={len(state.salvaged_rollouts)}",
+                 f"regenerated={counts['regenerated_rollouts']}", f"continued={len(prefixes)}",
+                 f"kept_tokens={counts['kept_tokens']}", f"salvaged_rollouts={len(state.salvaged_rollouts)}",
                  f"lost_rollouts={len(state.lost_rollouts)}", f"skipped_cuts={len(state.skipped)}",
                  f"rollouts={cfg.rollouts}", f"mode={'rollout' if cfg.rollout_level else 'group'}",
                  f"base={state.base_cut or '-'}")
@@ -642,6 +685,9 @@ class Trainer:
                 row = self.dp.get(r.locator)
                 w.keep(r.index, (row["answer"], row["old_logprob"], row["reward"]), float(row["seconds"]))
                 w.sealed[r.index] = r.locator
+            elif r.progress is not None:   # its next attempt continues from this prefix
+                w.prefix[r.index] = self.dp.get(r.progress.locator)
+                w.progress[r.index] = r.progress.locator
 
     def _cleanup_tmp(self) -> None:
         os.makedirs(self.cfg.ckpt_dir, exist_ok=True)
@@ -748,8 +794,10 @@ class Trainer:
             w.status = DROPPED
         # the rollouts it had done go with it
         self.ledger.dropped(DISCARD_REASON, [w.row_key], generation_us=_us(float(w.seconds.sum())))
-        if w.sealed is not None and w.row_locators():
-            self.gc_pool.submit(self.dp.delete, w.row_locators())
+        if w.sealed is not None:   # its sealed rows and the prefixes of its unsealed rollouts
+            doomed = w.row_locators() + [loc for loc in w.progress if loc is not None]
+            if doomed:
+                self.gc_pool.submit(self.dp.delete, doomed)
         del self.live[w.gid]
         self.stats["discarded"] += 1
         if spare is not None:
@@ -791,11 +839,12 @@ class Trainer:
             return self.cfg.deadline_ms / 1000 * rng.uniform(1.5, 4.0)
         return self.cfg.latency_ms / 1000 * rng.lognormvariate(0.0, LATENCY_SIGMA)
 
-    def _generate(self, w: Work, rng: random.Random) -> tuple[int, float, float]:
-        """One rollout: (answer, its log-probability under the generating policy, reward)."""
-        policy = self.policies[w.policy_version]
+    def _generate(self, w: Work, rng: random.Random, r: Rollout | None = None) -> tuple[int, float, float]:
+        """One rollout's answer: (answer, its log-probability under the generating policy,
+        reward); `r`: the rollout whose prefill has the answer logits already."""
         with torch.no_grad():
-            logp = torch.log_softmax(policy(w.tokens[None]), -1)[0]
+            logits = r.answer_logits if r is not None else self.policies[w.policy_version](w.tokens[None])[0]
+            logp = torch.log_softmax(logits, -1)
             gen = torch.Generator().manual_seed(rng.getrandbits(62))
             a = int(torch.multinomial(logp.exp(), 1, generator=gen))
         return a, float(logp[a]), float(a == w.answer)
@@ -825,27 +874,112 @@ class Trainer:
 
     async def _worker(self, wid: int) -> None:
         rng = random.Random(f"{self.rng.random()}-{wid}")
-        deadline = self.cfg.deadline_ms / 1000
         while True:
             w, i, attempt = await self.jobs.get()
             if not self._wanted(w, i, attempt):
                 continue
             self.ledger.count(rollouts_started=1)
-            seconds = self._latency(rng)
-            await asyncio.sleep(min(seconds, deadline))
+            await self._roll(w, i, attempt, rng)
+
+    def _rollout(self, w: Work, i: int) -> Rollout:
+        """Rollout `i` of `w` on the weights it is generated with: continued from the durable
+        prefix a restore handed back, else from its first token."""
+        key = (self.cfg.seed, w.epoch, w.idx, i)
+        args = (self.policies[w.policy_version], w.tokens, w.idx, rollout_key(*key), rollout_length(*key),
+                environment_for(w.idx))
+        prefix = w.prefix[i] if w.prefix is not None else None
+        return Rollout.start(*args) if prefix is None else Rollout.resumed(*args, prefix)
+
+    def _token_us(self, rng: random.Random, r: Rollout) -> float:
+        """Generation microseconds per token of this attempt: the median rollout takes
+        `--latency-ms`; a slow worker's takes past the deadline (by 1.5-4x)."""
+        if rng.random() < self.cfg.slow_rate:
+            return self.cfg.deadline_ms * 1000 * rng.uniform(1.5, 4.0) / max(1, r.length - r.generated)
+        return self.cfg.latency_ms * 1000 / LENGTH_MEDIAN
+
+    async def _tokens(self, r: Rollout, n: int, token_us: float) -> int:
+        """`n` tokens of `r` (real forward passes) in their generation time; returns the
+        microseconds. The ledger counts them as they are generated: a kill loses what was not
+        kept (DESIGN 12: what a durable prefix keeps)."""
+        us = round(r.advance(n) * token_us)
+        await asyncio.sleep(us / 1e6)
+        r.us += us
+        self.ledger.count(generation_us=us)
+        return us
+
+    async def _roll(self, w: Work, i: int, attempt: int, rng: random.Random) -> None:
+        """Generate rollout `i` of `w` in `attempt` token by token, a progress row every
+        `--progress-every` tokens (every turn of a multi-turn rollout), then deliver it; given
+        up at its deadline (a slow worker goes on and answers late) or on a failure."""
+        r = self._rollout(w, i)
+        token_us = self._token_us(rng, r)
+        fail_at = r.generated + int(rng.random() * (r.length - r.generated)) \
+            if rng.random() < self.cfg.failure_rate else None
+        deadline_us, spent = self.cfg.deadline_ms * 1000, 0
+        every = self.cfg.progress_every if w.attempts is not None else 0
+        try:
+            while not r.done:
+                # the deadline is looked at once it has passed, not a chunk later
+                n = min(r.next_stop(every), CHUNK_TOKENS, int((deadline_us - spent) // token_us) + 1)
+                if fail_at is not None:
+                    n = min(n, max(1, fail_at - r.generated))
+                spent += await self._tokens(r, n, token_us)
+                if not self._wanted(w, i, attempt):
+                    return self._settled(r, rejected=True)
+                if spent > deadline_us:
+                    # a slow worker: given up at the deadline, it keeps going and answers later
+                    task = self._guarded(self._straggle(w, i, attempt, r, token_us, self._generate(w, rng, r)))
+                    self.stragglers.add(task)
+                    task.add_done_callback(self.stragglers.discard)
+                    r = None   # the straggler settles it
+                    return await self._give_up(w, i, attempt, "deadline")
+                if fail_at is not None and r.generated >= fail_at:
+                    self._settled(r, rejected=True)
+                    return await self._give_up(w, i, attempt, "generation_failed")
+                if r.stops(every):
+                    await self._progress(w, i, attempt, r)
+            self._settled(r)
+            await self._deliver(w, i, attempt, self._generate(w, rng, r), r.us / 1e6, r)
+        except asyncio.CancelledError:
+            if r is not None and not r.settled:
+                self._settled(r, rejected=True)
+            raise
+
+    def _settled(self, r: Rollout, rejected: bool = False) -> None:
+        """`r` ended in this process (delivered, failed, given up, or its group left): its
+        generation time, prefixes of earlier processes included, is no kill's loss (what is
+        not settled was in flight at a kill); `rejected`: no history uses it."""
+        r.settled = True
+        self.ledger.count(settled_us=r.us)
+        if rejected:
+            self._rejected(r.us / 1e6)
+
+    async def _straggle(self, w: Work, i: int, attempt: int, r: Rollout, token_us: float,
+                        result: tuple) -> None:
+        """A slow worker after its rollout was given up: it finishes its tokens, and its late
+        `result` (drawn at the deadline, while its weights are kept) is offered to the journal
+        (`_late`)."""
+        try:
+            while not r.done:
+                await self._tokens(r, CHUNK_TOKENS, token_us)
+        finally:
+            self._settled(r, rejected=True)
+        await self._late(w, i, attempt, result, r.us / 1e6)
+
+    async def _progress(self, w: Work, i: int, attempt: int, r: Rollout) -> None:
+        """The prefix of rollout `i` of `w` durable in the data plane, then `rollout_progress`
+        (while the trainer still waits for this attempt); the progress it supersedes goes."""
+        loc = await asyncio.to_thread(self.dp.put_progress, w.gid, i, attempt, r.generated,
+                                      r.progress_row(w.policy_version))
+        async with w.lock:
             if not self._wanted(w, i, attempt):
-                continue
-            if seconds > deadline:
-                # a slow worker: given up at the deadline, it keeps going and answers later
-                task = self._guarded(self._late(w, i, attempt, self._generate(w, rng), seconds,
-                                                seconds - deadline))
-                self.stragglers.add(task)
-                task.add_done_callback(self.stragglers.discard)
-                await self._give_up(w, i, attempt, "deadline")
-            elif rng.random() < self.cfg.failure_rate:
-                await self._give_up(w, i, attempt, "generation_failed")
-            else:
-                await self._deliver(w, i, attempt, self._generate(w, rng), seconds)
+                await asyncio.to_thread(self.dp.delete, [loc])
+                return
+            await self.own.rollout_progress(w.gid, i, attempt, loc, r.generated, r.turn, w.policy_version)
+            old, w.progress[i] = w.progress[i], loc
+        self.stats["progress_rows"] += 1
+        if old is not None:
+            self.gc_pool.submit(self.dp.delete, [old])
 
     # -- generation on Ray actors (--ray) -------------------------------------------------------
 
@@ -919,7 +1053,7 @@ class Trainer:
                 await self._give_up(w, i, attempt, "generation_failed")
             return
         self.pool.ack(held, w.gid, i, attempt)
-        self.ledger.count(generation_us=_us(seconds))
+        self.ledger.count(generation_us=_us(seconds), settled_us=_us(seconds))
         if late:
             self._rejected(seconds)
             await self._fence(w, w.gid, i, attempt, loc)
@@ -947,7 +1081,7 @@ class Trainer:
                 # restore from a cut alone (the journal gone) can get here: never sealed
                 self.stats["handover_unfenced"] += 1
                 continue
-            self.ledger.count(generation_us=_us(seconds))
+            self.ledger.count(generation_us=_us(seconds), settled_us=_us(seconds))
             self._rejected(seconds)
             await self._fence(w, gid, i, attempt, loc)
             self.stats["fenced_handover"] += 1
@@ -962,6 +1096,7 @@ class Trainer:
                     return
                 await self.own.rollout_failed(w.gid, i, attempt, reason)
                 w.attempts[i] = attempt + 1
+                self._end_progress(w, i)   # a failure ends it: the next attempt starts afresh
             if attempt + 1 < self.cfg.max_attempts:
                 self.stats["rollouts_retried"] += 1
                 self.ledger.count(rollouts_retried=1)
@@ -971,17 +1106,24 @@ class Trainer:
             w.failed = True   # its other rollouts stop; the main loop discards and replaces it
             self.events.put_nowait(("failed", w))
 
-    async def _deliver(self, w: Work, i: int, attempt: int, result: tuple, seconds: float) -> None:
-        """A rollout done in time: rollout-level, its row into the data plane, then sealed (the
-        last one finishes the group in the same commit); group-level, the group's rows go to the
-        data plane once all are done, then `finished`."""
-        self.ledger.count(generation_us=_us(seconds))
+    async def _deliver(self, w: Work, i: int, attempt: int, result: tuple, seconds: float,
+                       r: Rollout | None = None) -> None:
+        """A rollout done in time (`r`: its tokens): rollout-level, its row into the data plane,
+        then sealed (the last one finishes the group in the same commit); group-level, the
+        group's rows go to the data plane once all are done, then `finished`."""
         if w.attempts is None:
             await self._keep_group_result(w, i, result, seconds)
             return
         loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt,
-                                      _rollout_row(result, seconds, w.policy_version))
+                                      _rollout_row(result, seconds, w.policy_version,
+                                                   r.trace if r is not None else None))
         await self._seal(w, i, attempt, loc, result, seconds)
+
+    def _end_progress(self, w: Work, i: int) -> None:
+        """Rollout `i` of `w` was sealed or failed: its progress row is no restore's any more."""
+        old, w.progress[i], w.prefix[i] = w.progress[i], None, None
+        if old is not None:
+            self.gc_pool.submit(self.dp.delete, [old])
 
     async def _keep_group_result(self, w: Work, i: int, result: tuple, seconds: float) -> None:
         """Group-level: rollout `i` of `w` is done; with the last one the group's rows go to the
@@ -1010,6 +1152,7 @@ class Trainer:
                 self.stats["seals"] += 1
                 w.keep(i, result, seconds)
                 w.sealed[i] = loc
+                self._end_progress(w, i)
                 if last:
                     w.status = REPLAY
                     self.events.put_nowait(("finished", w))
@@ -1018,15 +1161,11 @@ class Trainer:
         await asyncio.to_thread(self.dp.delete, [loc])
         self._rejected(seconds)
 
-    async def _late(self, w: Work, i: int, attempt: int, result: tuple, seconds: float,
-                    remaining: float) -> None:
+    async def _late(self, w: Work, i: int, attempt: int, result: tuple, seconds: float) -> None:
         """A slow worker's result, after its rollout was given up: rollout-level it lands in the
         data plane and the trainer tries to seal it, as any result; the journal rejects the
         given-up attempt, and the row goes. Group-level there is no attempt to fence with: the
         trainer drops it because its group was discarded."""
-        await asyncio.sleep(remaining)
-        self.ledger.count(generation_us=_us(seconds))
-        self._rejected(seconds)
         if w.attempts is None:
             self.stats["late_results_ignored"] += 1
             self.ledger.count(late_results_ignored=1)
@@ -1040,15 +1179,16 @@ class Trainer:
         the group, None once it left the trainer); it must reject the seal; the row at `loc`
         goes. Without a journal (the baseline) or for a group without rollouts= there is no
         attempt to fence with: the trainer gave the result up, and drops it."""
-        if self.journal is None or (w is not None and (w.attempts is None or w.failed)):
-            # (a group given up as a whole gives up its rollouts without a `rollout_failed`
-            # each: its discard, queued, drops them all; this result goes with it)
-            await asyncio.to_thread(self.dp.delete, [loc])
-            self.stats["late_results_ignored"] += 1
-            self.ledger.count(late_results_ignored=1)
+        if self.journal is None or (w is not None and w.attempts is None):
+            await self._ignore_late(loc)
             return
         lock = w.lock if w is not None else asyncio.Lock()
         async with lock:
+            if w is not None and w.failed:
+                # a group given up as a whole gives up its rollouts without a `rollout_failed`
+                # each (its discard, queued, drops them all): this result goes with it
+                await self._ignore_late(loc)
+                return
             try:
                 await self.own.rollout_sealed(gid, i, attempt, loc,
                                               w.policy_version if w is not None else None, finish=False)
@@ -1066,6 +1206,12 @@ class Trainer:
         self.stats["fenced_late_results"] += 1
         self.stats[f"fenced_{kind}"] += 1
         self.ledger.count(fenced_late_results=1)
+
+    async def _ignore_late(self, loc: str) -> None:
+        """A late result no attempt fences: its row goes."""
+        await asyncio.to_thread(self.dp.delete, [loc])
+        self.stats["late_results_ignored"] += 1
+        self.ledger.count(late_results_ignored=1)
 
     # -- training ------------------------------------------------------------------------------
 
@@ -1265,7 +1411,13 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--workers", type=int, default=8, help="generator tasks")
     p.add_argument("--failure-rate", type=float, default=0.02, help="probability a rollout fails")
     p.add_argument("--latency-ms", type=float, default=3.0,
-                   help=f"median rollout latency; log-normal, sigma {LATENCY_SIGMA} (default 3)")
+                   help=f"generation time of a median rollout ({LENGTH_MEDIAN} tokens; lengths are "
+                        f"log-normal, up to {MAX_TOKENS} tokens; Ray actors: a log-normal latency, "
+                        f"sigma {LATENCY_SIGMA}) (default 3)")
+    p.add_argument("--progress-every", type=int, default=0,
+                   help="a rollout's durable prefix (rollout_progress) every this many tokens, and "
+                        "every turn of a multi-turn rollout; a restore continues from it (0: off, "
+                        "the default; rollout-level only)")
     p.add_argument("--slow-rate", type=float, default=0.01,
                    help="probability that a rollout's worker is slow: it misses the deadline by "
                         "1.5-4x and answers late (default 0.01)")
@@ -1299,12 +1451,18 @@ def parse_args(argv=None) -> Config:
     if a.no_journal and (a.baseline or a.group_level):
         p.error("--no-journal is the rollout-level loop without the journal: not with --baseline "
                 "(group-level, no journal) or --group-level")
+    if a.progress_every < 0:
+        p.error(f"--progress-every must be >= 0, not {a.progress_every}")
+    if a.progress_every and (a.baseline or a.group_level or a.ray):
+        p.error("--progress-every records rollout_progress: rollout-level with the journal only "
+                "(not --baseline, --group-level or --ray)")
     if a.replica is not None and (a.baseline or a.no_journal):
         p.error("--replica ships the journal: it does not combine with --baseline or --no-journal")
     replica_options = parse_replica_options(p, a)
     return Config(out=a.out, seed=a.seed, epochs=a.epochs, dataset_size=a.dataset_size,
                   batch_size=a.batch_size, rollouts=a.rollouts, workers=a.workers,
-                  failure_rate=a.failure_rate, latency_ms=a.latency_ms, slow_rate=a.slow_rate,
+                  failure_rate=a.failure_rate, latency_ms=a.latency_ms, progress_every=a.progress_every,
+                  slow_rate=a.slow_rate,
                   deadline_ms=a.deadline_ms, max_attempts=a.max_attempts, group_level=a.group_level,
                   ckpt_every=a.ckpt_every, ckpt_save_seconds=a.ckpt_save_seconds,
                   segment_bytes=a.segment_bytes, baseline=a.baseline or a.no_journal,

@@ -719,63 +719,6 @@ def dispatched_attempt(event, ref) -> int:
     return ref.attempt + (type(event) is RolloutFailed)
 
 
-def max_group_id(reader) -> int:
-    """The highest group id any timeline of `reader` (a `journal.Reader`) ever allocated (-1 if
-    none): ids are never reused. At least that: a group mark counts ids that commits failed to
-    make durable (never reused either). Reads the group marks of the headers and the records
-    of the segments they do not cover (the newest one)."""
-    top = floor = reader.group_mark_top()
-    for seg in reader.segments_naming(floor + 1):  # read from their positions
-        at = reader.position_in(seg)
-        if at is not None:
-            top = max(top, at.next_group_id - 1)
-    for rec in reader.records_naming(floor + 1, any_position=True):
-        for ev in rec.commit.events:
-            if type(ev) is Taken and ev.groups:
-                top = max(top, ev.groups[-1].group_id)
-    return top
-
-
-def attempts_used(reader, rollouts: set, *, skip_active_after: int | None = None,
-                  known_to: int | None = None) -> dict[tuple[int, int], int]:
-    """For each (group, index) of `rollouts` that any timeline of `reader` names: the highest
-    attempt it was ever dispatched in (`dispatched_attempt`). Attempts are never reused, like
-    group ids: a resume raises the attempt of an unsealed rollout above this, so no worker of
-    a dead run can seal. Reads only the segments that may name the lowest of their groups
-    (`Reader.records_naming`): those written since it was taken. `skip_active_after=L` leaves
-    out the active history after LSN L (a caller that read it already counts it); `known_to=K`
-    may leave out the active history up to LSN K (a caller whose state at K holds each
-    rollout's attempt there: the segments are read from positions)."""
-    used: dict[tuple[int, int], int] = {}
-    if not rollouts:
-        return used
-    for rec in reader.records_naming(min(gid for gid, _ in rollouts), skip_active_after, known_to=known_to):
-        for ev in rec.commit.events:
-            kind = type(ev)
-            if kind is RolloutSealed or kind is RolloutFailed or kind is RolloutProgress:
-                for ref in (ev.rollout,) if kind is RolloutProgress else ev.rollouts:
-                    key = (ref.group_id, ref.index)
-                    if key in rollouts:
-                        used[key] = max(used.get(key, 0), dispatched_attempt(ev, ref))
-    return used
-
-
-def admitted_groups(reader, groups: set, *, skip_active_after: int | None = None,
-                    known_to: int | None = None) -> set[int]:
-    """Which of `groups` any timeline of `reader` admitted: an admission dispatches attempt 0 of
-    each of its rollouts, so a group some history admitted has an attempt 0 that a worker of
-    that history may hold. Reads what `attempts_used` reads (`known_to=K`: groups waiting at
-    LSN K of the active history, which it never admitted before K)."""
-    found: set[int] = set()
-    if not groups:
-        return found
-    for rec in reader.records_naming(min(groups), skip_active_after, known_to=known_to):
-        for ev in rec.commit.events:
-            if type(ev) is Admitted:
-                found.update(gid for gid in ev.groups if gid in groups)
-    return found
-
-
 def _apply_progress(state: State, event: RolloutProgress, lsn: int, undo: Undo) -> None:
     """`rollout_progress`: the fence of a seal (the group ADMITTED and tracking rollouts, the
     rollout in range, unsealed, named with its current attempt); its `Progress` replaces the

@@ -11,6 +11,8 @@ import struct
 import zlib
 from typing import NamedTuple
 
+from .compat import UNMARKED
+
 MAGIC = b"OWNJRNL1"
 FORMAT_VERSION = 1
 HEADER_SIZE = 64
@@ -36,14 +38,14 @@ class SegmentHeader(NamedTuple):
     first_lsn: int
     chain_seed: int
     # 1 + the lowest group id no history had allocated when the segment was planned (every
-    # id any timeline allocated before the segment's first commit is below it); 0: not
-    # recorded (a segment written before the mark existed). See docs/format.md, "Marks".
-    group_mark: int = 0
+    # id any timeline allocated before the segment's first commit is below it); `UNMARKED`
+    # in an older segment (`compat`). See docs/format.md, "Marks".
+    group_mark: int = UNMARKED
 
     @property
     def next_group_id(self) -> int | None:
         """Every group id allocated before this segment is below this (None: not recorded)."""
-        return self.group_mark - 1 if self.group_mark else None
+        return None if self.group_mark == UNMARKED else self.group_mark - 1
 
 
 def group_mark(next_group_id: int) -> int:

@@ -20,7 +20,8 @@ from . import format as fmt
 from . import layout, leftovers, locks, set_aside, state_file
 from .errors import JournalCorrupt, JournalError, StateFileCorrupt, io_step
 from .events import CheckpointCommitted
-from .fold import State, apply, max_group_id
+from .ever import max_group_id
+from .fold import State, apply
 from .reader import Reader
 from .resume import ResumePlan
 from .segments import SegmentPlan, remove_prepared

@@ -32,7 +32,11 @@ import struct
 import zlib
 from typing import Mapping, NamedTuple
 
-from . import layout
+import msgspec
+
+from . import format as fmt
+from . import history, layout
+from .events import commit_decoder
 
 MAGIC = b"OWNJPS01"
 _BODY = struct.Struct("<IQQQIQI")
@@ -116,3 +120,87 @@ def of_cuts(journal_path: str) -> list[Position]:
         if p is not None:
             found.append(p)
     return found
+
+
+class KnownPositions:
+    """The positions a reader of journal `path` may start a live segment's reads at: the cuts'
+    (read on first use), each used only once it verifies (`frame_starts`)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._by_segment: dict[tuple[int, int], list[Position]] | None = None  # by LSN
+        self._verified: dict[Position, bool] = {}
+
+    def nearest(self, seg, lsn: int | None = None) -> Position | None:
+        """The verified position of live segment `seg` nearest before commit `lsn` (the last
+        one when None), or None."""
+        if self._by_segment is None:
+            self._by_segment = {}
+            for p in sorted(of_cuts(self.path), key=lambda q: q.lsn):
+                held = self._by_segment.setdefault((p.timeline, p.segment_lsn), [])
+                if p not in held:
+                    held.append(p)
+        for p in reversed(self._by_segment.get((seg.timeline, seg.first_lsn), ())):
+            if lsn is not None and p.lsn > lsn:
+                continue
+            ok = self._verified.get(p)
+            if ok is None:
+                ok = self._verified[p] = frame_starts(seg, p)
+            if ok:
+                return p
+        return None
+
+
+def frame_starts(seg, p: Position) -> bool:
+    """Whether the frame at `p.offset` of live segment `seg` is whole, verifies, chains on from
+    `p.chain` and starts with commit `p.lsn` (reading that frame only)."""
+    hsize, psize = fmt.FRAME_HEADER_SIZE, fmt.RECORD_PREFIX_SIZE
+    if p.offset < fmt.HEADER_SIZE or p.lsn < seg.first_lsn:
+        return False
+    try:
+        with open(seg.path, "rb") as f:
+            f.seek(p.offset)
+            head = f.read(hsize)
+            if len(head) < hsize:
+                return False
+            length, crc, chain_after = fmt.FRAME_HEADER.unpack(head)
+            # the file's size bounds the read, never the length the frame claims
+            if not psize < length <= os.fstat(f.fileno()).st_size - p.offset - hsize:
+                return False
+            payload = f.read(length)
+    except OSError:
+        return False
+    if len(payload) != length or zlib.crc32(payload) != crc or fmt.frame_chain(payload, p.chain) != chain_after:
+        return False
+    (first,) = fmt.RECORD_PREFIX.unpack_from(payload)
+    if first > length - psize:
+        return False
+    try:
+        commit = commit_decoder.decode(payload[psize:psize + first])
+    except (ValueError, msgspec.DecodeError):
+        return False
+    return commit.lsn == p.lsn
+
+
+def position_of(reader, lsn: int, next_group_id: int, blobs: dict | None = None) -> Position | None:
+    """The position of the frame holding commit `lsn` of `reader`'s active history, for a cut at
+    `lsn` whose next group id is `next_group_id` and whose loader state references `blobs`;
+    its segment is read from the nearest position before it. None when no live segment
+    holds that commit."""
+    tip = reader.active_timeline
+    t = history.holder(reader.timelines, tip, lsn) if tip is not None and lsn > 0 else None
+    segs = [s for s in reader.timelines[t].segments if s.first_lsn <= lsn] if t is not None else []
+    if not segs or segs[-1].archived:
+        return None
+    seg = segs[-1]
+    p = reader.position_in(seg, lsn)
+    start, chain = (p.lsn, p.chain) if p is not None else (seg.first_lsn, seg.header.chain_seed)
+    frame, last = None, None
+    for last in reader.segment_records(seg, last=seg is reader.timelines[t].segments[-1],
+                                     start_lsn=start, stop_lsn=lsn):
+        if frame is None or last.offset != frame[0]:
+            frame = (last.offset, last.commit.lsn, chain)
+        chain = last.chain
+    if last is None or last.commit.lsn != lsn:
+        return None
+    return with_blobs(Position(seg.timeline, seg.first_lsn, *frame, next_group_id), blobs or {})

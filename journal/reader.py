@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import msgspec
 import zstandard
@@ -43,14 +43,28 @@ MODES = ("strict", "point_in_time", "salvage")
 
 @dataclass
 class Segment:
-    """One segment file (live or archived) and what scanning it found."""
+    """One segment file (live or archived) and what scanning it found. A header that a `Reader`
+    left unread (`_read_header`: an archive inside its timeline, see `Reader._read_headers`) is
+    read, and checked, on first use of `header`."""
 
     path: str
     timeline: int
     first_lsn: int
     archived: bool
     size: int
-    header: fmt.SegmentHeader | None = None
+    _header: fmt.SegmentHeader | None = field(default=None, repr=False)
+    _read_header: Callable[[], fmt.SegmentHeader | None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def header(self) -> fmt.SegmentHeader | None:
+        if self._read_header is not None:
+            read, self._read_header = self._read_header, None
+            self._header = read()
+        return self._header
+
+    @header.setter
+    def header(self, h: fmt.SegmentHeader | None) -> None:
+        self._header, self._read_header = h, None
 
     @property
     def name(self) -> str:
@@ -295,37 +309,6 @@ class _SegmentBlobs(dict):
         raise KeyError(digest)
 
 
-def _frame_starts(seg: Segment, p: Position) -> bool:
-    """Whether the frame at `p.offset` of live segment `seg` is whole, verifies, chains on from
-    `p.chain` and starts with commit `p.lsn` (reading that frame only)."""
-    hsize, psize = fmt.FRAME_HEADER_SIZE, fmt.RECORD_PREFIX_SIZE
-    if p.offset < fmt.HEADER_SIZE or p.lsn < seg.first_lsn:
-        return False
-    try:
-        with open(seg.path, "rb") as f:
-            f.seek(p.offset)
-            head = f.read(hsize)
-            if len(head) < hsize:
-                return False
-            length, crc, chain_after = fmt.FRAME_HEADER.unpack(head)
-            # the file's size bounds the read, never the length the frame claims
-            if not psize < length <= os.fstat(f.fileno()).st_size - p.offset - hsize:
-                return False
-            payload = f.read(length)
-    except OSError:
-        return False
-    if len(payload) != length or zlib.crc32(payload) != crc or fmt.frame_chain(payload, p.chain) != chain_after:
-        return False
-    (first,) = fmt.RECORD_PREFIX.unpack_from(payload)
-    if first > length - psize:
-        return False
-    try:
-        commit = commit_decoder.decode(payload[psize:psize + first])
-    except (ValueError, msgspec.DecodeError):
-        return False
-    return commit.lsn == p.lsn
-
-
 class _SegmentEnd(NamedTuple):
     """How a read of one segment ended (the return value of `Reader.segment_records`)."""
 
@@ -367,10 +350,7 @@ class Reader:
         self.segments = list_segments(path)
         self.run_id: bytes | None = None
         self.timelines: dict[int, Timeline] = {}
-        # (timeline, first LSN) of a segment -> the positions in it, by LSN (`position_in`);
-        # the cuts' positions are read on first use
-        self._positions: dict[tuple[int, int], list[Position]] | None = None
-        self._verified: dict[Position, bool] = {}
+        self.positions = position.KnownPositions(path)  # where reading a segment may start
         self._read_headers()
 
     # -- the two decisions: what a fault means, and whether reading goes on ------
@@ -414,6 +394,12 @@ class Reader:
     # -- headers and timelines -------------------------------------------------
 
     def _read_headers(self) -> None:
+        """Read and check the segments' headers; a segment whose header is bad is no part of the
+        history (strict: JournalCorrupt). In strict mode an archive that is neither the first nor
+        the last segment of its timeline is read on first use of its header instead (a bad one
+        raises then): a restart reads the history after its cut, and the archives before it are
+        sealed, so a reader does not open each of them (the first segment gives the timeline its
+        parent, the last may end it torn: those are read here)."""
         kept = []
         dctx = zstandard.ZstdDecompressor()  # one for every archive's header
         by_timeline: dict[int, list[Segment]] = {}
@@ -421,26 +407,11 @@ class Reader:
             by_timeline.setdefault(seg.timeline, []).append(seg)
         for timeline, segs in by_timeline.items():
             for i, seg in enumerate(segs):
-                head = self._header_bytes(seg, dctx)
-                try:
-                    seg.header = fmt.decode_header(head)
-                except fmt.HeaderError as exc:
-                    self._bad_header(seg, head, exc, last=i == len(segs) - 1)
-                    continue
-                h = seg.header
-                if (h.timeline, h.first_lsn) != (seg.timeline, seg.first_lsn):
-                    self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
-                                             f"header says timeline {h.timeline} LSN {h.first_lsn}, "
-                                             "the file name disagrees", fmt.HEADER_SIZE))
-                    continue
-                if self.run_id is None:
-                    self.run_id = h.run_id
-                elif h.run_id != self.run_id:
-                    self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
-                                             f"segment belongs to run {h.run_id.hex()}, not "
-                                             f"{self.run_id.hex()}", fmt.HEADER_SIZE))
-                    continue
-                kept.append(seg)
+                if self.mode == "strict" and seg.archived and 0 < i < len(segs) - 1:
+                    seg._read_header = lambda seg=seg: self._checked_header(seg, dctx, last=False)
+                    kept.append(seg)
+                elif self._checked_header(seg, dctx, last=i == len(segs) - 1) is not None:
+                    kept.append(seg)
         self.segments = sorted(kept, key=lambda s: (s.timeline, s.first_lsn))
         for seg in self.segments:
             tl = self.timelines.get(seg.timeline)
@@ -448,6 +419,30 @@ class Reader:
                 tl = self.timelines[seg.timeline] = Timeline(
                     seg.timeline, seg.header.parent_timeline, seg.first_lsn - 1)
             tl.segments.append(seg)
+
+    def _checked_header(self, seg: Segment, dctx: zstandard.ZstdDecompressor, *,
+                        last: bool) -> fmt.SegmentHeader | None:
+        """`seg`'s header once it decodes, agrees with the file name and is of this journal's run
+        (the first read sets the run), else None with the problem recorded and the mode applied."""
+        head = self._header_bytes(seg, dctx)
+        try:
+            h = seg.header = fmt.decode_header(head)
+        except fmt.HeaderError as exc:
+            self._bad_header(seg, head, exc, last=last)
+            return None
+        if (h.timeline, h.first_lsn) != (seg.timeline, seg.first_lsn):
+            self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
+                                     f"header says timeline {h.timeline} LSN {h.first_lsn}, "
+                                     "the file name disagrees", fmt.HEADER_SIZE))
+            return None
+        if self.run_id is None:
+            self.run_id = h.run_id
+        elif h.run_id != self.run_id:
+            self._apply_mode(Problem(DAMAGED, seg.name, 0, seg.first_lsn,
+                                     f"segment belongs to run {h.run_id.hex()}, not "
+                                     f"{self.run_id.hex()}", fmt.HEADER_SIZE))
+            return None
+        return h
 
     def _bad_header(self, seg: Segment, head: bytes, exc: fmt.HeaderError, *, last: bool) -> None:
         """A header that does not decode: torn (the segment was being created; a crash before the
@@ -522,64 +517,11 @@ class Reader:
 
     # -- positions (journal/position.py) -----------------------------------------
 
-    def _held_positions(self) -> dict[tuple[int, int], list[Position]]:
-        """The positions known, by segment; the cuts' are read on the first call."""
-        if self._positions is None:
-            self._positions = {}
-            for p in position.of_cuts(self.path):
-                self._add(p)
-        return self._positions
-
-    def add_position(self, p: Position) -> None:
-        """Let reads of `p`'s segment start at it, once it verifies (the positions of the cuts
-        under `<journal>/snapshots/` are known without this)."""
-        self._held_positions()
-        self._add(p)
-
-    def _add(self, p: Position) -> None:
-        held = self._positions.setdefault((p.timeline, p.segment_lsn), [])
-        if p not in held:
-            held.append(p)
-            held.sort(key=lambda q: q.lsn)
-
     def position_in(self, seg: Segment, lsn: int | None = None) -> Position | None:
         """The verified position of live segment `seg` nearest before commit `lsn` (the last
         one when None): reading its commits from `lsn` on may start there. None when it has
         none (an archive has none: it is decompressed whole)."""
-        if seg.archived:
-            return None
-        for p in reversed(self._held_positions().get((seg.timeline, seg.first_lsn), ())):
-            if lsn is not None and p.lsn > lsn:
-                continue
-            ok = self._verified.get(p)
-            if ok is None:
-                ok = self._verified[p] = _frame_starts(seg, p)
-            if ok:
-                return p
-        return None
-
-    def position_of(self, lsn: int, next_group_id: int, blobs: dict | None = None) -> Position | None:
-        """The position of the frame holding commit `lsn` of the active history, for a cut at
-        `lsn` whose next group id is `next_group_id` and whose loader state references `blobs`;
-        its segment is read from the nearest position before it. None when no live segment
-        holds that commit."""
-        tip = self.active_timeline
-        t = history.holder(self.timelines, tip, lsn) if tip is not None and lsn > 0 else None
-        segs = [s for s in self.timelines[t].segments if s.first_lsn <= lsn] if t is not None else []
-        if not segs or segs[-1].archived:
-            return None
-        seg = segs[-1]
-        p = self.position_in(seg, lsn)
-        start, chain = (p.lsn, p.chain) if p is not None else (seg.first_lsn, seg.header.chain_seed)
-        frame, last = None, None
-        for last in self.segment_records(seg, last=seg is self.timelines[t].segments[-1],
-                                         start_lsn=start, stop_lsn=lsn):
-            if frame is None or last.offset != frame[0]:
-                frame = (last.offset, last.commit.lsn, chain)
-            chain = last.chain
-        if last is None or last.commit.lsn != lsn:
-            return None
-        return position.with_blobs(Position(seg.timeline, seg.first_lsn, *frame, next_group_id), blobs or {})
+        return None if seg.archived else self.positions.nearest(seg, lsn)
 
     def _blobs_before(self, seg: Segment, p: Position) -> dict:
         """The blob table of `seg` after its commits before position `p` (read from its header)."""
@@ -870,56 +812,3 @@ class Reader:
         state = State() if state is None else state
         return fold_records(state, self.records(timeline=timeline, start_lsn=state.lsn + 1,
                                                 stop_lsn=stop_lsn), log=log)
-
-    def segments_naming(self, group_id: int) -> Iterator[Segment]:
-        """The segments that may hold a commit naming group `group_id` or a higher one; only
-        their records need reading, the others are known from the group marks alone.
-
-        Segments are created one after another by one writer at a time: a timeline's next
-        segment after its last-but-one, and a new timeline's first segment after every
-        segment of the lower timelines. So the next-created segment's mark bounds every id a
-        segment's commits can name (`SegmentHeader.group_mark`): a segment whose bound is at
-        or below `group_id` names only lower ids. The newest segment and one whose bound was
-        not recorded are always read."""
-        ordered = sorted(self.timelines)
-        for n, t in enumerate(ordered):
-            segs = self.timelines[t].segments
-            later = self.timelines[ordered[n + 1]].segments[0] if n + 1 < len(ordered) else None
-            for i, seg in enumerate(segs):
-                nxt = segs[i + 1] if i + 1 < len(segs) else later
-                bound = nxt.header.next_group_id if nxt is not None else None
-                if bound is None or bound > group_id:
-                    yield seg
-
-    def group_mark_top(self) -> int:
-        """The highest group id below every recorded group mark could cover (-1 if none)."""
-        marks = [s.header.next_group_id for s in self.segments if s.header.next_group_id is not None]
-        return max(marks, default=0) - 1
-
-    def records_naming(self, group_id: int, skip_active_after: int | None = None, *,
-                       any_position: bool = False, known_to: int | None = None) -> Iterator[Record]:
-        """Commits of every segment that may name group `group_id` or a higher one
-        (`segments_naming`), each segment read on its own (the checks of its frames and
-        chain from its header, or from a position, on). With `skip_active_after=L`, the commits
-        of the active history after LSN L are left out (the caller read them), and a segment
-        holding only such commits is not read. Each segment is read from its last position with
-        `any_position`; with `known_to=K` (the caller knows what the active history up to LSN K
-        did), a segment of the active history from its nearest position at or before K that is
-        on that history. What they say is `fold.max_group_id`'s, `fold.attempts_used`'s and
-        `fold.admitted_groups`'."""
-        spans = {s.timeline.timeline: s for s in history.spans(self.timelines)} \
-            if skip_active_after is not None or known_to is not None else {}
-        for seg in self.segments_naming(group_id):
-            tl = self.timelines[seg.timeline]
-            last = seg is tl.segments[-1]
-            span = spans.get(seg.timeline)
-            if span is not None and skip_active_after is not None and seg.first_lsn > skip_active_after \
-                    and span.limit is None:
-                continue  # the newest timeline after L: all of it is the active history
-            skip = ANY_LSN if any_position else None
-            if span is not None and known_to is not None:
-                skip = known_to if span.limit is None else min(known_to, span.limit)
-            for rec in self.segment_records(seg, last=last, skip_before=skip):
-                if skip_active_after is None or span is None or rec.commit.lsn <= skip_active_after \
-                        or not span.holds(rec.commit.lsn):
-                    yield rec

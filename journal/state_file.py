@@ -8,14 +8,14 @@ alone (no torch, no pickle):
 
     magic "OWNJST02" | crc32 of the payload: u32 | payload length: u64 | payload
 
-The payload is a zstandard frame (level `ZSTD_LEVEL`) of msgpack of `_Body`: the run id and
+The payload is a zstandard frame (level `ZSTD_LEVEL`) of msgpack of `Body`: the run id and
 every field of the `State` (the last ones with a default, which files written before them
 lack: the loader's epoch, the run identity), the live groups as column blocks (`_Block`: per
 field of `Group` the values of the block's groups, the owners as one code byte each, the rollouts
 flattened, a prefix's locator and version in its unsealed rollout's slots and its tokens and turn
 in two sparse columns: the last ones, with defaults too). A cut builds the columns
 of each of its group tables once (`group_columns`) and hands the same lists to the state file.
-Format 1 ("OWNJST01", the live groups as one msgpack map each) is still read. `read` checks
+Files of an older format (another magic) are `compat`'s to read. `read` checks
 the magic, the length and the CRC, then decompresses and decodes with the schema, so a torn,
 damaged or foreign file is a `StateFileCorrupt`, never a wrong state. Whether the state is a
 point of the journal's active history (its LSN, chain and timeline) is the opener's check.
@@ -39,7 +39,6 @@ from .events import LIVE_OWNERS, PackedLoaderState
 from .fold import GROUP_FIELDS, Group, LoaderState, Progress, Rollouts, SampledRow, State, TerminalOwners
 
 MAGIC = b"OWNJST02"
-MAGIC_V1 = b"OWNJST01"  # read only
 # the columns are small ints, short strings and 16-byte fingerprints (which do not compress):
 # level 1 took 2-2.5x level -1's time for 6-10% less output
 ZSTD_LEVEL = -1
@@ -88,7 +87,9 @@ class _Block(msgspec.Struct, array_like=True):
     progress_turn: list[int | None] = []
 
 
-class _Body(msgspec.Struct, array_like=True):
+class Body(msgspec.Struct, array_like=True):
+    """What a state file's payload holds (`compat` reads older bodies as subclasses of it)."""
+
     run_id: bytes
     lsn: int
     chain: int
@@ -108,14 +109,8 @@ class _Body(msgspec.Struct, array_like=True):
     identity: dict[str, bytes] | None = None  # `State.identity` (files written before it lack it)
 
 
-class _BodyV1(_Body, array_like=True):
-    """Format 1's body: the same fields, the live groups one `Group` map each."""
-
-    live: list[Group]  # type: ignore[assignment]
-
-
 _encoder = msgspec.msgpack.Encoder()
-_decoders = {MAGIC: msgspec.msgpack.Decoder(_Body), MAGIC_V1: msgspec.msgpack.Decoder(_BodyV1)}
+_decoder = msgspec.msgpack.Decoder(Body)
 
 
 def group_columns(groups: Sequence[Group]) -> dict[str, list]:
@@ -187,7 +182,7 @@ def encode(state: State, run_id: bytes, live_columns: Sequence[Mapping[str, list
     blocks = [_Block(owner=bytes(cols["owner"]), **{name: cols[name] for name in _BLOCK_COLUMNS})
               for cols in live_columns]
     loader = state.loader
-    body = _Body(run_id, state.lsn, state.chain, state.timeline, state.next_group_id, blocks,
+    body = Body(run_id, state.lsn, state.chain, state.timeline, state.next_group_id, blocks,
                  bytes(state.terminal.codes), state.terminal.sparse, state.counts,
                  loader.packed if loader is not None else None,
                  loader.blobs if loader is not None else {}, state.pending_checkpoints,
@@ -198,17 +193,30 @@ def encode(state: State, run_id: bytes, live_columns: Sequence[Mapping[str, list
 
 
 def decode(data: bytes, where: str) -> tuple[State, bytes]:
-    """(state, run id) of a state file's bytes (format 2 or 1); StateFileCorrupt naming `where`
-    when they are torn, damaged or not a state file."""
+    """(state, run id) of a state file's bytes (this format, or an older one `compat` reads);
+    StateFileCorrupt naming `where` when they are torn, damaged or not a state file."""
+    magic = header_magic(data, where)
+    if magic != MAGIC:
+        from . import compat  # it reads the older formats with this module's body and checks
+        return compat.decode_older_state_file(magic, data, where)
+    body = decode_body(_decoder, data, where)
+    return state_of(body, _live_of(body.live, where)), body.run_id
+
+
+def header_magic(data: bytes, where: str) -> bytes:
+    """The magic of a state file's bytes; StateFileCorrupt naming `where` when they are
+    shorter than the header."""
     if len(data) < _HEAD.size:
         raise StateFileCorrupt(f"{where}: {len(data)} bytes, shorter than the {_HEAD.size}-byte "
                                "header (a torn or foreign file)")
-    magic, crc, length = _HEAD.unpack_from(data)
+    return _HEAD.unpack_from(data)[0]
+
+
+def decode_body(decoder: msgspec.msgpack.Decoder, data: bytes, where: str):
+    """The body `decoder` decodes from a state file's bytes (its magic already known), after
+    checking the payload's length and CRC; StateFileCorrupt naming `where` on any failure."""
+    _magic, crc, length = _HEAD.unpack_from(data)
     payload = memoryview(data)[_HEAD.size:]
-    decoder = _decoders.get(magic)
-    if decoder is None:
-        raise StateFileCorrupt(f"{where}: bad magic {magic!r}, not a journal state file (this "
-                               f"code reads {MAGIC!r} and {MAGIC_V1!r})")
     if length != len(payload):
         raise StateFileCorrupt(f"{where}: the header says {length} payload bytes, the file holds "
                                f"{len(payload)} (a torn file)")
@@ -216,11 +224,9 @@ def decode(data: bytes, where: str) -> tuple[State, bytes]:
         raise StateFileCorrupt(f"{where}: payload checksum mismatch (damaged)")
     try:
         # a decompressobj grows its output with what comes out, never to a size a frame claims
-        body = decoder.decode(zstandard.ZstdDecompressor().decompressobj().decompress(payload))
+        return decoder.decode(zstandard.ZstdDecompressor().decompressobj().decompress(payload))
     except (msgspec.DecodeError, ValueError, zstandard.ZstdError) as exc:
         raise StateFileCorrupt(f"{where}: the payload does not decode as a state: {exc}") from None
-    live = {g.group_id: g for g in body.live} if magic == MAGIC_V1 else _live_of(body.live, where)
-    return _state_of(body, live), body.run_id
 
 
 def _live_of(blocks: list[_Block], where: str) -> dict[int, Group]:
@@ -280,7 +286,8 @@ def _rollouts_of(block: _Block, where: str) -> list[Rollouts | None]:
     return [next(it) if n else None for n in block.rollout_n]
 
 
-def _state_of(body: _Body, live: dict[int, Group]) -> State:
+def state_of(body: Body, live: dict[int, Group]) -> State:
+    """The `State` a decoded body and its live groups hold."""
     s = State()
     s.lsn, s.chain, s.timeline, s.next_group_id = body.lsn, body.chain, body.timeline, body.next_group_id
     s.live = live

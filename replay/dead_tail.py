@@ -58,7 +58,7 @@ class DeadTail:
     # (group, index) -> the highest attempt the tail dispatched, for rollouts of groups live at
     # the point (`journal.fold.dispatched_attempt`), so the fences need not read the tail again
     attempts: dict[tuple[int, int], int] = field(default_factory=dict)
-    # the groups waiting at the point (RESERVED, SPARE) that the tail admitted (`fold.admitted_groups`)
+    # the groups waiting at the point (RESERVED, SPARE) that the tail admitted (`ever.admitted_groups`)
     admitted: set[int] = field(default_factory=set)
     takes: list[TailTake] = field(default_factory=list)
     loader: LoaderState | None = None  # the loader state of the last take in `takes`

@@ -21,7 +21,8 @@ from typing import Any, Callable, Mapping
 
 import journal
 from journal import LoaderStateError, Owner, Reader, State
-from journal.fold import LoaderState, admitted_groups, attempts_used, max_group_id
+from journal.ever import admitted_groups, attempts_used, max_group_id
+from journal.fold import LoaderState
 from journal.reader import list_segments
 from journal.identity import digests
 from journal.layout import DirKind, SNAPSHOTS_DIR, describe_entries, dir_kind

@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from journal import Journal, Reader
+from journal import Journal, Reader, position
 from journal.vfs import DEFAULT_FS, OsFileSystem
 from journal.history import checkpoint_markers
 from journal.layout import SNAPSHOTS_DIR, cut_dir_name, cut_tmp_name, delete_tmp_name
@@ -134,7 +134,7 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
         run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
     ledger = _ledger(reader, path, base, state, journal)
-    where = reader.position_of(state.lsn, state.next_group_id,
+    where = position.position_of(reader, state.lsn, state.next_group_id,
                                state.loader.blobs if state.loader is not None else None)
     if into is not None:
         _remove_tmp_dirs(fs, os.path.dirname(target), cut_tmp_name(os.path.basename(target), ""))

@@ -26,7 +26,8 @@ from typing import Iterator
 from journal import JournalCorrupt, Reader, Record, State
 from journal.reader import ProblemKind
 from journal.history import NoSuchPoint, checkpoint_markers, restore_point
-from journal.fold import fold_records, max_group_id
+from journal.ever import max_group_id
+from journal.fold import fold_records
 
 from .catalog import Skipped, anchor_check, anchored_cuts, newest_readable
 from .cut import Cut

@@ -10,14 +10,15 @@ import posixpath
 
 import msgspec
 
+from .compat import OLDER_SCHEMAS
 from .errors import ManifestMissing, SchemaMismatch, UnsafePath
 
 FORMAT_NAME = "ownership-journal-cut"
-# what this code writes: 2 added the rollout table; 3 tags each group table with its own format
-# name and version (`tables.TABLE_FORMATS`) instead of the `schema_version` key NeMo-RL reads;
-# 4 added the progress table (the rollouts' latest durable prefixes)
+# what this code writes: each group table tagged with its own format name and version
+# (`tables.TABLE_FORMATS`), its rollout table, its progress table (the rollouts' latest durable
+# prefixes); what each older schema lacks is `compat`'s
 SCHEMA_VERSION = 4
-READABLE_SCHEMAS = frozenset({1, 2, 3, 4})  # what it reads
+READABLE_SCHEMAS = OLDER_SCHEMAS | {SCHEMA_VERSION}  # what it reads
 from journal.layout import MANIFEST_NAME  # noqa: E402,F401 (every name on disk is layout's)
 
 

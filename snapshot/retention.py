@@ -65,7 +65,8 @@ def retire(fs: OsFileSystem, journal_path: str, segments: list, mode: str) -> li
             with io_step("read the segment to archive", seg.path):
                 raw = read_segment_bytes(seg)
             # the header in a zstd frame of its own: a reader gets it without decompressing the
-            # segment (every reader lists every archive by its header)
+            # segment (a reader reads the header of each archive it needs; one that
+            # inspects, or checks marks, reads every archive's)
             parts = [raw[:HEADER_SIZE], raw[HEADER_SIZE:]]
             frames = [zstandard.ZstdCompressor(level=ARCHIVE_LEVEL).compress(part) for part in parts]
             data = b"".join(frames)

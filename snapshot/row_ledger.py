@@ -32,11 +32,12 @@ from journal import (Admitted, Commit, Discarded, Reader, RolloutFailed, Rollout
                      Taken, Trained)
 from journal.layout import LEDGER_FILE
 
+from . import compat
 from .cut import Cut
 from .errors import ChecksumMismatch, CorruptRecord, MissingFile, RestoreError
 
-LEDGER_VERSION = 2  # 2 added the token figures; a version-1 ledger reads with them at 0 (no prefixes then)
-_READS = (1, 2)
+LEDGER_VERSION = 2
+_READS = (*compat.OLDER_LEDGER_VERSIONS, LEDGER_VERSION)
 ABANDONED_ON_RESTORE = "abandoned_on_restore"  # the reason of the fences a resume writes
 DENSE_GAP = 1 << 20   # indices further than this past a dense table go to its dict
 OTHER_REASON = 255    # the drop code of every reason past the 254th
@@ -45,7 +46,6 @@ OTHER_REASON = 255    # the drop code of every reason past the 254th
 # ("tokens_kept"), else its tokens are generated again ("tokens_regenerated")
 ROLLOUT_FIGURES = ("sealed", "regenerated", "failed", "abandoned_on_restore", "groups_trained",
                    "tokens_kept", "tokens_regenerated")
-_TOKEN_FIGURES = ("tokens_kept", "tokens_regenerated")
 
 
 class Bytes:
@@ -284,8 +284,8 @@ class RowLedger:
         ledger.reason_code = {r: i + 1 for i, r in enumerate(reasons)}
         for name, keys in (("groups", set(ledger.groups)), ("rollouts", set(ROLLOUT_FIGURES))):
             figures = obj[name]
-            if name == "rollouts" and obj["version"] == 1 and isinstance(figures, dict):
-                figures = {**dict.fromkeys(_TOKEN_FIGURES, 0), **figures}  # no prefixes before version 2
+            if name == "rollouts" and obj["version"] != LEDGER_VERSION:
+                figures = compat.older_ledger_rollouts(figures)
             if not (isinstance(figures, dict) and set(figures) == keys
                     and all(isinstance(v, int) and v >= 0 for v in figures.values())):
                 raise CorruptRecord(f"{where}: row ledger {name} figures: bad layout")

@@ -4,9 +4,8 @@ and replacement_reserve.pt.
 The files have NeMo-RL's names, not its layout: each table names its own format and version
 (`TABLE_FORMATS`, under `format` and `format_version`) and has no `schema_version`, the key
 NeMo-RL's loader reads its layout's version from, so that loader rejects our files rather than
-misreading them, and ours rejects a table of another format (`SchemaMismatch`). Tables of cut
-schemas 1 and 2 (before the tag) carried their version under `schema_version`; a cut whose
-manifest says so is read that way.
+misreading them, and ours rejects a table of another format (`SchemaMismatch`). The tables of
+older cut schemas are `compat`'s to read.
 
 Integer columns are int64 tensors (`NONE` marks a missing optional value);
 string and bytes columns are one uint8 tensor of concatenated bytes plus int64
@@ -38,13 +37,14 @@ from journal.fold import SampledRow
 from journal.state_file import split_prefixes
 from journal.layout import RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE
 
+from . import compat
 from .errors import CorruptRecord, SchemaMismatch
 from .manifest import READABLE_SCHEMAS, SCHEMA_VERSION, check_schema
 
 TABLE_FORMATS = {RECOVERY_FILE: "ownership-journal/rollout-recovery",   # file -> its format name
                  REPLAY_FILE: "ownership-journal/replay-buffer-metadata",
                  RESERVE_FILE: "ownership-journal/replacement-reserve"}
-TAGGED_SCHEMAS = frozenset(s for s in READABLE_SCHEMAS if s >= 3)  # tables with a format name
+TAGGED_SCHEMAS = READABLE_SCHEMAS - compat.UNTAGGED_SCHEMAS  # tables with a format name
 
 NONE = -(2 ** 63)  # int64 sentinel for "no value"
 _INT_COLUMNS = ("group_id", "idx", "epoch", "target_step", "policy_version", "replaces")
@@ -147,10 +147,9 @@ def encode_table(file: str, by_name: Mapping[str, list], owner: Owner | None = N
 
 # -- rollouts ----------------------------------------------------------------------------------
 #
-# Schema 2. A group table has a `rollouts` column (N, or NONE for a group admitted without
-# rollouts=) and a `rollout_table`: one row per rollout of those groups, in the table's group
-# order and then by index, with columns group_id, index, attempt, sealed, locator and
-# policy_version. Schema 1 tables have neither (every group is all-or-nothing).
+# A group table has a `rollouts` column (N, or NONE for a group admitted without rollouts=)
+# and a `rollout_table`: one row per rollout of those groups, in the table's group order and
+# then by index, with columns group_id, index, attempt, sealed, locator and policy_version.
 
 # column -> (array typecode, dtype): an index fits int16 (N <= 65535), an attempt int32 (it
 # grows by one per failure), a policy version needs the int64 "none" sentinel
@@ -194,12 +193,11 @@ def _encode_rollouts(columns: Mapping[str, list]) -> dict:
             "progress_table": _encode_progress(columns)}
 
 
-# Schema 4. A rollout with a `Progress` (an unsealed rollout's latest durable prefix) holds its
-# prefix's locator and policy version in its `rollout_table` row (an unsealed rollout has no
-# result to put there), and a group table has a `progress_table`: per such rollout, in rollout
-# order, its `tokens` and `turn` (int64, NONE for none; `turn` is empty when no prefix has a
-# turn, as a single-turn trainer's do not). Schema 3 tables have none, and an unsealed rollout
-# with a locator there is corrupt.
+# A rollout with a `Progress` (an unsealed rollout's latest durable prefix) holds its prefix's
+# locator and policy version in its `rollout_table` row (an unsealed rollout has no result to
+# put there), and a group table has a `progress_table`: per such rollout, in rollout order, its
+# `tokens` and `turn` (int64, NONE for none; `turn` is empty when no prefix has a turn, as a
+# single-turn trainer's do not).
 _PROGRESS_KEYS = frozenset({"tokens", "turn"})
 
 
@@ -234,8 +232,9 @@ def _decode_progress(table: dict, rollouts: list, gids: list, where: str) -> lis
     return [None if r is None else next(split) for r in rollouts]
 
 
-def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str, schema: int) -> list:
-    """Each group's `Rollouts` (None for an untracked group), validated against its group."""
+def rollout_rows(table: dict, n: int, gids: list, phases: list, where: str) -> list:
+    """Each group's `Rollouts` (None for an untracked group) of `table`'s rollout table,
+    validated against its group; a prefix still in its unsealed rollout's slots."""
     counts_t, rt = table.get("rollouts"), table.get("rollout_table")
     if not isinstance(counts_t, torch.Tensor) or counts_t.dtype != torch.int64 or counts_t.shape != (n,):
         raise CorruptRecord(f"{where}: column 'rollouts' is not an int64 tensor of {n} values")
@@ -272,16 +271,13 @@ def _decode_rollouts(table: dict, n: int, gids: list, phases: list, where: str, 
         bits = int(sealed[pos:end][::-1], 2)
         r = Rollouts(tuple(cols["attempt"][pos:end]), bits, tuple(locators[pos:end]),
                      tuple(versions[pos:end]))
-        if schema < 4 and any(r.locators[k] is not None or r.versions[k] is not None for k in r.unsealed()):
-            raise CorruptRecord(f"{where}: group {gid} has an unsealed rollout with a locator "
-                                "or policy version")
         if phases[i] == _PHASES[Owner.REPLAY] and not r.all_sealed():
             raise CorruptRecord(f"{where}: group {gid} is REPLAY but not all its rollouts are sealed")
         out.append(r)
         pos = end
     if pos != m:
         raise CorruptRecord(f"{where}: the rollout table has {m} rows, the groups have {pos}")
-    return _decode_progress(table, out, gids, where) if schema >= 4 else out
+    return out
 
 
 def _decode_str(values: list, where: str, name: str) -> list:
@@ -303,9 +299,8 @@ def _utf8(v: bytes) -> bool:
 def table_version(table: dict, file: str, where: str, cut_schema: int) -> int:
     """The version of the table of cut file `file` loaded from `where`, in a cut of schema
     `cut_schema`; `SchemaMismatch` for a table of another format, or one this code does not read."""
-    if cut_schema not in TAGGED_SCHEMAS:  # written before the tag: NeMo-RL's key, our layout
-        return check_schema(table.get("schema_version"), where, READABLE_SCHEMAS - TAGGED_SCHEMAS,
-                            f"in a cut of schema {cut_schema}, schema version")
+    if cut_schema not in TAGGED_SCHEMAS:
+        return compat.untagged_table_version(table, where, cut_schema)
     want, fmt = TABLE_FORMATS[file], table.get("format")
     if fmt is None:
         raise SchemaMismatch(f"{where}: no format name, where a {want} table names it under 'format': "
@@ -361,7 +356,8 @@ def decode_table(table, file: str, where: str, allowed: frozenset, cut_schema: i
     tasks = _decode_str(tasks, where, "task_name")
     locs = _decode_str(locs, where, "locator")
     owners = list(map(_PHASE_OWNERS.__getitem__, phases))
-    rollouts = _decode_rollouts(table, n, gids, phases, where, schema) if schema >= 2 else [None] * n
+    rollouts = (_decode_progress(table, rollout_rows(table, n, gids, phases, where), gids, where)
+                if schema == SCHEMA_VERSION else compat.older_rollouts(table, n, gids, phases, where, schema))
     return list(map(Group, cols["group_id"], cols["idx"], tasks, cols["epoch"], fps, owners,
                     cols["target_step"], cols["policy_version"], locs, cols["replaces"], rollouts))
 

@@ -5,27 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from journal import Progress
-
-from ..recovered_state import RecoveredGroup, RecoveredState
+from ..recovered_state import RecoveredGroup, RecoveredRollout, RecoveredState
 
 TRAIN, GENERATE, ADMIT = "train", "generate", "admit"
 
 
-@dataclass
-class RolloutWork:
-    """One rollout of a recovered group. A sealed one's rows are in the data plane (`locator`);
-    an unsealed one is generated again, dispatched with `attempt` (the attempt the resumed
-    history expects: a worker of the dead run holding an older one is fenced), continuing from
-    `progress` when it has one (`Progress`: the prefix's data-plane locator, its tokens, turn
-    and policy version; `Session.data_plane.get(progress.locator)` reads its rows)."""
-
-    index: int
-    attempt: int
-    sealed: bool
-    locator: str | None = None
-    policy_version: int | None = None
-    progress: Progress | None = None
+# one rollout of a recovered group, as restore hands it back (`resume_work`, `Session.pending`)
+RolloutWork = RecoveredRollout
 
 
 @dataclass

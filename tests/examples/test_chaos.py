@@ -4,7 +4,8 @@ exactly once or dropped with a reason; the baseline (no journal) with the same s
 loses or repeats prompts. The journal run is rollout-level (8 rollouts per group, slow workers):
 every trained group had all its rollouts sealed, and late results were fenced.
 
-CI size by default (a few kills, a small dataset, two epochs so restores cross an epoch
+The journal run records each rollout's progress (every 16 tokens and every turn of a
+multi-turn rollout; restores continue from the prefixes they keep). CI size by default (a few kills, a small dataset, two epochs so restores cross an epoch
 boundary). Soak: OJ_CHAOS_KILLS=300 (or any number) runs the full-size dataset with that many
 kills. Run directories live on tmpfs when there is one: a SIGKILL loses nothing the kernel
 already has, so tmpfs crashes exactly like a disk for this test, only faster.
@@ -25,20 +26,24 @@ from collections import defaultdict
 
 import pytest
 
-from journal import Admitted, Reader, RolloutFailed, RolloutSealed, Trained
+from journal import Admitted, Reader, RolloutFailed, RolloutProgress, RolloutSealed, Trained
 
 from examples import chaos
 
 SOAK_KILLS = int(os.environ.get("OJ_CHAOS_KILLS", "0") or 0)
+PROGRESS_EVERY = 16
 
 
 def _options(out, baseline: bool, verbose: bool = False) -> chaos.Options:
+    """The journal run records progress (every PROGRESS_EVERY tokens and every turn)."""
+    progress = 0 if baseline else PROGRESS_EVERY
     if SOAK_KILLS:
         return chaos.Options(out=str(out), seed=7, epochs=2, kills=SOAK_KILLS, dataset_size=2048,
-                             batch_size=16, baseline=baseline, verbose=verbose,
+                             batch_size=16, baseline=baseline, progress_every=progress, verbose=verbose,
                              timeout=max(900.0, 12.0 * SOAK_KILLS))
     return chaos.Options(out=str(out), seed=7, epochs=2, kills=5, dataset_size=384, batch_size=32,
-                         ckpt_every=3, baseline=baseline, verbose=verbose, timeout=300.0)
+                         ckpt_every=3, baseline=baseline, progress_every=progress, verbose=verbose,
+                         timeout=300.0)
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +147,22 @@ def test_chaos_rollout_level_counters_agree_with_the_journal(journal_run):
     assert s["generation_seconds"] >= s["generation_seconds_used"] + s["generation_seconds_wasted"]
     if s["kills"]:
         assert s["generation_seconds_lost_per_kill"] == pytest.approx(s["generation_seconds_lost"] / s["kills"])
+    # what was in flight at the kills is part of what the kills lost
+    assert 0 <= s["generation_seconds_in_flight_lost"] <= s["generation_seconds_lost"] + 1e-6
+
+
+def test_chaos_progress_is_journaled_per_turn_and_every_k_tokens(journal_run):
+    s = journal_run
+    assert s["progress_every"] == PROGRESS_EVERY
+    turns, single = set(), set()
+    for rec in Reader(os.path.join(s["out"], "journal")).records():
+        for ev in rec.commit.events:
+            if type(ev) is RolloutProgress:
+                (turns.add(ev.turn) if ev.turn is not None else single.add(ev.tokens))
+    # multi-turn rollouts at every turn; single-turn ones at multiples of K tokens
+    assert {1, 2, 3} <= turns
+    assert single and all(n % PROGRESS_EVERY == 0 for n in single)
+    assert 0 <= s["continued_rollouts"] and s["kept_tokens"] >= s["continued_rollouts"]
 
 
 def test_baseline_same_seed_loses_or_repeats(baseline_run):

@@ -1,5 +1,5 @@
 """The group-id mark of segment headers (docs/format.md, "Marks"): every new segment records
-the lowest id no history had allocated, so `fold.max_group_id` and `fold.attempts_used`
+the lowest id no history had allocated, so `ever.max_group_id` and `ever.attempts_used`
 read the headers plus the segments the marks do not cover, and give what a scan of every
 timeline gives; a header without a mark (older journals) falls back to reading."""
 
@@ -13,7 +13,7 @@ import zlib
 import pytest
 
 from journal import GroupRef, Journal, Reader, RolloutRef, Taken
-from journal.fold import attempts_used, max_group_id
+from journal.ever import attempts_used, max_group_id
 from journal import format as fmt
 from tests.support.crash_oracle import attempts_on_disk
 from tests.support.segment_reads import scan_max_group_id, spy_segment_reads

@@ -16,11 +16,12 @@ import sys
 import warnings
 
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import journal.reader
-from journal import GroupRef, Journal, JournalWarning, Reader, RolloutRef, position
+from journal import GroupRef, Journal, JournalCorrupt, JournalWarning, Reader, RolloutRef, position
 from journal.format import HEADER_SIZE
 from journal.layout import POSITION_FILE, SNAPSHOTS_DIR
 from replay import restore, verify
@@ -245,3 +246,60 @@ def test_a_restore_from_a_cut_without_tensors_imports_no_torch(fast_tmp):
     assert p.returncode == 0, p.stderr
     lsn, n, torch_loaded = p.stdout.split()
     assert (int(lsn), int(n), torch_loaded) == (_newest_position(path).lsn, 30, "False"), p.stdout
+
+
+def _rotated_history(path: str, rounds: int) -> None:
+    """`rounds` rounds of 20 groups (taken, admitted, finished, trained) in 4 KiB segments, each
+    round a committed checkpoint and a cut at its checkpoint_begun (retention archives what the
+    cuts cover); then groups in flight at a last checkpoint and its cut, and a tail after it."""
+    with Journal.open(path, sync="none", segment_bytes=4096) as j:
+        for r in range(rounds):
+            for i in range(20 * r, 20 * r + 20):
+                (g,) = j.taken([GroupRef(idx=i)], loader_state=loader_state(i + 1, 0))
+                j.admitted([g], target_step=r + 1)
+                j.finished([g], policy_version=r)
+                j.trained([g], step=r + 1)
+            j.begin_checkpoint(step=r + 1)
+            compact(path, "end", journal=j, keep_cuts=2, retention="archive")
+            j.commit_checkpoint(step=r + 1)
+        flying = j.taken([GroupRef(idx=20 * rounds + k) for k in range(3)])
+        j.admitted(flying, target_step=rounds + 1, rollouts=4)
+        j.rollout_sealed([RolloutRef(g, 0, 0, f"dp/{g}/0") for g in flying])
+        j.begin_checkpoint(step=rounds + 1)
+        compact(path, "end", journal=j, keep_cuts=2, retention="archive")
+        j.commit_checkpoint(step=rounds + 1)
+        j.taken([GroupRef(idx=20 * rounds + 3)])
+
+
+def _archives(path: str) -> list[str]:
+    return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".wal.zst"))
+
+
+def test_a_restore_opens_none_of_the_archives_inside_the_history(fast_tmp, segment_bytes_read):
+    path = str(fast_tmp / "j")
+    _rotated_history(path, 12)
+    archives = _archives(path)
+    assert len(archives) >= 6, archives  # a history that rotated and retired most of itself
+    segment_bytes_read.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", JournalWarning)
+        state = restore(path)
+    opened = sorted({p for p, _, _ in segment_bytes_read if p.endswith(".wal.zst")})
+    # the first segment gives the timeline its parent; the sealed ones after it are not needed
+    assert opened == archives[:1], f"{len(opened)} of {len(archives)} archives read: {opened}"
+    assert_same_state(state.fold_state, _full_fold_at(path, state.fold_state.lsn), "restore")
+    assert len(state.admitted) == 3 and all(r.attempt == 1 for g in state.admitted for r in g.pending)
+
+
+def test_a_damaged_archive_header_left_unread_is_found_when_it_is_read(fast_tmp):
+    path = str(fast_tmp / "j")
+    _rotated_history(path, 8)
+    damaged = _archives(path)[2]
+    with open(damaged, "wb") as f:
+        f.write(zstandard.ZstdCompressor().compress(b"\x07" * 4096))
+    name = os.path.basename(damaged)
+    r = Reader(path)  # strict: the archive's header is read on first use
+    with pytest.raises(JournalCorrupt, match=name):
+        for _ in r.records():
+            pass
+    assert [p.segment for p in Reader(path, "salvage").problems] == [name]  # inspection reads it at once

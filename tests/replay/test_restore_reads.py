@@ -1,13 +1,13 @@
 """What a salvage restore reads of the journal: the dead tail after the restore point is read
 once, by the fold that finds the point (salvage and the fences use the commits it kept), and
-the fences are what every history says (`journal.fold.attempts_used`)."""
+the fences are what every history says (`journal.ever.attempts_used`)."""
 
 from __future__ import annotations
 
 import collections
 
 from journal import GroupRef, Journal, Reader, RolloutRef
-from journal.fold import attempts_used
+from journal.ever import attempts_used
 from replay import restore
 from tests.support.replay_support import FakeDataPlane
 from tests.support.segment_reads import spy_segment_reads

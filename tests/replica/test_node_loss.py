@@ -27,8 +27,9 @@ from tests.support.s3_support import S3, options
 KILLS = int(os.environ.get("OJ_NODE_LOSS_KILLS", "12"))
 SHIP = 0.2
 UPLOAD_SLACK = 1.5   # the upload time on this machine, generously
-# a run of 128 steps; with 60 ms rollouts a step takes about 0.6 s, so one life between kills
-# (at most ~5 s) cannot finish it; the last run, with 3 ms rollouts, finishes it in seconds
+# a run of 128 steps; with 60 ms rollouts (the median; the deadline 20 times that, past the
+# longest) a step takes about 0.9 s, so one life between kills (at most ~5 s) cannot finish
+# it; the last run, with 3 ms rollouts, finishes it in seconds
 DATASET, EPOCHS, BATCH = 1024, 1, 8
 SLOW_MS, FAST_MS = "60", "3"
 
@@ -37,6 +38,7 @@ def trainer_cmd(out, url: str, opts: dict, latency_ms: str) -> list[str]:
     return [sys.executable, "-m", "examples.trainer", "--out", str(out), "--seed", "5",
             "--epochs", str(EPOCHS), "--dataset-size", str(DATASET), "--batch-size", str(BATCH),
             "--rollouts", "4", "--workers", "4", "--ckpt-every", "2", "--latency-ms", latency_ms,
+            "--deadline-ms", str(20 * float(latency_ms)),
             "--replica", url, "--replica-options", json.dumps(opts), "--ship-interval", str(SHIP)]
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import replay
-from journal import GroupRef, Journal
+from journal import GroupRef, Journal, RolloutRef
 from journal.layout import STATE_FILE
 from replay import restore
 from snapshot import compact, read_cut
@@ -121,6 +121,25 @@ def test_tables_of_schema_3_without_progress_still_read(cut):
     assert [(g.group_id, g.owner, g.rollouts) for g in got.groups] == \
         [(g.group_id, g.owner, g.rollouts) for g in want.groups]
     assert got.groups[1].rollouts is not None
+
+
+def test_a_schema_3_table_with_an_unsealed_rollout_holding_a_locator_is_corrupt(tmp_path):
+    """Schema 3 had no prefixes: an unsealed rollout with a locator there is damage, not a prefix."""
+    path = str(tmp_path / "journal")
+    with Journal.open(path, sync="none") as j:
+        (g,) = j.taken([GroupRef(idx=1)])
+        j.admitted([g], target_step=1, rollouts=2)
+        j.rollout_sealed([RolloutRef(g, 1, 0, "dp/1")])
+    cut = compact(path, at="end", retention=None).cut_path
+
+    def untable(t):
+        del t["progress_table"]
+        t["format_version"] = 3
+    _rewrite(cut, "rollout_recovery.pt", untable, manifest_schema=3)
+    assert read_cut(cut).state.live[g].rollouts.locators == (None, "dp/1")
+    _rewrite(cut, "rollout_recovery.pt", lambda t: t["rollout_table"].update(sealed=torch.tensor([False, False])))
+    with pytest.raises(replay.CorruptRecord, match=f"group {g} has an unsealed rollout with a locator"):
+        read_cut(cut)
 
 
 def test_tables_written_before_the_tag_still_read(cut):

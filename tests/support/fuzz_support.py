@@ -23,7 +23,7 @@ import pytest
 from tests.support.crash_oracle import Run, loader, w_compact_archive
 from journal import Journal, JournalError, Reader, format as fmt
 from journal.reader import MODES
-from journal.fold import max_group_id
+from journal.ever import max_group_id
 from replay import RestoreError, restore
 
 EXAMPLES = int(os.environ.get("OJ_FUZZ_EXAMPLES", "60"))

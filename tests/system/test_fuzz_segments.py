@@ -30,7 +30,7 @@ from tests.support.fuzz_support import (DERANDOMIZE, EXAMPLES, Guard, build_corp
                                         encode_segment, frame_offsets, read_everything, segment_frames,
                                         summary_fixture)
 from journal import format as fmt, layout
-from journal.fold import max_group_id
+from journal.ever import max_group_id
 from journal.reader import read_segment_bytes, list_segments
 
 COUNTS: dict[str, int] = {}
