@@ -498,6 +498,10 @@ class Trainer:
         self.policy = TinyPolicy()
         self.opt = MomentumSGD(self.policy.parameters(), lr=cfg.lr)
         self.dp = LocalDataPlane(cfg.rows_dir)
+        # the attempt a group without rollouts= dispatches its rollouts in: none is journaled, so
+        # each process draws its own, and a dead run's worker writing a late row of the same
+        # group never writes under the locator this process's worker writes
+        self.group_attempt = secrets.randbits(31)
         self.ledger = Ledger(cfg.ledger_path)
         self.rng = random.Random(f"{cfg.seed}-{secrets.token_hex(8)}")  # a new stream per run
         self.step = 0                # last trained step
@@ -630,7 +634,7 @@ class Trainer:
             work(g, REPLAY)
         # only the pending rollouts regenerate (all of them for a group without rollouts=)
         redispatch = [(work(g, ADMITTED), [(r.index, r.attempt) for r in g.pending]
-                       if g.rollouts is not None else [(i, 0) for i in range(cfg.rollouts)])
+                       if g.rollouts is not None else [(i, self.group_attempt) for i in range(cfg.rollouts)])
                       for g in state.admitted]
         for g in state.reserved:                     # back through admission
             self.reserved.append(work(g, RESERVED))
@@ -744,10 +748,12 @@ class Trainer:
         return self.cfg.rollouts if self.cfg.rollout_level else None
 
     def _dispatch(self, groups: list[Work]) -> None:
-        """Queue every rollout of newly admitted groups, at attempt 0."""
+        """Queue every rollout of newly admitted groups, at attempt 0 (a group without rollouts=:
+        at this process's `group_attempt`)."""
         for w in groups:
             w.clear(self.cfg.rollouts, self.cfg.rollout_level)
-        self._queue([(w, i, 0) for w in groups for i in range(self.cfg.rollouts)])
+        first = 0 if self.cfg.rollout_level else self.group_attempt
+        self._queue([(w, i, first) for w in groups for i in range(self.cfg.rollouts)])
 
     def _queue(self, jobs: list[tuple[Work, int, int]]) -> None:
         """Queue (group, index, attempt) jobs interleaved across the groups of a step, as an
