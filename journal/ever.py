@@ -64,9 +64,9 @@ def records_naming(reader, group_id: int, skip_active_after: int | None = None, 
         tl = reader.timelines[seg.timeline]
         last = seg is tl.segments[-1]
         span = spans.get(seg.timeline)
-        if span is not None and skip_active_after is not None and seg.first_lsn > skip_active_after \
-                and span.limit is None:
-            continue  # the newest timeline after L: all of it is the active history
+        if span is not None and span.limit is None and skip_active_after is not None and (
+                seg.first_lsn > skip_active_after or (known_to is not None and known_to >= skip_active_after)):
+            continue  # the newest timeline's commits: after L left out, up to K known
         skip = ANY_LSN if any_position else None
         if span is not None and known_to is not None:
             skip = known_to if span.limit is None else min(known_to, span.limit)
