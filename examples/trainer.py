@@ -1186,18 +1186,22 @@ class Trainer:
         goes. Without a journal (the baseline) or for a group without rollouts= there is no
         attempt to fence with: the trainer gave the result up, and drops it."""
         if self.journal is None or (w is not None and w.attempts is None):
-            await self._ignore_late(loc)
+            await asyncio.to_thread(self.dp.delete, [loc])
+            self.stats["late_results_ignored"] += 1
+            self.ledger.count(late_results_ignored=1)
             return
         lock = w.lock if w is not None else asyncio.Lock()
         async with lock:
-            if w is not None and w.failed:
-                # a group given up as a whole gives up its rollouts without a `rollout_failed`
-                # each (its discard, queued, drops them all): this result goes with it
-                await self._ignore_late(loc)
-                return
             try:
-                await self.own.rollout_sealed(gid, i, attempt, loc,
-                                              w.policy_version if w is not None else None, finish=False)
+                if w is not None and w.failed:
+                    # a group given up as a whole gives up its rollouts without a
+                    # `rollout_failed` each: its discard, queued, drops them all
+                    kind = "group_given_up"
+                else:
+                    await self.own.rollout_sealed(gid, i, attempt, loc,
+                                                  w.policy_version if w is not None else None, finish=False)
+                    raise RuntimeError(f"the journal sealed a late result: group {gid} rollout {i} "
+                                       f"attempt {attempt}, given up at its deadline")
             except StaleAttempt:
                 kind = "stale_attempt"      # the fence: attempt `attempt` was given up
             except OwnershipError:
@@ -1205,19 +1209,10 @@ class Trainer:
                     raise
                 # the group left admission (finished, trained, discarded): rejected as well
                 kind = "already_done"
-            else:
-                raise RuntimeError(f"the journal sealed a late result: group {gid} rollout {i} "
-                                   f"attempt {attempt}, given up at its deadline")
         await asyncio.to_thread(self.dp.delete, [loc])
         self.stats["fenced_late_results"] += 1
         self.stats[f"fenced_{kind}"] += 1
         self.ledger.count(fenced_late_results=1)
-
-    async def _ignore_late(self, loc: str) -> None:
-        """A late result no attempt fences: its row goes."""
-        await asyncio.to_thread(self.dp.delete, [loc])
-        self.stats["late_results_ignored"] += 1
-        self.ledger.count(late_results_ignored=1)
 
     # -- training ------------------------------------------------------------------------------
 

@@ -36,13 +36,16 @@ class RolloutModel:
         self.next_gid = 0
 
     def resumed(self, used: dict, step: int) -> "RolloutModel":
-        """The model a restore-and-resume at this point (checkpoint `step`) leaves: every
+        """The model a restore-and-resume at this point (checkpoint `step`) leaves: a group with
+        every rollout sealed comes back REPLAY (its `finished` journaled by the resume); every
         unsealed rollout of an ADMITTED group gets an attempt above every attempt any history
         dispatched it in (`used`; ids stay used too: next_gid is kept by the caller) and keeps
         its prefix unless weights newer than `step` made it."""
         m = self.copy()
         for gid, (owner, n, attempts, sealed, _) in m.groups.items():
-            if owner == Owner.ADMITTED and n is not None:
+            if owner == Owner.ADMITTED and n is not None and len(sealed) == n:
+                m.groups[gid][0] = Owner.REPLAY   # completed: the resume journals its `finished`
+            elif owner == Owner.ADMITTED and n is not None:
                 for i in range(n):
                     if i not in sealed:
                         attempts[i] = max(attempts[i], used.get((gid, i), 0)) + 1
