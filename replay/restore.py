@@ -86,32 +86,33 @@ def _id_allocator(state: State, reader: Reader | None) -> Callable[[], int]:
     return next_id
 
 
-def _attempts_used(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Callable[[set], dict]:
-    """`recover`'s `attempts_used`: from every history of the journal (none without one); the
-    active history after `lsn` from the salvage's read of it, when there was one."""
-    def used(keys: set) -> dict:
+def _every_history(reader: Reader | None, tail: DeadTail | None, lsn: int, read: Callable,
+                   with_tail: Callable, empty: Callable) -> Callable[[set], Any]:
+    """One of `recover`'s questions to every history of the journal (`empty()` without one):
+    `read` over the segments that may name the keys, the active history up to `lsn` known from
+    the state there; after `lsn` the salvage's read of the dead tail answers instead
+    (`with_tail(found, keys)`), when there was one."""
+    def ask(keys: set):
         if reader is None:
-            return {}
-        # the state at `lsn` holds each rollout's attempt on the active history up to it
+            return empty()
         if tail is None:
-            return _wrap_journal_errors(attempts_used, reader, keys, known_to=lsn)
-        found = _wrap_journal_errors(attempts_used, reader, keys, skip_active_after=lsn, known_to=lsn)
+            return _wrap_journal_errors(read, reader, keys, known_to=lsn)
+        return with_tail(_wrap_journal_errors(read, reader, keys, skip_active_after=lsn, known_to=lsn), keys)
+    return ask
+
+
+def _attempts_used(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Callable[[set], dict]:
+    """`recover`'s `attempts_used`: the highest attempt any history dispatched each rollout in."""
+    def with_tail(found: dict, keys: set) -> dict:
         for key in keys & tail.attempts.keys():
             found[key] = max(found.get(key, 0), tail.attempts[key])
         return found
-    return used
+    return _every_history(reader, tail, lsn, attempts_used, with_tail, dict)
 
 
 def _admitted_ever(reader: Reader | None, tail: DeadTail | None, lsn: int) -> Callable[[set], set]:
-    """`recover`'s `admitted_ever`: which of the given groups any history of the journal
-    admitted (none without one), read as `_attempts_used` reads."""
-    def admitted(gids: set) -> set:
-        if reader is None:
-            return set()
-        if tail is None:
-            return _wrap_journal_errors(admitted_groups, reader, gids, known_to=lsn)
-        return _wrap_journal_errors(admitted_groups, reader, gids, skip_active_after=lsn, known_to=lsn) | (gids & tail.admitted)
-    return admitted
+    """`recover`'s `admitted_ever`: which of the given groups any history admitted."""
+    return _every_history(reader, tail, lsn, admitted_groups, lambda found, gids: found | (gids & tail.admitted), set)
 
 
 def _ledger_of(cut) -> RowLedger | None:
