@@ -150,6 +150,7 @@ def parse(argv):
     p.add_argument("--save-freq", type=int, default=2)
     p.add_argument("--staleness", type=float, default=1.0)
     p.add_argument("--generation-delay", type=float, default=0.05)
+    p.add_argument("--training-delay", type=float, default=0.0)
     p.add_argument("--die-after-checkpoint", type=int)
     return p.parse_args(argv)
 
@@ -173,6 +174,7 @@ def main(argv=None) -> int:
         config, None, None, "cpu", **kwargs)
     trainer = (JournaledTrainer if journaled else VerlTrainer)(config, None, {}, OneDevice(), device_name="cpu")
     trainer.events, trainer.die_after = events, a.die_after_checkpoint
+    trainer.training_delay_s = a.training_delay
     queue = reporting_queue_actor(num_cpus=0) if journaled else MessageQueue.options(num_cpus=0)
     run_fully_async(config, rollouter=rollouter, trainer=trainer, queue_actor=queue,
                     client_cls=ReportingQueueClient if journaled else MessageQueueClient, trainer_as_actor=False)

@@ -131,8 +131,8 @@ class TinyActorGroup:
 
     FILE = "tiny_actor.pt"
 
-    def __init__(self, learning_rate: float = 0.05, clip: float = 0.2):
-        self.policy = TinyPolicy()
+    def __init__(self, learning_rate: float = 0.05, clip: float = 0.2, delay_s: float = 0.0):
+        self.policy, self.delay_s = TinyPolicy(), delay_s
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=learning_rate)
         self.clip = clip
 
@@ -147,6 +147,7 @@ class TinyActorGroup:
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
+        time.sleep(self.delay_s)   # a stand-in for training time
         out = TensorDict({}, batch_size=[])
         tu.assign_non_tensor_data(out, "metrics", {"pg_loss": float(loss), "mfu": 0.0})
         return out
@@ -187,10 +188,13 @@ class OneDevice:
 
 
 class CpuTrainer:
-    """Mixin for a trainer class: the tiny actor group and the weight push."""
+    """Mixin for a trainer class: the tiny actor group (`training_delay_s` after each step) and
+    the weight push."""
+
+    training_delay_s = 0.0
 
     async def init_workers(self):
-        self.actor_wg = self.actor_rollout_wg = TinyActorGroup()
+        self.actor_wg = self.actor_rollout_wg = TinyActorGroup(delay_s=self.training_delay_s)
 
     async def _setup_checkpoint_manager(self):
         self.checkpoint_manager = PushWeights(self)
