@@ -88,15 +88,16 @@ def verify_folder(folder: str, state_name: str = STATE) -> dict:
         return json.loads(f.read())
 
 
-def set_aside_uncommitted(output_dir: str, committed_step: int | None) -> list[str]:
-    """Move every `checkpoint-N` folder of `output_dir` with N above the committed step (all of
-    them when none is committed) into `output_dir/uncommitted/` (replacing an older copy of the
-    same name), where `get_last_checkpoint` and checkpoint rotation never look; returns them."""
+def set_aside_uncommitted(output_dir: str, committed_step: int | None, folders: re.Pattern = _FOLDER) -> list[str]:
+    """Move every `checkpoint-N` folder (or another `folders` pattern, N its group 1) of
+    `output_dir` with N above the committed step (all of them when none is committed) into
+    `output_dir/uncommitted/` (replacing an older copy of the same name), where
+    `get_last_checkpoint` and checkpoint rotation never look; returns them."""
     if not os.path.isdir(output_dir):
         return []
     moved = []
     for name in sorted(os.listdir(output_dir)):
-        match = _FOLDER.match(name)
+        match = folders.match(name)
         path = os.path.join(output_dir, name)
         if not match or not os.path.isdir(path):
             continue

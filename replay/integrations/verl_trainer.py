@@ -16,45 +16,23 @@ sample and its resume taken from the journal (through the rollouter, the journal
 from __future__ import annotations
 
 import os
-import shutil
+import re
 
 import ray
 from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
 from verl.trainer.ppo.utils import Role
 
-from .trl_checkpoint import verify_folder
+from .trl_checkpoint import set_aside_uncommitted, verify_folder
 from .verl_errors import CheckpointNotCommitted
 from .verl_rollouter import STATE
 from .verl_rows import group_of_uid
 
 PlainTrainer = FullyAsyncTrainer.__ray_metadata__.modified_class.__mro__[1]
-UNCOMMITTED = "uncommitted"   # under default_local_dir: saves the journal never committed
-_PREFIX = "global_step_"
+STEP_FOLDER = re.compile(r"^global_step_(\d+)$")   # verl's folder of param version N
 
 
 def step_folder(root: str, param_version: int) -> str:
-    return os.path.join(root, f"{_PREFIX}{param_version}")
-
-
-def set_aside_uncommitted(root: str, committed_version: int | None) -> list[str]:
-    """Move every `global_step_N` folder of `root` with N above the committed version (all of
-    them when none is committed) into `root/uncommitted/`; returns where they went."""
-    if not os.path.isdir(root):
-        return []
-    moved = []
-    for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name)
-        if not name.startswith(_PREFIX) or not name[len(_PREFIX):].isdigit() or not os.path.isdir(path):
-            continue
-        if committed_version is not None and int(name[len(_PREFIX):]) <= committed_version:
-            continue
-        aside = os.path.join(root, UNCOMMITTED, name)
-        os.makedirs(os.path.dirname(aside), exist_ok=True)
-        if os.path.exists(aside):
-            shutil.rmtree(aside)
-        os.rename(path, aside)
-        moved.append(aside)
-    return moved
+    return os.path.join(root, f"global_step_{param_version}")
 
 
 class JournaledFullyAsyncTrainer(PlainTrainer):
@@ -80,7 +58,7 @@ class JournaledFullyAsyncTrainer(PlainTrainer):
         root = self.config.trainer.default_local_dir
         trigger = self.config.async_training.trigger_parameter_sync_step
         version = None if step is None else step // trigger
-        set_aside_uncommitted(root, version)
+        set_aside_uncommitted(root, version, STEP_FOLDER)   # into root/uncommitted/
         if step is None:
             return 0
         folder = step_folder(root, version)

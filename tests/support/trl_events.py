@@ -37,6 +37,14 @@ def read_events(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.endswith("\n")]
 
 
+def trained_past_resume(path: str, segment: int, steps: int) -> bool:
+    """Whether `segment` trained a step at least `steps` past the step it resumed at."""
+    events = [e for e in read_events(path) if e["seg"] == segment]
+    start = next((e for e in events if e["ev"] == "start"), None)
+    return start is not None and any(e["ev"] == "trained" and e["step"] >= start["resumed_at"] + steps
+                                     for e in events)
+
+
 def next_segment(path: str) -> int:
     return 1 + max((e["seg"] for e in read_events(path)), default=-1)
 
