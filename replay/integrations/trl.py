@@ -15,7 +15,7 @@ Where each movement of a group is journaled, and by whom:
 | dropped as stale | `RolloutQueueDataset.__iter__` (seen at the buffer's `get`) | `discard`, the staleness in the reason |
 | trained | the optimizer step that consumed it (`on_step_end`), not the collation | `trained` |
 | checkpoint | `_save_checkpoint` | `checkpoint`: commits once TRL's files are durable |
-| resume | `train()` | `Session.open`: the committed checkpoint's folder, the loader position |
+| resume | `train()` | `Session.open`: the committed checkpoint's folder, the loader position; TRL's `max_staleness` as the restore's `max_policy_lag` (`policy_lag`) |
 
 TRL is imported with this module, never by `import replay`.
 """
@@ -36,7 +36,7 @@ from .trl_checkpoint import checkpoint_folder, seal_folder, set_aside_uncommitte
 from .trl_errors import CheckpointNotCommitted, GroupSplitAcrossSteps, TrlIntegrationError, UnsupportedTrlConfig
 from .trl_worker import Generate, JournaledRolloutWorker
 
-__all__ = ["JournaledAsyncGRPOTrainer", "JournaledRolloutWorker", "TrainedAtOptimizerStep", "check_config",
+__all__ = ["JournaledAsyncGRPOTrainer", "JournaledRolloutWorker", "TrainedAtOptimizerStep", "check_config", "policy_lag",
            "TrlIntegrationError", "UnsupportedTrlConfig", "GroupSplitAcrossSteps", "CheckpointNotCommitted"]
 
 
@@ -92,6 +92,21 @@ class TrainedAtOptimizerStep:
         raise NotImplementedError
 
 
+def policy_lag(args, session_options: dict) -> int:
+    """The restore's `max_policy_lag` (DESIGN 14), in optimizer steps: TRL's own bound,
+    `max_staleness` weight syncs of `weight_sync_steps` steps each (the journal's
+    `policy_version` is the optimizer step of the weights, TRL's `model_version` counts syncs). A
+    `max_policy_lag` in `session_options` must say the same."""
+    lag = args.max_staleness * args.weight_sync_steps
+    given = session_options.get("max_policy_lag", lag)
+    if given != lag:
+        raise UnsupportedTrlConfig(
+            f"session_options max_policy_lag={given}, but TRL trains samples up to max_staleness "
+            f"{args.max_staleness} x weight_sync_steps {args.weight_sync_steps} = {lag} steps old: leave "
+            "max_policy_lag out (the trainer passes TRL's bound), or change max_staleness")
+    return lag
+
+
 def check_config(args) -> None:
     """The config fields "trained at step S" needs, each refused with the value to use."""
     if args.max_steps is None or args.max_steps <= 0:
@@ -133,8 +148,11 @@ class JournaledAsyncGRPOTrainer(TrainedAtOptimizerStep, AsyncGRPOTrainer):
     `num_generations` `RolloutSample`s with their advantages), or returns a
     `concurrent.futures.Future` of them; the worker sets each sample's `group_id` and
     `model_version`. `journal_dir`, `data_plane` and `session_options` (more `Session.open`
-    arguments) are the session's. `train(resume_from_checkpoint=...)` resumes from the journal's
-    committed checkpoint, whatever the argument says (a path naming another folder raises)."""
+    arguments) are the session's; its `max_policy_lag` is TRL's `max_staleness` in steps
+    (`policy_lag`): a restore keeps the finished groups of weights up to that many steps newer
+    than its checkpoint, which TRL trains as any sample that old. `train(resume_from_checkpoint=...)`
+    resumes from the journal's committed checkpoint, whatever the argument says (a path naming
+    another folder raises)."""
 
     worker_class = JournaledRolloutWorker
 
@@ -146,7 +164,8 @@ class JournaledAsyncGRPOTrainer(TrainedAtOptimizerStep, AsyncGRPOTrainer):
             if kwargs.get(name) is not None:
                 raise UnsupportedTrlConfig(f"{name}= is {owner}")
         self.journal_dir, self.data_plane = journal_dir, data_plane
-        self.session_options = dict(session_options or {})
+        self.session_options = {**(session_options or {}),
+                                "max_policy_lag": policy_lag(args, dict(session_options or {}))}
         self.session: Session | None = None
         worker = self.worker_class(generate, num_generations=args.num_generations, queue_maxsize=args.queue_maxsize)
         super().__init__(model, args=args, train_dataset=train_dataset, rollout_worker=worker, **kwargs)
