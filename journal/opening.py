@@ -20,7 +20,7 @@ from . import format as fmt
 from . import layout, leftovers, locks, set_aside, state_file
 from .errors import JournalCorrupt, JournalError, StateFileCorrupt, io_step
 from .events import CheckpointCommitted
-from .ever import max_group_id
+from .ever import group_mark_top, max_group_id
 from .fold import State, apply
 from .reader import Reader
 from .resume import ResumePlan
@@ -119,9 +119,10 @@ class Opening:
             state = plan.fold_state.copy()
             if state.lsn < end_lsn and _rewrites_tail(reader, state, first_commit):
                 first_commit = []  # the tail holds it already: continue the timeline at its end
-        # ids are never reused, not even those allocated on a dead tail (the fold of a single
-        # timeline has seen every id it allocated)
-        top_gid = max_group_id(reader) if plan is not None or len(reader.timelines) > 1 else -1
+        # ids are never reused, not even those allocated on a dead tail or counted by a segment's
+        # mark (a commit folded before a rotation planned the segment, never made durable); the
+        # fold of a single timeline has seen every other id it allocated
+        top_gid = max_group_id(reader) if plan is not None or len(reader.timelines) > 1 else group_mark_top(reader)
         state.next_group_id = max(state.next_group_id, top_gid + 1, plan.group_id_floor if plan else 0)
         branching = plan is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0)
         segment = self._open_segment(reader, lineage, state, end_lsn, end_blobs, branching)
