@@ -45,6 +45,12 @@ def prefix_locators(group: Group) -> list[str]:
     return [p.locator for p in r.progress if p is not None]
 
 
+def cut_locators(group: Group) -> list[str]:
+    """The locators of the rows a cut carries for a group (`DataPlane.save`): its rows and its
+    prefixes, everything a restore from the cut alone may hand back."""
+    return row_locators(group) + prefix_locators(group)
+
+
 @runtime_checkable
 class DataPlane(Protocol):
     """The trainer's store of rollout rows. Rows are a tree of dict, list, tuple, str, int,
@@ -88,8 +94,8 @@ class DataPlane(Protocol):
         leftover of a put that crashed."""
 
     def save(self, directory: str, groups: list[Group]) -> None:
-        """Write the rows of `groups` (`row_locators(g)` each: a cut's REPLAY groups and the
-        ADMITTED groups with sealed rollouts) into `directory`, the cut's empty `data_plane/`,
+        """Write the rows of `groups` (`cut_locators(g)` each: a cut's REPLAY groups and the
+        ADMITTED groups with sealed rollouts or prefixes) into `directory`, the cut's empty `data_plane/`,
         one file per locator named by it. `RowsNotFound` when a group's rows are missing: a cut
         never silently lacks rows. The cut writer fsyncs what was written and lists it in the
         cut's manifest; nothing is durable before that."""

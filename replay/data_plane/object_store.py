@@ -28,7 +28,7 @@ from journal import Group
 from journal.replica import retry
 from journal.replica.store import Location, store_verdicts
 from journal.replica.errors import said
-from snapshot.data_plane import row_locators
+from snapshot.data_plane import cut_locators
 from snapshot.errors import DataPlaneError, DataPlaneUnreachable, RowConflict, RowsNotFound
 
 from . import names
@@ -121,7 +121,7 @@ class ObjectStoreDataPlane(RowStore):
 
     def save(self, directory: str, groups: list[Group]) -> None:
         for g in groups:
-            for locator in row_locators(g):
+            for locator in cut_locators(g):
                 key, path = self._key(locator), os.path.join(directory, locator)
 
                 def download() -> None:
