@@ -19,7 +19,7 @@ import msgspec
 
 from .errors import JournalCorrupt, OwnershipError, RolloutEnded, StaleAttempt
 from .events import (EVENT_TYPES, LIVE_OWNERS, Admitted, CheckpointBegun, CheckpointCommitted, Commit,
-                     Discarded, Diverted, Finished, IdentityRecorded, Owner, PackedLoaderState,
+                     Discarded, Diverted, Finished, IdentityRecorded, Owner, PackedLoaderState, Restored,
                      RolloutProgress, RolloutSealed, RolloutFailed, Taken, Trained, event_name)
 from . import loader_state as _loader_state
 
@@ -608,6 +608,8 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
         mark_checkpoint(state.pending_checkpoints, state.committed_checkpoints, event, lsn)
     elif kind is IdentityRecorded:  # the undo's scalars hold the identity it replaces
         state.identity = dict(event.digests)
+    elif kind is Restored:  # a record of the restore: no state changes
+        pass
     else:  # pragma: no cover - the decoder only produces the union's types
         raise JournalCorrupt(f"LSN {lsn}: unknown event {event!r}", lsn=lsn)
 

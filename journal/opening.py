@@ -125,6 +125,8 @@ class Opening:
         top_gid = max_group_id(reader) if plan is not None or len(reader.timelines) > 1 else group_mark_top(reader)
         state.next_group_id = max(state.next_group_id, top_gid + 1, plan.group_id_floor if plan else 0)
         branching = plan is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0)
+        if plan is not None and plan.restored is not None and (first_commit or branching):
+            first_commit.append(plan.restored)
         segment = self._open_segment(reader, lineage, state, end_lsn, end_blobs, branching)
         self._state = state
         self._segment = self._files.active = segment

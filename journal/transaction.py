@@ -16,7 +16,7 @@ from . import arguments
 from . import loader_state as _loader_state
 from .errors import TransactionClosed
 from .events import (EVENT_TYPES, Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted,
-                     Finished, GroupRef, IdentityRecorded, RolloutFailed, RolloutProgress, RolloutRef,
+                     Finished, GroupRef, IdentityRecorded, Restored, RolloutFailed, RolloutProgress, RolloutRef,
                      RolloutSealed, Taken,
                      TakenGroup, Trained)
 from .identity import digests
@@ -281,6 +281,16 @@ class Transaction:
         calls it only when the identity differs from the one recorded; a `TypeError` names a
         key that is not a str or a value that cannot be fingerprinted."""
         self._events.append(IdentityRecorded(digests(identity)))
+
+    @_transition()
+    def record_restore(self, restored: Restored) -> None:
+        """Record what a restore decided (`Restored`: the point and checkpoint it restored, the
+        crash point, the work it kept by lead and what it regenerated). No group moves.
+        `Journal.open(resume=state)` records the restore's own in its first commit; a
+        `TypeError` for anything but a `Restored`."""
+        if not isinstance(restored, Restored):
+            raise TypeError(f"record_restore() takes a journal.Restored, not {type(restored).__name__}")
+        self._events.append(restored)
 
 
 class _OneEvent(Transaction):

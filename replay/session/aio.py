@@ -77,6 +77,7 @@ class AsyncSession(Core):
             self._reclaimed += await self._io(self.plane().delete, rows)
 
     async def finish(self, group_id: int, rows: Any, *, policy_version: int | None = None) -> str:
+        self.check_version(group_id, self.journal.group(group_id), policy_version, "the rows")
         locator = await self._io(self.plane().put, group_id, rows)
         await self._aj.finished([group_id], policy_version=policy_version, locators=[locator])
         return locator

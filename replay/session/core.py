@@ -26,6 +26,7 @@ one that unpins them, as the rows of groups gone do.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import threading
 import warnings
@@ -70,18 +71,22 @@ class Opened:
 
 def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, load_weights,
                  sync: str, salvage: bool, must_exist: bool, replica, replica_options,
-                 on_row_changed: str, identity, on_identity_changed: str) -> Opened:
+                 on_row_changed: str, identity, on_identity_changed: str, max_policy_lag: int) -> Opened:
     """What a (re)start needs, in order: restore (from the bucket when `replica` is given and
     the local journal holds no history: a fresh node) with the run identity checked, the
     weights of the restored step, the loader's state, then the journal continuing the restored
     history (recording the identity when it differs)."""
     local = os.path.abspath(journal_dir)
+    if max_policy_lag and data_plane is None:
+        raise SessionError(f"journal {local}: max_policy_lag={max_policy_lag} keeps rows made after the "
+                           "checkpoint, which live in the data plane: pass Session.open(..., "
+                           "data_plane=LocalDataPlane(dir)) too")
     replica = Location.of(replica, replica_options) if replica is not None else None
     source = replica if replica is not None and not _holds_history(local) else local
     state = restore(source, dataset=dataset, collate_fn=collate_fn, data_plane=data_plane,
                     salvage=salvage and data_plane is not None, must_exist=must_exist,
                     on_row_changed=on_row_changed, identity=identity,
-                    on_identity_changed=on_identity_changed)
+                    on_identity_changed=on_identity_changed, max_policy_lag=max_policy_lag)
     if state.step is not None and load_weights is not None:
         try:
             load_weights(state.step)
@@ -135,6 +140,7 @@ class Core:
         self._compaction_error: str | None = None
         self._closed_stats: dict | None = None  # what `stats()` returned when the session closed
         self._unsaved: Begun | None = None  # the begun checkpoint whose save() failed
+        self._unversioned_warned = False  # see `check_version`
         # the prefix each unsealed rollout holds now, group -> index -> locator (guarded by
         # the reclaim lock), the parts each attempt used, and the prefixes a restore may hand
         # back (see the module docstring)
@@ -214,11 +220,27 @@ class Core:
             return gids
         return fill
 
+    def check_version(self, group_id: int, g, policy_version: int | None, what: str) -> None:
+        """Warn, once per session, of `what` (a seal, a prefix, a group's rows) recorded for
+        group `group_id` (`g`: its record, None when unknown) with no policy version, neither
+        its own nor its admission's: after a crash, work made after the checkpoint is kept only
+        when the weights that made it are known."""
+        if policy_version is not None or self._unversioned_warned or g is None or g.policy_version is not None:
+            return
+        self._unversioned_warned = True
+        warnings.warn(JournalWarning(
+            f"journal {self.journal.path}: {what} of group {group_id} has no policy_version, and the "
+            "group was admitted without one: after a crash, nothing made after the last checkpoint "
+            "can be kept (the restore cannot tell which weights made it). Pass policy_version= (the "
+            "version of the weights generating) to admit(); seals and prefixes without one take the "
+            "admission's. Warned once per session"), stacklevel=4)
+
     def seal_fill(self, group_id: int, index: int, attempt: int, locator: str,
                   policy_version: int | None) -> Fill:
         """`rollout_sealed`, and `finished` in the same commit when it is the group's last seal."""
         def fill(tx: Transaction) -> None:
             g = self.journal.group(group_id)  # as of the last commit: the transaction holds the lock
+            self.check_version(group_id, g, policy_version, f"the seal of rollout {index}")
             tx.rollout_sealed([RolloutRef(group_id, index, attempt, locator)], policy_version=policy_version)
             r = g.rollouts if g is not None else None
             if r is not None and 0 <= index < r.n and r.sealed | (1 << index) == (1 << r.n) - 1 \
@@ -230,6 +252,8 @@ class Core:
                       turn: int | None, policy_version: int | None) -> Fill:
         """`rollout_progress` of the prefix at `locator`."""
         def fill(tx: Transaction) -> None:
+            self.check_version(group_id, self.journal.group(group_id), policy_version,
+                               f"the prefix of rollout {index}")
             tx.rollout_progress(RolloutRef(group_id, index, attempt, locator), tokens=tokens, turn=turn,
                                 policy_version=policy_version)
         return fill
@@ -411,6 +435,7 @@ class Core:
             return self._closed_stats
         self._collect_compaction()
         j, r = self.journal, self.restored
+        rec = r.restored if not r.first_start else None
         kept = sum(1 for g in r.admitted + r.replay for x in g.rollouts or () if x.sealed)
         regenerated = sum(len(g.pending) for g in r.admitted)
         prefixes = [x.progress for g in r.admitted for x in g.pending if x.progress is not None]
@@ -430,6 +455,12 @@ class Core:
                          "rollouts_regenerated": regenerated, "rollouts_newer_weights": len(r.newer_weights),
                          "prefixes_continued": len(prefixes), "prefix_tokens_continued": sum(p.tokens for p in prefixes),
                          "prefixes_newer_weights": len(r.newer_progress),
+                         "max_policy_lag": r.max_policy_lag, "beyond_lag": len(r.beyond_lag),
+                         "kept_by_lead": {lead: dataclasses.asdict(w) for lead, w in r.kept_by_lead.items()},
+                         # as `journal-inspect restores` shows this restore (None on a first start)
+                         "crash_lsn": rec.crash_lsn if rec else None, "dropped": dict(rec.dropped) if rec else {},
+                         "regenerate": rec.regenerate if rec else 0,
+                         "seconds_lost": rec.seconds_lost if rec else None,
                          "identity": r.identity_check},
             "rows_reclaimed": self._reclaimed, "rows_awaiting_reclaim": waiting,
             "compactions": self._compactions, "compaction_error": self._compaction_error,

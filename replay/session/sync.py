@@ -38,7 +38,8 @@ class Session(Core):
              salvage: bool = True, must_exist: bool = False, replica: Any = None,
              replica_options: dict | None = None, compact_every: int | None = 10,
              key: Callable | None = None, on_row_changed: str = "error",
-             identity: dict | None = None, on_identity_changed: str = "error") -> "Session":
+             identity: dict | None = None, on_identity_changed: str = "error",
+             max_policy_lag: int = 0) -> "Session":
         """Open (or start) the run whose journal is `journal_dir`, doing what a restart needs,
         in order: `replay.restore` of the latest committed checkpoint (salvaging work finished
         after it when a data plane is given), `load_weights(step)` (only when a checkpoint was
@@ -58,13 +59,19 @@ class Session(Core):
         tensors) is compared at the restore point (`replay.restore(identity=,
         on_identity_changed=)`: a change raises `replay.IdentityChanged` by default) and recorded
         in the journal when it differs from the one recorded (`s.restored.identity_check` says
-        what the restore found)."""
+        what the restore found). `max_policy_lag=k`: the trainer's own off-policy bound in
+        steps (its staleness limit): a restore to step S also keeps the sealed rollouts,
+        finished groups and prefixes that weights up to S + k made after the checkpoint (they
+        train k steps off-policy, as any sample k steps old; each says how it was made:
+        `policy_span`, `lead`); 0 keeps nothing newer than S. It needs a data plane. For it
+        to keep anything, the versions must be known: pass `policy_version=` to `admit` (a
+        seal or a prefix without one is read as made by its admission's weights)."""
         return cls._start(journal_dir, dataset=dataset, loader=loader, collate_fn=collate_fn,
                           data_plane=data_plane, load_weights=load_weights, sync=sync,
                           salvage=salvage, must_exist=must_exist, replica=replica,
                           replica_options=replica_options, compact_every=compact_every, key=key,
                           on_row_changed=on_row_changed, identity=identity,
-                          on_identity_changed=on_identity_changed)
+                          on_identity_changed=on_identity_changed, max_policy_lag=max_policy_lag)
 
     def _commit(self, fill: Fill) -> Any:
         with self.journal.transaction() as tx:
@@ -130,6 +137,7 @@ class Session(Core):
     def finish(self, group_id: int, rows: Any, *, policy_version: int | None = None) -> str:
         """For a group admitted without `rollouts=`: store its rows durably in the data plane,
         then journal it finished (ready to train). Returns the rows' locator."""
+        self.check_version(group_id, self.journal.group(group_id), policy_version, "the rows")
         locator = self.plane().put(group_id, rows)
         self.journal.finished([group_id], policy_version=policy_version, locators=[locator])
         return locator

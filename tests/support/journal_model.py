@@ -19,6 +19,7 @@ Events are plain tuples:
     ("progress", [gid, index, attempt, locator], tokens, turn_or_None, policy_version_or_None)
     ("begin" | "commit", step)
     ("identity", {key: fingerprint})                 (the run identity; moves no group)
+    ("restored", point, step)                        (a restore's record; moves no group)
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from __future__ import annotations
 import os
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     GroupRef, IdentityRecorded, Owner, Progress, RolloutFailed, RolloutProgress, RolloutRef,
-                     RolloutSealed, Taken, Trained)
+                     GroupRef, IdentityRecorded, Owner, Progress, Restored, RolloutFailed, RolloutProgress,
+                     RolloutRef, RolloutSealed, Taken, Trained)
 
 from tests.support.loader_states import loader_state
 
@@ -102,32 +103,39 @@ class Model:
         (gid, index) -> highest attempt, as read off the disk)."""
         return max(self.rollouts[gid][0][index], used.get((gid, index), 0)) + 1
 
-    def recovered_rollouts(self, gid: int, used: dict) -> list[tuple] | None:
+    def recovered_rollouts(self, gid: int, used: dict, version: int | None = None) -> list[tuple] | None:
         """What restore hands back for `gid`'s rollouts: (index, attempt, sealed, locator,
-        policy_version), an unsealed rollout of an ADMITTED group with its attempt fenced."""
+        policy_version), an unsealed rollout of an ADMITTED group with its attempt fenced; a
+        seal recorded without a version read as made by `version` (the group's)."""
         if gid not in self.rollouts:
             return None
         attempts, sealed = self.rollouts[gid]
         admitted = self.owners[gid] == A
-        return [(i, a, True, *sealed[i]) if i in sealed else
+        return [(i, a, True, sealed[i][0], _or(sealed[i][1], version)) if i in sealed else
                 (i, self.fenced_attempt(gid, i, used) if admitted else a, False, None, None)
                 for i, a in enumerate(attempts)]
 
-    def recovered_progress(self, gid: int, index: int, step: int | None) -> Progress | None:
+    def recovered_progress(self, gid: int, index: int, step: int | None,
+                           version: int | None = None) -> Progress | None:
         """The prefix restore (without a data plane) hands back for an unsealed rollout of an
         ADMITTED group at this state, the checkpoint's `step`: the one it holds, unless
-        weights newer than `step` made it."""
+        weights newer than `step` made it (one recorded without a version: `version`'s, the
+        group's)."""
         p = self.progress.get((gid, index))
-        if p is None or self.owners.get(gid) != A or (p[3] is not None and (step is None or p[3] > step)):
+        if p is None or self.owners.get(gid) != A:
             return None
-        return Progress(*p)
+        p = Progress(*p[:3], _or(p[3], version))
+        if p.policy_version is not None and (step is None or p.policy_version > step):
+            return None
+        return p
 
-    def carried_progress(self, used: dict, step: int | None) -> list:
+    def carried_progress(self, used: dict, step: int | None, versions: dict | None = None) -> list:
         """The `rollout_progress` events a resume at this state writes after its fences: each
-        prefix handed back, under the rollout's fenced attempt, by gid and index."""
+        prefix handed back, under the rollout's fenced attempt, by gid and index (`versions`:
+        each group's, for prefixes recorded without one)."""
         out = []
         for g, i, _ in self.unsealed():
-            p = self.recovered_progress(g, i, step)
+            p = self.recovered_progress(g, i, step, (versions or {}).get(g))
             if p is not None:
                 out.append(RolloutProgress(RolloutRef(g, i, self.fenced_attempt(g, i, used), p.locator),
                                            p.tokens, p.turn, p.policy_version))
@@ -217,6 +225,8 @@ class Model:
             self.committed[ev[1]] = self.pending.pop(ev[1])
         elif kind == "identity":
             self.identity = dict(ev[1])
+        elif kind == "restored":  # a restore's record: no group moves
+            pass
         else:
             raise ValueError(kind)
 
@@ -227,6 +237,10 @@ class Model:
         for ev in events:
             m.event(ev, m.lsn)
         return m
+
+
+def _or(recorded, fallback):
+    return recorded if recorded is not None else fallback
 
 
 def events_of(commit) -> list[tuple]:
@@ -263,6 +277,8 @@ def events_of(commit) -> list[tuple]:
             out.append(("commit", ev.step))
         elif t is IdentityRecorded:
             out.append(("identity", dict(ev.digests)))
+        elif t is Restored:
+            out.append(("restored", ev.point, ev.step))
         else:
             raise AssertionError(f"unknown event {ev!r}")
     return out
