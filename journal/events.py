@@ -171,6 +171,9 @@ class RolloutSealed(msgspec.Struct, tag="rollout_sealed", array_like=True, froze
 
     rollouts: RolloutRefs
     policy_version: Int | None = None
+    # the oldest version of their tokens when older weights began them (a continued prefix
+    # carries its own: the fold takes the oldest of both)
+    since_version: Int | None = None
 
 
 class RolloutFailed(msgspec.Struct, tag="rollout_failed", array_like=True, frozen=True):
@@ -196,6 +199,7 @@ class RolloutProgress(msgspec.Struct, tag="rollout_progress", array_like=True, f
     tokens: Id
     turn: Id | None = None
     policy_version: Int | None = None
+    since_version: Int | None = None  # as `RolloutSealed.since_version`
 
 
 class CheckpointBegun(msgspec.Struct, tag="checkpoint_begun", array_like=True, frozen=True):

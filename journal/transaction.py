@@ -212,14 +212,17 @@ class Transaction:
         self._events.append(Trained(arguments.group_list("trained", group_ids, self._j.path), step))
 
     @_transition()
-    def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> None:
+    def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None,
+                       since_version: int | None = None) -> None:
         """Record that these rollouts' results are durable in the data plane, each at its
         `RolloutRef.locator` (required): the group stays ADMITTED -> ADMITTED, the rollout is
         sealed. The group must have been admitted with `rollouts=N`, the rollout unsealed and
         named with its current attempt: a late result of an attempt that was given up raises
-        `StaleAttempt` (an `OwnershipError`) and nothing is written."""
+        `StaleAttempt` (an `OwnershipError`) and nothing is written. `policy_version`: the
+        weights that generated its newest tokens; `since_version`: the oldest, when older
+        weights began it (a rollout that continued its prefix spans the prefix's too)."""
         self._events.append(RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self._j.path),
-                                          policy_version))
+                                          policy_version, since_version))
 
     @_transition()
     def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> None:
@@ -231,7 +234,7 @@ class Transaction:
 
     @_transition()
     def rollout_progress(self, ref: RolloutRef, *, tokens: int, turn: int | None = None,
-                         policy_version: int | None = None) -> None:
+                         policy_version: int | None = None, since_version: int | None = None) -> None:
         """Record a durable prefix of one rollout's result: its partial row (the tokens so far,
         or the turns so far and the environment's exported state) is in the data plane at
         `ref.locator` (required), holding `tokens` tokens and, for a multi-turn rollout,
@@ -239,9 +242,11 @@ class Transaction:
         -> ADMITTED. The fence of `rollout_sealed`: a rollout of a group admitted with
         `rollouts=N`, unsealed (else `RolloutEnded`), named with its current attempt (else
         `StaleAttempt`). It supersedes the rollout's previous progress; a seal or a failure
-        ends it, and a restore hands the latest back for the next attempt to continue from."""
+        ends it, and a restore hands the latest back for the next attempt to continue from.
+        `since_version`: as `rollout_sealed`'s (a newer prefix of the attempt spans the
+        versions of the one before it)."""
         self._events.append(RolloutProgress(arguments.progress_ref(ref, self._j.path), tokens, turn,
-                                            policy_version))
+                                            policy_version, since_version))
 
     @_transition()
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> None:

@@ -30,9 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import msgspec
+
 from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, Progress, Reader, RolloutFailed,
                      RolloutProgress, RolloutSealed, State, Taken, TakenGroup)
-from journal.fold import LoaderState, dispatched_attempt
+from journal.fold import LoaderState, dispatched_attempt, oldest_version, span_of
 
 from .recovered_state import with_version
 
@@ -46,7 +48,7 @@ class TailTake:
     diverted: bool = False
     admitted: Admitted | None = None  # its admission (target step, policy version, rollouts=N)
     finished: tuple | None = None     # (policy_version, locator) of the `finished` of a group without rollouts=
-    sealed: dict[int, tuple] = field(default_factory=dict)  # index -> (policy_version, locator)
+    sealed: dict[int, tuple] = field(default_factory=dict)  # index -> (policy_version, locator, since)
     progress: dict[int, Progress] = field(default_factory=dict)  # index -> its latest, unended
 
 
@@ -54,8 +56,9 @@ class TailTake:
 class DeadTail:
     """What happened after the restore point. Of the groups ADMITTED at it: group id ->
     (policy_version, locator) of a `finished`, (group, index) -> (policy_version, locator) of
-    a `rollout_sealed`; the groups dropped. The adoptable takes, their loader state and the
-    dataset size the last of them recorded."""
+    a `rollout_sealed` (and `since`, the oldest version of its tokens when older weights began
+    it: the prefix it continued, as the fold keeps it); the groups dropped. The adoptable
+    takes, their loader state and the dataset size the last of them recorded."""
 
     finished: dict[int, tuple] = field(default_factory=dict)
     sealed: dict[tuple[int, int], tuple] = field(default_factory=dict)
@@ -84,6 +87,7 @@ class _Reading:
         self.expect = state.lsn + 1        # the next LSN; a gap ends what may be adopted
         self.takes: dict[int, TailTake] = {}  # every loader take so far, by group id, in order
         self.retaken: dict[int, int] = {}  # the id of a re-take -> the dropped group whose row it took
+        self.ended: set[tuple[int, int]] = set()  # rollouts whose prefix at the point the tail ended
         self.adoptable = 0                 # how many of them lead up to the last loader state
         self.loader: tuple | None = None   # (lsn, packed, epoch, blobs or None) of that take
         self.size: int | None = None       # the latest dataset size a take recorded
@@ -172,17 +176,27 @@ class _Reading:
         for ref in ev.rollouts:
             t = self.followed(ref.group_id)
             if t is not None:
-                t.progress.pop(ref.index, None)
+                before = t.progress.pop(ref.index, None)
                 if sealing:
-                    t.sealed[ref.index] = (_version(ev.policy_version, _admitted_by(t)), ref.locator)
+                    t.sealed[ref.index] = _result(ev, ref, _admitted_by(t), before)
             g = self.live.get(ref.group_id)
             if g is None:
                 continue
             key = (ref.group_id, ref.index)
             tail.attempts[key] = max(tail.attempts.get(key, 0), dispatched_attempt(ev, ref))
+            before = self.prefix_before(key, g)
             tail.progress.pop(key, None)
+            self.ended.add(key)
             if sealing and g.owner == Owner.ADMITTED:
-                tail.sealed[key] = (_version(ev.policy_version, g.policy_version), ref.locator)
+                tail.sealed[key] = _result(ev, ref, g.policy_version, before)
+
+    def prefix_before(self, key: tuple[int, int], g) -> Progress | None:
+        """The prefix rollout `key` of `g` (live at the point) holds so far: the tail's latest,
+        else the one it held at the point unless the tail ended it."""
+        p = self.tail.progress.get(key)
+        if p is None and key not in self.ended and g.rollouts is not None:
+            p = with_version(g.rollouts.progress_of(key[1]), g.policy_version)
+        return p
 
     def progress(self, ev: RolloutProgress) -> None:
         """A prefix of a rollout of a group ADMITTED at the point, taken after it or admitted
@@ -190,14 +204,14 @@ class _Reading:
         ref = ev.rollout
         t = self.followed(ref.group_id)
         if t is not None:
-            t.progress[ref.index] = _prefix(ev, _admitted_by(t))
+            t.progress[ref.index] = _prefix(ev, _admitted_by(t), t.progress.get(ref.index))
         g = self.live.get(ref.group_id)
         if g is None:
             return
         key = (ref.group_id, ref.index)
         self.tail.attempts[key] = max(self.tail.attempts.get(key, 0), dispatched_attempt(ev, ref))
         if g.owner == Owner.ADMITTED:
-            self.tail.progress[key] = _prefix(ev, g.policy_version)
+            self.tail.progress[key] = _prefix(ev, g.policy_version, self.prefix_before(key, g))
 
     def done(self, reader: Reader) -> DeadTail:
         tail = self.tail
@@ -223,9 +237,21 @@ def _admitted_by(t: TailTake) -> int | None:
     return t.admitted.policy_version if t.admitted is not None else None
 
 
-def _prefix(ev: RolloutProgress, admitted_by: int | None) -> Progress:
+def _prefix(ev: RolloutProgress, admitted_by: int | None, before: Progress | None) -> Progress:
+    """The prefix `ev` records, as the fold keeps it: it extends `before`, the one it supersedes."""
     ref = ev.rollout
-    return with_version(Progress(ref.locator, ev.tokens, ev.turn, ev.policy_version), admitted_by)
+    p = with_version(Progress(ref.locator, ev.tokens, ev.turn, ev.policy_version), admitted_by)
+    return msgspec.structs.replace(p, since=_since(p.policy_version, ev, before))
+
+
+def _result(ev, ref, admitted_by: int | None, before: Progress | None) -> tuple:
+    """(policy version, locator, since) of seal `ev` of rollout `ref`, which completes `before`."""
+    version = _version(ev.policy_version, admitted_by)
+    return version, ref.locator, _since(version, ev, before)
+
+
+def _since(version: int | None, ev, before: Progress | None) -> int | None:
+    return oldest_version(version, ev.since_version, *(span_of(before) if before is not None else ()))
 
 
 def read_dead_tail(reader: Reader, state: State, commits: Iterable[Commit] | None = None) -> DeadTail:

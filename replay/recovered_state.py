@@ -19,6 +19,11 @@ def with_version(p: Progress | None, admitted_by: int | None) -> Progress | None
     return Progress(p.locator, p.tokens, p.turn, admitted_by)
 
 
+def sealed_span(version: int | None, since: int | None) -> tuple[int, int] | None:
+    """The policy span of a sealed result made by `version`, begun by `since` when older."""
+    return None if version is None else (since if since is not None else version, version)
+
+
 @dataclass(frozen=True)
 class BeyondLag:
     """Work of the dead tail (or at the point) that the restore did not keep because its
@@ -108,11 +113,15 @@ class RecoveredGroup:
         read as made by the weights that admitted its group (`with_version`)."""
         r = g.rollouts
         pv = g.policy_version
-        rollouts = None if r is None else [
-            RecoveredRollout(i, r.attempts[i], r.is_sealed(i), r.locators[i],
-                             r.versions[i] if r.versions[i] is not None or not r.is_sealed(i) else pv,
-                             with_version(r.progress_of(i), pv))
-            for i in range(r.n)]
+        rollouts = None
+        if r is not None:
+            rollouts = [RecoveredRollout(i, r.attempts[i], False, progress=with_version(r.progress_of(i), pv))
+                        for i in range(r.n)]
+            for i in range(r.n):
+                if r.is_sealed(i):
+                    v = r.versions[i] if r.versions[i] is not None else pv
+                    rollouts[i] = RecoveredRollout(i, r.attempts[i], True, r.locators[i], v,
+                                                   policy_span=sealed_span(v, r.since_of(i)))
         return cls(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint, g.owner, g.target_step,
                    g.policy_version, g.locator, g.replaces, rollouts=rollouts)
 

@@ -78,12 +78,12 @@ from typing import Callable
 from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, KeptAtLead, Owner, Progress,
                      Restored, RolloutFailed, RolloutProgress, RolloutRef, RolloutSealed, State, Taken,
                      TakenGroup)
-from journal.fold import LoaderState
+from journal.fold import LoaderState, span_of
 from snapshot import DataPlane
 from snapshot.row_ledger import ABANDONED_ON_RESTORE
 
 from .dead_tail import DeadTail, TailTake
-from .recovered_state import BeyondLag, KeptWork, RecoveredGroup, RecoveredRollout
+from .recovered_state import BeyondLag, KeptWork, RecoveredGroup, RecoveredRollout, sealed_span
 
 ROWS_LOST = "rows_lost_on_restore"
 IDENTITY_CHANGED = "identity_changed_on_restore"  # the drop reason of a regenerated group
@@ -124,7 +124,7 @@ def _usable(entry: tuple | None, limit: int, data_plane: DataPlane) -> bool:
     checkpoint's step plus the lag) and its row still in the data plane."""
     if entry is None:
         return False
-    pv, loc = entry
+    pv, loc = entry[0], entry[1]
     return pv is not None and pv <= limit and loc is not None and data_plane.has(loc)
 
 
@@ -152,7 +152,7 @@ class _Plan:
 
     def kept(self, entry: tuple | None, gid: int, index: int) -> bool:
         """Whether the dead tail's seal `entry` of rollout (`gid`, `index`) is kept."""
-        return entry is not None and not self.beyond(gid, index, "rollout", *entry) \
+        return entry is not None and not self.beyond(gid, index, "rollout", entry[0], entry[1]) \
             and _usable(entry, self.limit, self.data_plane)
 
     def kept_group(self, entry: tuple | None, gid: int) -> bool:
@@ -169,9 +169,9 @@ class _Plan:
         for r in g.pending:
             entry = self.tail.sealed.get((g.group_id, r.index))
             if self.kept(entry, g.group_id, r.index) and g.group_id not in self.tail.dropped:
-                r.sealed, (r.policy_version, r.locator), r.progress = True, entry, None  # the seal ends it
-                self.keep_events.append(RolloutSealed(
-                    [RolloutRef(g.group_id, r.index, r.attempt, r.locator)], r.policy_version))
+                r.sealed, r.progress = True, None  # the seal ends it
+                r.policy_version, r.locator, r.policy_span = entry[0], entry[1], sealed_span(entry[0], entry[2])
+                self.keep_events.append(_sealed_again(g.group_id, r, r.attempt))
                 self.out.salvaged_rollouts.append((g.group_id, r.index))
                 kept += 1
         return kept
@@ -222,8 +222,7 @@ class _Plan:
         dispatched the new id), finished when it is REPLAY."""
         n = len(g.rollouts) if g.rollouts is not None else None
         events = [Admitted([g.group_id], g.target_step, g.policy_version, g.replaces, n)]
-        events += [RolloutSealed([RolloutRef(g.group_id, r.index, 0, r.locator)], r.policy_version)
-                   for r in g.rollouts or () if r.sealed]
+        events += [_sealed_again(g.group_id, r, 0) for r in g.rollouts or () if r.sealed]
         events += _carried_progress([g])
         if g.owner == Owner.REPLAY:
             events.append(Finished([g.group_id]) if n is not None
@@ -234,7 +233,7 @@ class _Plan:
         """Regenerate `g` under a fresh id, the old one dropped with `reason`; its surviving
         rollouts are sealed again there. Reported in `report` (default: `demoted`)."""
         if g.rollouts is not None:  # a new group: every attempt starts at 0, the survivors sealed
-            g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version)
+            g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version, policy_span=r.policy_span)
                           if r.sealed and (r.locator is None or self.data_plane.has(r.locator))
                           else RecoveredRollout(r.index, 0, False, progress=None if r.sealed else r.progress)
                           for r in g.rollouts]
@@ -368,7 +367,8 @@ class _Plan:
         for i in range(admission.rollouts):
             entry = t.sealed.get(i)
             if self.kept(entry, dead, i):
-                g.rollouts.append(RecoveredRollout(i, 0, True, entry[1], entry[0]))
+                g.rollouts.append(RecoveredRollout(i, 0, True, entry[1], entry[0],
+                                                   policy_span=sealed_span(entry[0], entry[2])))
                 self.out.adopted_rollouts.append((g.group_id, i))
             else:
                 later = t.progress.get(i)
@@ -450,10 +450,10 @@ def _leads(groups: list[RecoveredGroup], step: int | None) -> dict[int, KeptWork
         spans = []
         for r in g.rollouts or ():
             if r.sealed:
-                r.policy_span = _span([r.policy_version])
+                r.policy_span = r.policy_span or _span([r.policy_version])
                 count(lead_of(r.policy_span)).rollouts += 1
             elif r.progress is not None:
-                r.policy_span = _span([r.progress.policy_version])
+                r.policy_span = _span(list(span_of(r.progress)))
                 work = count(lead_of(r.policy_span))
                 work.prefixes += 1
                 work.tokens += r.progress.tokens
@@ -471,10 +471,18 @@ def _leads(groups: list[RecoveredGroup], step: int | None) -> dict[int, KeptWork
 
 def _carried_progress(groups: list[RecoveredGroup]) -> list:
     """The `rollout_progress` events that hand each pending rollout of `groups` that continues
-    from a prefix that prefix again, under the attempt it is dispatched with now."""
-    return [RolloutProgress(RolloutRef(g.group_id, r.index, r.attempt, r.progress.locator), r.progress.tokens,
-                            r.progress.turn, r.progress.policy_version)
-            for g in groups for r in g.pending if r.progress is not None]
+    from a prefix that prefix again (its span with it), under the attempt it is dispatched
+    with now."""
+    return [RolloutProgress(RolloutRef(g.group_id, r.index, r.attempt, p.locator), p.tokens, p.turn,
+                            p.policy_version, p.since)
+            for g in groups for r in g.pending if (p := r.progress) is not None]
+
+
+def _sealed_again(gid: int, r: RecoveredRollout, attempt: int) -> RolloutSealed:
+    """The `rollout_sealed` that records kept rollout `r` of group `gid` (at `attempt`) again,
+    its span with it."""
+    since = r.policy_span[0] if r.policy_span is not None and r.policy_span[0] != r.policy_span[1] else None
+    return RolloutSealed([RolloutRef(gid, r.index, attempt, r.locator)], r.policy_version, since)
 
 
 def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,

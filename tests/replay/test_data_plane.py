@@ -22,7 +22,7 @@ from journal import Group, GroupRef, Journal, Owner, Reader, RolloutRef
 from replay import (InvalidLocator, LocalDataPlane, ObjectStoreDataPlane, RowConflict, RowsCorrupt,
                     RowsNotFound, RowsNotStorable, restore)
 from snapshot import DataPlane, compact, row_locators
-from snapshot.data_plane import cut_locators
+from snapshot.data_plane import cut_rows
 from tests.support import packs
 from tests.support.equality import deep_equal
 from tests.support.s3_support import S3, options
@@ -226,7 +226,7 @@ def test_a_cut_carries_the_rows_restore_needs_and_import_cut_brings_them_back(st
     lsn, rows = _journal_with_rows(path, store.dp)
     live = Reader(path).fold().live
     needed = sorted(loc for g in live.values() if g.owner in (Owner.REPLAY, Owner.ADMITTED)
-                    for loc in cut_locators(g))
+                    for loc, _ in cut_rows(g))
     assert len(needed) == 5   # plain, whole's two rollouts, half's attempt 1 (not attempt 0), half's prefix
     compact(path, at=lsn, into=cut, data_plane=store.dp, retention=None)
     assert sorted(os.listdir(os.path.join(cut, "data_plane"))) == needed
@@ -275,3 +275,25 @@ def test_save_refuses_to_leave_a_gap_and_import_refuses_other_or_damaged_rows(st
         fresh.import_cut(str(tmp_path / "cut"))
     assert list(fresh.locators()) == []
     assert fresh.import_cut(str(tmp_path / "nothing")) == 0
+
+
+def test_a_prefix_whose_row_was_reclaimed_is_left_out_of_a_cut(store, tmp_path):
+    """A trainer may reclaim a prefix's row the state at a checkpoint still names (superseded by
+    a newer one): the cut of that state leaves it out instead of failing, and a restore from the
+    cut alone regenerates the rollout, reporting the prefix lost."""
+    path, cut = str(tmp_path / "journal"), str(tmp_path / "ckpt" / "ownership")
+    j = Journal.open(path, sync="none")
+    (g,) = j.taken([GroupRef(idx=0)])
+    j.admitted([g], target_step=1, rollouts=1)
+    loc = store.dp.put_progress(g, 0, 0, 1, {"tokens": torch.arange(3)})
+    j.rollout_progress(RolloutRef(g, 0, 0, loc), tokens=3)
+    lsn = j.begin_checkpoint(step=1)
+    j.commit_checkpoint(step=1)
+    j.close()
+    store.dp.delete([loc])
+    compact(path, at=lsn, into=cut, data_plane=store.dp, retention=None)
+    assert loc not in os.listdir(os.path.join(cut, "data_plane"))
+    fresh = store.fresh("-node3")
+    fresh.import_cut(cut)
+    state = restore(cut, data_plane=fresh)
+    assert state.lost_progress == [(g, 0)] and state.admitted[0].rollouts[0].progress is None

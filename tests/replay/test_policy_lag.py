@@ -12,7 +12,8 @@ import warnings
 import pytest
 
 from journal import GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt
-from replay import LocalDataPlane, Session, SessionError, restore
+from replay import LocalDataPlane, Session, SessionError, restore, verify
+from snapshot import compact, read_cut
 from tests.support.replay_support import FakeDataPlane
 
 S = 5  # the restored checkpoint's step
@@ -217,3 +218,49 @@ def test_a_reissued_groups_work_on_the_dead_tail_is_kept_under_its_fresh_id(fast
             assert j.owner_of(w) == Owner.DROPPED and j.owner_of(back.group_id) == Owner.ADMITTED
             with pytest.raises(Exception, match=f"group {w}"):
                 j.rollout_sealed([RolloutRef(w, 2, 0, "late")])
+
+
+def test_work_continued_by_newer_weights_spans_every_version_that_made_it(fast_tmp):
+    """Rollout 0 holds a prefix by weights S at the checkpoint; the dead run continues it by S+1
+    and seals it by S+2. Rollout 1's prefixes after the checkpoint are by S+1, then S+2. With the
+    lag 2, the seal comes back spanning (S, S+2) and the prefix (S+1, S+2), lead 2 each; the
+    resume records the spans, so the state, a cut's tables and its state file keep them, and a
+    restore from the cut alone hands the seal back with its span."""
+    path, dp = str(fast_tmp / "j"), FakeDataPlane()
+    with Journal.open(path, sync="none") as j:
+        (g,) = j.taken([GroupRef(idx=0)], loader_state={"pos": 1})
+        j.admitted([g], target_step=S + 1, policy_version=S, rollouts=2)
+        j.rollout_progress(RolloutRef(g, 0, 0, dp.put("p0")), tokens=10, policy_version=S)
+        j.begin_checkpoint(step=S)
+        j.commit_checkpoint(step=S)
+        j.rollout_progress(RolloutRef(g, 0, 0, dp.put("p1")), tokens=20, policy_version=S + 1)
+        j.rollout_sealed([RolloutRef(g, 0, 0, dp.put("r0"))], policy_version=S + 2)
+        j.rollout_progress(RolloutRef(g, 1, 0, dp.put("q0")), tokens=5, policy_version=S + 1)
+        j.rollout_progress(RolloutRef(g, 1, 0, dp.put("q1")), tokens=9, policy_version=S + 2)
+        assert j.group(g).rollouts.since == (S, None) and j.group(g).rollouts.progress_of(1).since == S + 1
+    state = restore(path, data_plane=dp, salvage=True, max_policy_lag=2)
+    (back,) = state.admitted
+    r0, r1 = back.rollouts
+    assert (r0.sealed, r0.policy_span, r0.lead) == (True, (S, S + 2), 2)
+    assert (r1.progress.locator, r1.policy_span, r1.lead) == ("q1", (S + 1, S + 2), 2)
+    with Journal.open(path, sync="none", resume=state) as j:
+        resumed = j.group(g).rollouts
+        assert resumed.since == (S, None) and resumed.progress_of(1).since == S + 1
+    cut = str(fast_tmp / "cut")
+    compact(path, at="end", into=cut)
+    for tables in (True, False):   # the .pt tables, and the journal's state file
+        r = read_cut(cut, tables=tables).state.live[g].rollouts
+        assert r.since == (S, None) and r.progress_of(1).since == S + 1
+    assert restore(cut).admitted[0].rollouts[0].policy_span == (S, S + 2)
+    assert verify(path).clean
+
+
+def test_a_seal_may_say_which_older_weights_began_it(fast_tmp):
+    """A rollout generated across a weight update without a prefix (slime, AReaL): the seal's
+    since_version is kept when older than its version, ignored otherwise."""
+    with Journal.open(str(fast_tmp / "j"), sync="none") as j:
+        (g,) = j.taken([GroupRef(idx=0)])
+        j.admitted([g], target_step=1, rollouts=2)
+        j.rollout_sealed([RolloutRef(g, 0, 0, "a")], policy_version=7, since_version=5)
+        j.rollout_sealed([RolloutRef(g, 1, 0, "b")], policy_version=7, since_version=9)
+        assert j.group(g).rollouts.since == (5, None)

@@ -87,7 +87,7 @@ def test_each_table_names_its_own_format_and_nemo_rl_rejects_it(cut):
         assert table["format"] == fmt and table["format_version"] == SCHEMA_VERSION
         assert "schema_version" not in table
         assert not nemo_rl_accepts(table), f"NeMo-RL's loader would take {name} for its own"
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
 
 
 @pytest.mark.parametrize("mutate, words", [
@@ -109,12 +109,26 @@ def test_a_table_of_another_format_is_refused_naming_it(cut, mutate, words):
         restore(cut)
 
 
+def test_tables_of_schema_4_without_spans_still_read(cut):
+    """A cut of schema 4 (the last before policy spans): no since columns, nothing spans."""
+    want = restore(cut)
+    for name in TABLES:
+        def unspan(t):
+            del t["rollout_table"]["since_at"], t["rollout_table"]["since"]
+            t["format_version"] = 4
+        _rewrite(cut, name, unspan, manifest_schema=4)
+    got = restore(cut)
+    assert [(g.group_id, g.owner, g.rollouts) for g in got.groups] == \
+        [(g.group_id, g.owner, g.rollouts) for g in want.groups]
+    assert read_cut(cut).state.live[got.groups[1].group_id].rollouts is not None
+
+
 def test_tables_of_schema_3_without_progress_still_read(cut):
     """A cut of schema 3 (the last before progress): no progress_table, no rollout has progress."""
     want = restore(cut)
     for name in TABLES:
         def untable(t):
-            del t["progress_table"]
+            del t["progress_table"], t["rollout_table"]["since_at"], t["rollout_table"]["since"]
             t["format_version"] = 3
         _rewrite(cut, name, untable, manifest_schema=3)
     got = restore(cut)
@@ -133,7 +147,7 @@ def test_a_schema_3_table_with_an_unsealed_rollout_holding_a_locator_is_corrupt(
     cut = compact(path, at="end", retention=None).cut_path
 
     def untable(t):
-        del t["progress_table"]
+        del t["progress_table"], t["rollout_table"]["since_at"], t["rollout_table"]["since"]
         t["format_version"] = 3
     _rewrite(cut, "rollout_recovery.pt", untable, manifest_schema=3)
     assert read_cut(cut).state.live[g].rollouts.locators == (None, "dp/1")
@@ -148,7 +162,7 @@ def test_tables_written_before_the_tag_still_read(cut):
     _drop_state_file(cut)  # the tables are what is read
     for name in TABLES:
         def untag(t):
-            del t["format"], t["format_version"]
+            del t["format"], t["format_version"], t["rollout_table"]["since_at"], t["rollout_table"]["since"]
             t["schema_version"] = 2
         _rewrite(cut, name, untag, manifest_schema=2)
     got = restore(cut)

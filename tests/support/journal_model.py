@@ -5,8 +5,10 @@ id, the LSN and the checkpoint markers, with the transition table written out
 again. Tests compare the library (writer state, `Reader` folds) against it.
 
 Rollouts (groups admitted with rollouts=N) are a dict gid -> [attempts, {index: (locator,
-policy_version)} of the sealed ones], kept while the group is live; their prefixes a dict
-(gid, index) -> (locator, tokens, turn, policy_version) of the unsealed ones that hold one.
+policy_version, since)} of the sealed ones], kept while the group is live; their prefixes a dict
+(gid, index) -> (locator, tokens, turn, policy_version, since) of the unsealed ones that hold
+one. `since`: the oldest version of the tokens when older than `policy_version` (a prefix spans
+the one it supersedes; a seal the prefix it completes), else None.
 
 Events are plain tuples:
     ("taken", [gid, ...], loader_state_or_None)
@@ -14,9 +16,9 @@ Events are plain tuples:
     ("admitted", [gid, ...], replaces_or_None)      or, with rollouts=N,
     ("admitted", [gid, ...], replaces_or_None, N)
     ("finished", [gid, ...], locators_or_None)
-    ("sealed", [[gid, index, attempt, locator], ...], policy_version_or_None)
+    ("sealed", [[gid, index, attempt, locator], ...], policy_version_or_None[, since_version])
     ("failed", [[gid, index, attempt], ...])
-    ("progress", [gid, index, attempt, locator], tokens, turn_or_None, policy_version_or_None)
+    ("progress", [gid, index, attempt, locator], tokens, turn_or_None, policy_version_or_None[, since_version])
     ("begin" | "commit", step)
     ("identity", {key: fingerprint})                 (the run identity; moves no group)
     ("restored", point, step)                        (a restore's record; moves no group)
@@ -124,7 +126,7 @@ class Model:
         p = self.progress.get((gid, index))
         if p is None or self.owners.get(gid) != A:
             return None
-        p = Progress(*p[:3], _or(p[3], version))
+        p = Progress(*p[:3], _or(p[3], version), p[4])
         if p.policy_version is not None and (step is None or p.policy_version > step):
             return None
         return p
@@ -138,7 +140,7 @@ class Model:
             p = self.recovered_progress(g, i, step, (versions or {}).get(g))
             if p is not None:
                 out.append(RolloutProgress(RolloutRef(g, i, self.fenced_attempt(g, i, used), p.locator),
-                                           p.tokens, p.turn, p.policy_version))
+                                           p.tokens, p.turn, p.policy_version, p.since))
         return out
 
     def fence_rounds(self, used: dict) -> list[list[tuple[int, int, int]]]:
@@ -198,8 +200,8 @@ class Model:
         elif kind == "sealed":
             seen: set = set()
             for ref in ev[1]:
-                self._rollout(kind, ref, seen)[1][ref[1]] = (ref[3], ev[2])
-                self.progress.pop((ref[0], ref[1]), None)  # a seal ends the prefix
+                before = self.progress.pop((ref[0], ref[1]), None)  # a seal ends the prefix
+                self._rollout(kind, ref, seen)[1][ref[1]] = (ref[3], ev[2], _since(ev[2], ev[3:], before))
         elif kind == "failed":
             seen = set()
             for ref in ev[1]:
@@ -208,7 +210,8 @@ class Model:
         elif kind == "progress":
             ref = ev[1]
             self._rollout(kind, ref, set())
-            self.progress[(ref[0], ref[1])] = (ref[3], ev[2], ev[3], ev[4])  # the newer supersedes
+            before = self.progress.get((ref[0], ref[1]))  # the newer supersedes, spanning it
+            self.progress[(ref[0], ref[1])] = (ref[3], ev[2], ev[3], ev[4], _since(ev[4], ev[5:], before))
         elif kind == "begin":
             if ev[1] in self.committed:
                 raise Illegal("step already committed")
@@ -243,6 +246,14 @@ def _or(recorded, fallback):
     return recorded if recorded is not None else fallback
 
 
+def _since(newest, given: tuple, before: tuple | None):
+    """The oldest version below `newest` among `given` (an event's since_version, if it has
+    one) and the versions of `before`, the prefix the work extends; None when there is none."""
+    older = [*given, *((before[4], before[3]) if before is not None else ())]
+    older = [v for v in older if v is not None and newest is not None and v < newest]
+    return min(older) if older else None
+
+
 def events_of(commit) -> list[tuple]:
     """A journal `Commit` (as read from disk) in the model's vocabulary (loader state: the
     packed struct, not decoded)."""
@@ -264,13 +275,13 @@ def events_of(commit) -> list[tuple]:
             out.append(("discarded", list(ev.groups)))
         elif t is RolloutSealed:
             out.append(("sealed", [[r.group_id, r.index, r.attempt, r.locator] for r in ev.rollouts],
-                        ev.policy_version))
+                        ev.policy_version, *(() if ev.since_version is None else (ev.since_version,))))
         elif t is RolloutFailed:
             out.append(("failed", [[r.group_id, r.index, r.attempt] for r in ev.rollouts]))
         elif t is RolloutProgress:
             r = ev.rollout
             out.append(("progress", [r.group_id, r.index, r.attempt, r.locator], ev.tokens, ev.turn,
-                        ev.policy_version))
+                        ev.policy_version, *(() if ev.since_version is None else (ev.since_version,))))
         elif t is CheckpointBegun:
             out.append(("begin", ev.step))
         elif t is CheckpointCommitted:
@@ -327,8 +338,8 @@ def assert_state_matches(st, model: Model) -> None:
         attempts, sealed = model.rollouts[g]
         assert list(r.attempts) == attempts, f"group {g} attempts"
         assert {i for i in range(r.n) if r.is_sealed(i)} == set(sealed), f"group {g} sealed"
-        assert [(r.locators[i], r.versions[i]) for i in range(r.n)] == \
-            [sealed.get(i, (None, None)) for i in range(r.n)], f"group {g} locators and versions"
+        assert [(r.locators[i], r.versions[i], r.since_of(i)) for i in range(r.n)] == \
+            [sealed.get(i, (None, None, None)) for i in range(r.n)], f"group {g} locators, versions and spans"
         assert [r.progress_of(i) for i in range(r.n)] == \
             [Progress(*p) if (p := model.progress.get((g, i))) else None for i in range(r.n)], \
             f"group {g} prefixes"

@@ -44,8 +44,9 @@ class Facts:
     locator: str | None = None
     diverted: bool = False
     finished: tuple | None = None          # (pv, locator) of a `finished` on the dead tail
-    sealed: dict = field(default_factory=dict)  # index -> (pv, locator) of seals on the dead tail
+    sealed: dict = field(default_factory=dict)  # index -> (pv, locator, since) of seals on the dead tail
     progress: dict = field(default_factory=dict)  # index -> the tail's latest Progress no seal or failure ended
+    ended: set = field(default_factory=set)  # indices whose prefix at the point the tail ended
 
 
 @dataclass
@@ -136,10 +137,11 @@ class _Rules:
                 elif t is RolloutSealed or t is RolloutFailed:
                     for r in ev.rollouts:
                         if live.get(r.group_id) == A:
-                            _ended(self.facts[r.group_id], ev, r)
+                            _ended(self.facts[r.group_id], ev, r, self.at_point(r.group_id, r.index))
                 elif t is RolloutProgress:
-                    if live.get(ev.rollout.group_id) == A:
-                        _prefix(self.facts[ev.rollout.group_id], ev)
+                    r = ev.rollout
+                    if live.get(r.group_id) == A:
+                        _prefix(self.facts[r.group_id], ev, self.at_point(r.group_id, r.index))
                 elif t is Discarded:
                     self.dropped.update(ev.groups)
 
@@ -149,29 +151,30 @@ class _Rules:
         later = f.progress.get(index) if gid not in self.dropped else None
         if later is not None and self.usable((later.policy_version, later.locator)):
             return later
-        at = self.at.progress.get((gid, index))
-        if at is None:
-            return None
-        at = Progress(*at[:3], _version(at[3], f.pv))
-        if at.policy_version is not None and at.policy_version > self.bound or not self.has(at.locator):
+        at = self.at_point(gid, index)
+        if at is None or at.policy_version is not None and at.policy_version > self.bound or not self.has(at.locator):
             return None
         return at
+
+    def at_point(self, gid: int, index: int) -> Progress | None:
+        """The prefix rollout `index` of `gid` held at L (recorded without a version: its group's)."""
+        at = self.at.progress.get((gid, index))
+        return None if at is None else Progress(at[0], at[1], at[2], _version(at[3], self.facts[gid].pv), at[4])
 
     def live_group(self, gid: int, owner: Owner) -> None:
         f = self.facts[gid]
         rollouts = None
         if gid in self.at.rollouts:
             attempts, sealed = self.at.rollouts[gid]
-            rollouts = {i: [a, True, sealed[i][0], _version(sealed[i][1], f.pv)] if i in sealed else
-                        [a, False, None, None] for i, a in enumerate(attempts)}
-            for r in rollouts.values():
-                r.append(None)  # its prefix
+            # [attempt, sealed, locator, version, prefix, since]
+            rollouts = {i: [a, True, sealed[i][0], _version(sealed[i][1], f.pv), None, sealed[i][2]] if i in sealed
+                        else [a, False, None, None, None, None] for i, a in enumerate(attempts)}
         if owner == A and rollouts is not None:
             for i, r in rollouts.items():
                 entry = f.sealed.get(i)
                 if not r[1] and self.usable(entry) and gid not in self.dropped:
-                    r[1:4] = [True, entry[1], entry[0]]
-                    self.keep.append(RolloutSealed([RolloutRef(gid, i, r[0], entry[1])], entry[0]))
+                    r[1:4], r[5] = [True, entry[1], entry[0]], entry[2]
+                    self.keep.append(RolloutSealed([RolloutRef(gid, i, r[0], entry[1])], entry[0], entry[2]))
                 elif not r[1]:
                     r[4] = self.prefix(gid, i, f)
         if self.rows_lost(f, owner, rollouts):
@@ -201,11 +204,11 @@ class _Rules:
         self.demotions += [Discarded([old], ROWS_LOST),
                            Taken([TakenGroup(new, f.row.idx, f.row.task_name, f.row.epoch, f.row.fingerprint)]),
                            Admitted([new], f.target_step, f.pv, old, f.n)]
-        self.demotions += [RolloutSealed([RolloutRef(new, i, 0, r[2])], r[3]) for i, r in kept.items()]
+        self.demotions += [RolloutSealed([RolloutRef(new, i, 0, r[2])], r[3], r[5]) for i, r in kept.items()]
         self.out.owners[new] = A
         self.out.rollouts[new] = None if rollouts is None else {
-            i: [0, True, *kept[i][2:4], None] if i in kept else [0, False, None, None, None if r[1] else r[4]]
-            for i, r in rollouts.items()}
+            i: [0, True, *kept[i][2:4], None, kept[i][5]] if i in kept else
+            [0, False, None, None, None if r[1] else r[4], None] for i, r in rollouts.items()}
         self.demotions += _carried(new, self.out.rollouts[new])
 
     def reissue(self, admitted_ever: set) -> None:
@@ -241,16 +244,36 @@ def _version(recorded, admitted_by):
     return recorded if recorded is not None else admitted_by
 
 
-def _ended(f: Facts, ev, ref) -> None:
-    """A seal or a failure of the tail: it ends the rollout's prefix; a seal's result is kept."""
+def _before(f: Facts, index: int, at_point: Progress | None) -> Progress | None:
+    """The prefix a tail's event on rollout `index` extends: the tail's latest, else the one at
+    the point (`at_point`) unless the tail ended it."""
+    p = f.progress.get(index)
+    return p if p is not None or index in f.ended else at_point
+
+
+def _oldest(version, given, before: Progress | None):
+    """The oldest version below `version` among `given` and the span of `before` (None: none)."""
+    older = [v for v in (given, *((before.since, before.policy_version) if before is not None else ()))
+             if v is not None and version is not None and v < version]
+    return min(older) if older else None
+
+
+def _ended(f: Facts, ev, ref, at_point: Progress | None = None) -> None:
+    """A seal or a failure of the tail: it ends the rollout's prefix; a seal's result is kept,
+    spanning the prefix it completes."""
+    before = _before(f, ref.index, at_point)
     f.progress.pop(ref.index, None)
+    f.ended.add(ref.index)
     if type(ev) is RolloutSealed:
-        f.sealed[ref.index] = (_version(ev.policy_version, f.admitted_pv), ref.locator)
+        v = _version(ev.policy_version, f.admitted_pv)
+        f.sealed[ref.index] = (v, ref.locator, _oldest(v, ev.since_version, before))
 
 
-def _prefix(f: Facts, ev: RolloutProgress) -> None:
+def _prefix(f: Facts, ev: RolloutProgress, at_point: Progress | None = None) -> None:
     r = ev.rollout
-    f.progress[r.index] = Progress(r.locator, ev.tokens, ev.turn, _version(ev.policy_version, f.admitted_pv))
+    v = _version(ev.policy_version, f.admitted_pv)
+    f.progress[r.index] = Progress(r.locator, ev.tokens, ev.turn, v,
+                                   _oldest(v, ev.since_version, _before(f, r.index, at_point)))
 
 
 def _follow_event(work: dict, alias: dict, ev) -> None:
@@ -282,14 +305,14 @@ def follow(rules: "_Rules", out: Expected, f: Facts, gid: int, rep) -> list:
     if f.n is not None:
         kept = {i: f.sealed[i] for i in range(f.n) if rules.usable(f.sealed.get(i))}
         prefixes = {i: p for i, p in f.progress.items() if rules.usable((p.policy_version, p.locator))}
-        out.rollouts[gid] = {i: [0, True, *kept[i][::-1], None] if i in kept else
-                             [0, False, None, None, prefixes.get(i)] for i in range(f.n)}
+        out.rollouts[gid] = {i: [0, True, kept[i][1], kept[i][0], None, kept[i][2]] if i in kept else
+                             [0, False, None, None, prefixes.get(i), None] for i in range(f.n)}
         owner = P if len(kept) == f.n else A
     elif rules.usable(f.finished):
         owner, (pv, loc) = P, f.finished
     out.owners[gid] = owner
     events = [Admitted([gid], f.target_step, pv, rep, f.n)]
-    events += [RolloutSealed([RolloutRef(gid, i, 0, r[2])], r[3])
+    events += [RolloutSealed([RolloutRef(gid, i, 0, r[2])], r[3], r[5])
                for i, r in (out.rollouts[gid] or {}).items() if r[1]]
     events += _carried(gid, out.rollouts[gid])
     if owner == P:
@@ -299,7 +322,8 @@ def follow(rules: "_Rules", out: Expected, f: Facts, gid: int, rep) -> list:
 
 def _carried(gid: int, rollouts: dict | None) -> list:
     """The prefixes a resume records again for `gid`'s pending rollouts, under their attempt."""
-    return [RolloutProgress(RolloutRef(gid, i, r[0], r[4].locator), r[4].tokens, r[4].turn, r[4].policy_version)
+    return [RolloutProgress(RolloutRef(gid, i, r[0], r[4].locator), r[4].tokens, r[4].turn, r[4].policy_version,
+                            r[4].since)
             for i, r in sorted((rollouts or {}).items()) if not r[1] and r[4] is not None]
 
 
@@ -393,6 +417,6 @@ def expected_recovery(at: Model, commits: list, point: int, step: int, has, used
     out.loader, out.has_loader = at.loader, at.has_loader
     _adopt(rules, set(rules.facts))
     for gid, rollouts in out.rollouts.items():
-        if rollouts is not None:
-            out.rollouts[gid] = [(i, *r) for i, r in sorted(rollouts.items())]
+        if rollouts is not None:  # without the spans (r[5]), which the first commit carries
+            out.rollouts[gid] = [(i, *r[:5]) for i, r in sorted(rollouts.items())]
     return out
