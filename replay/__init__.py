@@ -32,11 +32,13 @@ from .reports import AuditReport, NotAJournal, VerifyReport
 from .restore import restore
 from .rescue import RescueReport, rescue
 from .verify import verify
-from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutWork, Session,
-                      SessionError, Work, durable_file)
+from .session import (AsyncSession, BatchMismatch, BatchShapeError, CheckpointUnsaved, LoadWeightsFailed,
+                      RolloutWork, RowOutOfRange, RowsRegeneratedWarning, Session, SessionError,
+                      StepBeforeCheckpoint, TakenTwice, Work, durable_file)
 
 __all__ = [
     "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
+    "RowOutOfRange", "BatchMismatch", "TakenTwice", "StepBeforeCheckpoint", "CheckpointUnsaved", "RowsRegeneratedWarning",
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "Progress", "fingerprint",
     "verify", "VerifyReport", "audit", "AuditReport",
     "NotAJournal", "rescue", "RescueReport",

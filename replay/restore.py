@@ -360,7 +360,7 @@ def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, result.fold_state.dataset_size,
-                                               result.fold_state.row_sample, on_row_changed)
+                                               result.fold_state.row_sample, on_row_changed, collate_fn)
     return result
 
 

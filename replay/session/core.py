@@ -32,29 +32,21 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from journal import GroupRef, Journal, JournalWarning, Owner, RolloutEnded, RolloutRef, StaleAttempt, Transaction
+from journal import Journal, JournalWarning, Owner, RolloutEnded, RolloutRef, StaleAttempt, Transaction
 from journal.reader import list_segments
-from journal.fingerprint import fingerprint
 from journal.replica.store import Location
 from snapshot import BackgroundCompactor
 from snapshot.data_plane import prefix_locators, row_locators
 
 from ..recovered_state import RecoveredState
 from ..restore import restore
-from .batch import Key, rows_of
+from .batch import Key
+from .errors import LoadWeightsFailed, SessionError
 from .stats import MeasuredFileSystem
+from .takes import Takes
 from .work import RolloutWork, Work, resume_work
 
 Fill = Callable[[Transaction], Any]
-
-
-class SessionError(ValueError):
-    """A session call that cannot be made as asked (what is missing, and how to give it)."""
-
-
-class LoadWeightsFailed(SessionError):
-    """`load_weights(step)` raised while a session opened: the restored checkpoint's weights
-    could not be loaded, so nothing was resumed (the journal was not opened)."""
 
 
 def _holds_history(journal_dir: str) -> bool:
@@ -113,13 +105,14 @@ class Core:
     """The session's state beside the journal: the loader pass, the rows to reclaim, what the
     restore handed back. Subclasses run the commits (`Session`, `AsyncSession`)."""
 
-    def __init__(self, opened: Opened, *, dataset, loader, data_plane, key: Key | None,
+    def __init__(self, opened: Opened, *, dataset, loader, collate_fn, data_plane, key: Key | None,
                  compact_every: int | None):
         self.journal: Journal = opened.journal
         self.restored: RecoveredState = opened.state
         self.step: int | None = opened.state.step
         self.epoch: int = opened.state.loader_epoch or 0
-        self.dataset, self.loader, self.data_plane, self.key = dataset, loader, data_plane, key
+        self.dataset, self.loader, self.data_plane = dataset, loader, data_plane
+        self.takes = Takes(dataset, collate_fn, key)
         self._fs = opened.fs
         self._lsn_at_open = self.journal.lsn
         self.resume_work: list[Work] = resume_work(opened.state)
@@ -154,8 +147,8 @@ class Core:
                               **options)
         self = object.__new__(cls)
         try:
-            Core.__init__(self, opened, dataset=dataset, loader=loader, data_plane=data_plane,
-                          key=key, compact_every=compact_every)
+            Core.__init__(self, opened, dataset=dataset, loader=loader, collate_fn=options["collate_fn"],
+                          data_plane=data_plane, key=key, compact_every=compact_every)
             self._reclaimed += self.sweep()
         except BaseException:
             opened.journal.close()
@@ -198,17 +191,17 @@ class Core:
 
     def take_fill(self, batch: Any, divert: bool) -> Fill:
         """`taken` of the batch's rows (with the loader state after the batch, the epoch, the
-        rows' fingerprints and the dataset size), diverted into the reserve with `divert`."""
-        rows = rows_of(batch, self.key)
-        ds = self.dataset
-        refs = [GroupRef(idx=idx, task_name=task, epoch=self.epoch,
-                         fingerprint=fingerprint(ds[idx]) if ds is not None else None)
-                for idx, task in rows]
+        prompts' fingerprints and the dataset size: `takes.py`, which refuses what it says),
+        diverted into the reserve with `divert`."""
+        refs = self.takes.refs(batch, self.epoch)
         loader_state = self.loader.state_dict() if self.loader is not None else None
+        ds = self.dataset
         size = len(ds) if ds is not None and hasattr(ds, "__len__") else None
 
         def fill(tx: Transaction) -> list[int]:
+            self.takes.live.refuse_retaken(self.journal, refs)
             gids = tx.taken(refs, loader_state=loader_state, dataset_size=size)
+            self.takes.live.note(refs, gids)
             if divert:
                 tx.diverted(gids)
             return gids
