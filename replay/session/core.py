@@ -41,7 +41,7 @@ from snapshot.data_plane import prefix_locators, row_locators
 from ..recovered_state import RecoveredState
 from ..restore import restore
 from .batch import Key
-from .errors import LoadWeightsFailed, SessionError
+from .errors import CheckpointUnsaved, LoadWeightsFailed, SessionError, StepBeforeCheckpoint
 from .stats import MeasuredFileSystem
 from .takes import Takes
 from .work import RolloutWork, Work, resume_work
@@ -97,7 +97,6 @@ class Begun:
     step: int
     lsn: int
     rows: list[str]
-    trained_since: bool = False
     prefixes: frozenset = frozenset()  # the prefixes held when it began (pinned once it commits)
 
 
@@ -128,6 +127,10 @@ class Core:
         self._compaction_error: str | None = None
         self._closed_stats: dict | None = None  # what `stats()` returned when the session closed
         self._unsaved: Begun | None = None  # the begun checkpoint whose save() failed
+        # the begin LSN of the checkpoint of `step` (restored, or committed since), and whether
+        # groups were trained since it committed (then its weights are no longer the trainer's)
+        self._step_lsn: int | None = opened.state.lsn if self.step is not None else None
+        self._trained_since = False
         # the prefix each unsealed rollout holds now, group -> index -> locator (guarded by
         # the reclaim lock), the parts each attempt used, and the prefixes a restore may hand
         # back (see the module docstring)
@@ -313,26 +316,45 @@ class Core:
         with self._reclaim_lock:
             self._reclaim = rows + self._reclaim
 
+    def committed_again(self, step: int) -> int | None:
+        """The begin LSN of the checkpoint of `step` when it is the one committed last (or
+        restored) and nothing was trained since: `checkpoint(step)` then has nothing to save, as
+        a run's final checkpoint called again after a restart. None otherwise."""
+        return self._step_lsn if step == self.step and not self._trained_since else None
+
     def retry_of(self, step: int) -> "Begun | None":
-        """The begun checkpoint whose `save()` failed, when `checkpoint(step)` saves it again:
-        the same step, with nothing trained since (the weights still match its state). None
-        when no save failed. Any other checkpoint cannot commit in this process (the journal
-        refuses a begin while one is uncommitted): SessionError."""
+        """The begun checkpoint whose `save()` failed, when `checkpoint(step)` saves it again
+        (nothing can be trained meanwhile: `check_trained`); None when no save failed. Another
+        checkpoint cannot begin while that one is uncommitted: `CheckpointUnsaved`."""
         b = self._unsaved
-        if b is None or (b.step == step and not b.trained_since):
+        if b is None or b.step == step:
             return b
-        why = ("groups were trained since, so the weights no longer match its state"
-               if b.trained_since else f"checkpoint({step}) is another step")
-        raise SessionError(f"journal {self.journal.path}: the step-{b.step} checkpoint begun at LSN "
-                           f"{b.lsn} failed to save and {why}: no checkpoint can commit in this "
-                           f"process. Restart the trainer (it restores the last committed checkpoint)")
+        raise CheckpointUnsaved(f"checkpoint({step}) in journal {self.journal.path}: {self._unsaved_now()}")
+
+    def _unsaved_now(self) -> str:
+        b = self._unsaved
+        restored = f"step {self.step}" if self.step is not None else "the empty state"
+        return (f"the step-{b.step} checkpoint begun at LSN {b.lsn} failed to save, and nothing else can "
+                f"commit before it: call s.checkpoint({b.step}, save=...) again (it saves and commits that "
+                f"checkpoint), or restart the trainer (it restores the last committed checkpoint, {restored})")
 
     def save_failed(self, begun: "Begun") -> None:
         self._unsaved = begun
 
-    def note_trained(self) -> None:
+    def check_trained(self, step: int) -> None:
+        """Refuse `trained(step=step)` (nothing written) while a begun checkpoint's save()
+        failed (it must commit with the weights it was begun for), and for a step below the
+        committed checkpoint's (whose weights cannot hold a later training step)."""
         if self._unsaved is not None:
-            self._unsaved.trained_since = True
+            raise CheckpointUnsaved(f"trained(step={step}) in journal {self.journal.path}: {self._unsaved_now()}")
+        if self.step is not None and step < self.step:
+            raise StepBeforeCheckpoint(
+                f"trained(step={step}) in journal {self.journal.path}: the checkpoint of step {self.step} is "
+                f"committed, and a training step after it is a later one: pass the step this update "
+                f"makes, above {self.step} (a restarted trainer counts on from s.step)")
+
+    def note_trained(self) -> None:
+        self._trained_since = True
 
     def sweep(self) -> int:
         """Delete the rows that the journal's live state does not name (at open, before any
@@ -344,11 +366,11 @@ class Core:
         gone = [loc for loc in dp.locators() if loc not in keep]
         return dp.delete(gone) if gone else 0
 
-    def after_checkpoint(self, step: int) -> None:
-        """A committed checkpoint: the step, the rows it frees are gone, and once `compact_every` checkpoints passed since
+    def after_checkpoint(self, step: int, lsn: int) -> None:
+        """A committed checkpoint (begun at `lsn`): the step, the rows it frees are gone, and once `compact_every` checkpoints passed since
         the last compaction began, a compaction in the background (retiring the segments the
         cut covers); one at a time, the next as soon as the last finished."""
-        self.step, self._unsaved = step, None
+        self.step, self._step_lsn, self._unsaved, self._trained_since = step, lsn, None, False
         self._checkpoints += 1
         if self._compactor is None or self._checkpoints - self._compacted_at < self._compact_every:
             return
@@ -383,14 +405,22 @@ class Core:
 
     # -- batches and stats ---------------------------------------------------------------------
 
-    def batches(self):
+    def batches(self, epochs: int | None = None):
         """The loader's batches, pass after pass from where the restore left it, counting the
-        passes (`epoch`, recorded with every `take`). Ends only when two passes in a row yield
-        nothing (an empty dataset)."""
+        passes (`epoch`, recorded with every `take`). `epochs=N` ends them once `epoch` reaches
+        N: passes count from the run's start, so after a restart they go on to the end of the
+        same N (a run that finished yields none). Without it they never end (but for a loader
+        that yields nothing two passes in a row): end the run by a step count of your own."""
         if self.loader is None:
             raise SessionError("batches() needs the loader: pass Session.open(..., loader=dl)")
+        if epochs is not None and (type(epochs) is not int or epochs < 0):
+            raise SessionError(f"batches(epochs={epochs!r}): the number of passes over the loader the run "
+                               "makes (an int >= 0), or None for no end")
+        return self._passes(epochs)
+
+    def _passes(self, epochs: int | None):
         empty = 0
-        while empty < 2:
+        while empty < 2 and (epochs is None or self.epoch < epochs):
             yielded = False
             for batch in self.loader:
                 yielded = True

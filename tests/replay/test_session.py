@@ -13,7 +13,7 @@ import torch
 
 from journal import GroupRef, Journal, JournalWarning, Owner, OwnershipError, Reader, StaleAttempt
 from journal.events import Finished, RolloutSealed
-from replay import (BatchShapeError, LoadWeightsFailed, LocalDataPlane, NothingToRestore, Session,
+from replay import (BatchShapeError, CheckpointUnsaved, LoadWeightsFailed, LocalDataPlane, NothingToRestore, Session,
                     SessionError, audit, restore)
 
 from examples.loader import stateful_loader
@@ -273,7 +273,7 @@ def test_a_failed_save_leaves_the_checkpoint_uncommitted_and_its_rows(fast_tmp):
         assert [len(s.rows(g)) for g in gids] == [2, 2]
 
 
-def test_a_failed_save_is_saved_again_and_committed_unless_training_went_on(fast_tmp):
+def test_a_failed_save_is_saved_again_and_committed_and_training_waits_for_it(fast_tmp):
     run = Run(fast_tmp)
     with run.open() as s:
         batches = s.batches()
@@ -292,9 +292,8 @@ def test_a_failed_save_is_saved_again_and_committed_unless_training_went_on(fast
         _step(s, batches, 2)
         with pytest.raises(OSError):
             s.checkpoint(2, save=lambda: (_ for _ in ()).throw(OSError("again")))
-        _step(s, batches, 3)   # training went on: the step-2 begin can never match the weights
-        with pytest.raises(SessionError, match="trained since"):
-            s.checkpoint(2, save=lambda: None)
+        with pytest.raises(CheckpointUnsaved, match=r"trained\(step=3\)"):
+            _step(s, batches, 3)   # training on would leave the step-2 begin unable to match the weights
     with run.open() as s:
         assert s.step == 1 and s.restored.lsn == lsn
 
