@@ -43,7 +43,7 @@ from snapshot.data_plane import prefix_locators, row_locators
 from ..recovered_state import RecoveredState
 from ..restore import restore
 from .batch import Key
-from .errors import CheckpointUnsaved, LoadWeightsFailed, SessionError, StepBeforeCheckpoint
+from .errors import CheckpointUnsaved, LoadWeightsFailed, RowsRegeneratedWarning, SessionError, StepBeforeCheckpoint
 from .stats import MeasuredFileSystem
 from .takes import Takes
 from .work import RolloutWork, Work, resume_work
@@ -76,6 +76,7 @@ def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, l
                     salvage=salvage and data_plane is not None, must_exist=must_exist,
                     on_row_changed=on_row_changed, identity=identity,
                     on_identity_changed=on_identity_changed)
+    _warn_regenerated(local, state, data_plane)
     if state.step is not None and load_weights is not None:
         try:
             load_weights(state.step)
@@ -90,6 +91,29 @@ def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, l
     fs = MeasuredFileSystem()
     j = Journal.open(local, resume=state, sync=sync, fs=fs, replica=replica, identity=identity)
     return Opened(j, state, fs)
+
+
+def _shown(items: list) -> str:
+    return ", ".join(map(str, items[:8])) + (f", ... ({len(items)} in all)" if len(items) > 8 else "")
+
+
+def _warn_regenerated(journal_dir: str, state: RecoveredState, data_plane) -> None:
+    """A warning naming the work a restore hands back to generate again because the data plane
+    no longer has its rows (a session deletes only rows no restore can need: something else
+    deleted these)."""
+    groups = [f"{g.replaces}->{g.group_id} (idx {g.idx})" for g in state.demoted]
+    rollouts, prefixes = state.lost_rollouts, state.lost_progress
+    if not (groups or rollouts or prefixes):
+        return
+    lost = ([f"finished groups old->new id {_shown(groups)}"] if groups else []) \
+        + ([f"sealed rollouts (group, index) {_shown(rollouts)}"] if rollouts else []) \
+        + ([f"prefixes (group, index) {_shown(prefixes)}"] if prefixes else [])
+    warnings.warn(RowsRegeneratedWarning(
+        f"journal {journal_dir}: the data plane {data_plane!r} no longer has rows the restored step "
+        f"{state.step} names: {'; '.join(lost)}. Their work is generated again (resume_work lists those "
+        "groups as \"generate\"); nothing is lost or trained twice. A session deletes only rows no "
+        "restore can need: check what else deletes files in the data plane (another trainer or a "
+        "cleanup job on the same rows)"), stacklevel=4)
 
 
 @dataclass
