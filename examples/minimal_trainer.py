@@ -15,10 +15,10 @@ import os
 import random
 
 import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from replay import LocalDataPlane, Session, durable_file
 
-from .loader import stateful_loader
 
 BATCH, ROLLOUTS, CKPT_EVERY, FAILURE_RATE, LR = 4, 4, 5, 0.05, 0.005
 # your dataset: any map-style dataset whose dataset[idx] is the same row in every process
@@ -60,7 +60,7 @@ def save_weights(run_dir, model, step):   # durably, for the checkpoint of `step
 
 def open_session(run_dir, model, session=Session):   # an AsyncSession's open is awaited
     """1. Open: restore the latest committed checkpoint, its weights and the loader position."""
-    loader = stateful_loader(DATASET, batch_size=BATCH, shuffle=True, collate_fn=collate,
+    loader = StatefulDataLoader(DATASET, batch_size=BATCH, shuffle=True, collate_fn=collate,
                              generator=torch.Generator().manual_seed(0))
     return session.open(os.path.join(run_dir, "journal"), dataset=DATASET, loader=loader,
                         collate_fn=collate, data_plane=LocalDataPlane(os.path.join(run_dir, "rows")),

@@ -168,7 +168,8 @@ def _first_start(where: str, why: str, must_exist: bool) -> None:
                                f"check the path; a first start restores without must_exist=True")
     warnings.warn(FirstStartWarning(
         f"{where}: {why}: a first start, from the empty state. If this run continues an earlier "
-        f"one, check the path (restore(..., must_exist=True) makes this an error)"), stacklevel=3)
+        f"one, check the path (Session.open(..., must_exist=True), or restore's, makes this an "
+        f"error)"), stacklevel=3)
 
 
 def _warn_damaged_cuts(result: RecoveredState) -> None:

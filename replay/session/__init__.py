@@ -6,6 +6,7 @@ state, and continues the journal; `resume_work` lists what was in flight; `take`
 weights to the journal, reclaims rows and compacts. `AsyncSession` is the same over asyncio.
 """
 
+from . import silenced  # noqa: F401  (torchdata's deprecation noise, in every trainer process)
 from .aio import AsyncSession
 from .batch import BatchShapeError
 from .errors import (BatchMismatch, CheckpointUnsaved, LoadWeightsFailed, RowOutOfRange, RowsRegeneratedWarning,

@@ -10,13 +10,13 @@ import warnings
 
 import pytest
 import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from journal import GroupRef, Journal, JournalWarning, Owner, OwnershipError, Reader, StaleAttempt
 from journal.events import Finished, RolloutSealed
 from replay import (BatchShapeError, CheckpointUnsaved, LoadWeightsFailed, LocalDataPlane, NothingToRestore, Session,
                     SessionError, audit, restore)
 
-from examples.loader import stateful_loader
 
 DATASET = [{"idx": i, "task_name": ("a", "b")[i % 2], "x": float(i)} for i in range(10)]
 
@@ -35,7 +35,7 @@ class Run:
         self.loaded: list[int] = []
 
     def open(self, **kw) -> Session:
-        self.loader = stateful_loader(DATASET, batch_size=self.batch_size, collate_fn=collate)
+        self.loader = StatefulDataLoader(DATASET, batch_size=self.batch_size, collate_fn=collate)
         opts = dict(dataset=DATASET, loader=self.loader, collate_fn=collate,
                     data_plane=LocalDataPlane(self.rows), load_weights=self.loaded.append)
         with warnings.catch_warnings():

@@ -13,11 +13,11 @@ import warnings
 
 import pytest
 import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from journal import JournalError, JournalWarning, layout
 from replay import LocalDataPlane, Session, audit, durable_file
 
-from examples.loader import stateful_loader
 from tests.replay.test_session import DATASET, _generate_batch, _step, collate
 from tests.support.faultfs import FaultFS
 
@@ -30,7 +30,7 @@ def _open(run: str, model: torch.nn.Module, **kw) -> Session:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JournalWarning)  # the first start says so
         return Session.open(os.path.join(run, "journal"), dataset=DATASET, collate_fn=collate,
-                            loader=stateful_loader(DATASET, batch_size=2, collate_fn=collate),
+                            loader=StatefulDataLoader(DATASET, batch_size=2, collate_fn=collate),
                             data_plane=LocalDataPlane(os.path.join(run, "rows")), load_weights=load, **kw)
 
 

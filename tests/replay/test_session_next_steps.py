@@ -14,11 +14,11 @@ import subprocess
 import warnings
 
 import pytest
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from journal import JournalCorrupt, JournalWarning, Reader, Taken
 from replay import LocalDataPlane, RowChanged, RowChangedWarning, RowsRegeneratedWarning, Session, audit
 
-from examples.loader import stateful_loader
 from tests.replay.test_rescue import _flip
 from tests.replay.test_session import DATASET, _generate, _step, collate
 from tests.support.cli_run import cli
@@ -26,7 +26,7 @@ from tests.support.cli_run import cli
 
 def _open(root, dataset=DATASET, **kw) -> Session:
     """The trainer's `Session.open` on the run in `root`, over `dataset`."""
-    loader = stateful_loader(dataset, batch_size=2, collate_fn=collate)
+    loader = StatefulDataLoader(dataset, batch_size=2, collate_fn=collate)
     return Session.open(str(root / "journal"), dataset=dataset, loader=loader, collate_fn=collate,
                         data_plane=LocalDataPlane(str(root / "rows")), **kw)
 
@@ -87,7 +87,7 @@ def test_rows_the_data_plane_lost_are_regenerated_with_a_warning_naming_them(fas
         os.unlink(pack)   # something deleted the data plane's files
     with pytest.warns(RowsRegeneratedWarning) as caught:
         s = _open(fast_tmp)
-    message = str(caught[0].message)
+    (message,) = [str(w.message) for w in caught if w.category is RowsRegeneratedWarning]
     assert str(fast_tmp / "rows") in message and "generated again" in message
     with s:
         again = [w for w in s.resume_work if w.kind == "generate"]
