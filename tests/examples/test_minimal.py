@@ -131,19 +131,61 @@ def test_minimal_trainer_rerun_after_the_end_changes_nothing(fast_tmp):
     assert minimal_trainer.weights_path(str(run_dir), 12) in r.stderr
 
 
-def test_readme_opening_snippet_runs_on_a_first_start_and_a_restart(fast_tmp):
-    """Every name the README's first code block uses is defined: it runs as it is, twice."""
+def _readme_snippet(directory) -> str:
+    """The README's first code block, written into `directory` as snippet.py."""
     readme = open(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "README.md")).read()
     snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    (fast_tmp / "snippet.py").write_text(snippet)
+    (directory / "snippet.py").write_text(snippet)
+    return str(directory / "snippet.py")
+
+
+def _snippet_audit(directory) -> dict:
+    totals = cli_json("audit", str(directory / "run" / "journal"))["totals"]
+    assert totals["trained_more_count"] == 0 and totals["lost_count"] == 0, totals
+    return totals
+
+
+SNIPPET_ROWS = 8 * 2   # its dataset's 8 rows, in each of its 2 passes
+
+
+def test_readme_opening_snippet_runs_on_a_first_start_and_a_restart(fast_tmp):
+    """Every name the README's first code block uses is defined: it runs as it is, twice. The
+    first run trains both passes and checkpoints its last step; the restart restores that step,
+    takes nothing more and calls the final checkpoint again."""
+    snippet = _readme_snippet(fast_tmp)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    warned = []
+    warned, restored = [], []
     for _ in range(2):
-        r = subprocess.run([sys.executable, "snippet.py"], cwd=fast_tmp, capture_output=True, text=True,
+        r = subprocess.run([sys.executable, snippet], cwd=fast_tmp, capture_output=True, text=True,
                            env=env, timeout=120)
         assert r.returncode == 0, r.stderr[-3000:]
-        warned.append("FirstStartWarning" in r.stderr and "first start" in r.stderr)
+        warned.append("FirstStartWarning" in r.stderr and str(fast_tmp / "run" / "journal") in r.stderr)
+        restored.append(r.stdout.splitlines()[0])
     assert warned == [True, False]   # the first start says so; the restart restores quietly
-    totals = cli_json("audit", str(fast_tmp / "run" / "journal"))["totals"]
-    # the restart went on with the loader's next batch: two batches of two, each trained once
-    assert totals["rows_taken"] == 4 and totals["trained_once"] == 4, totals
+    assert restored[0].startswith("restored: {'step': None") and restored[1].startswith("restored: {'step': 8,")
+    totals = _snippet_audit(fast_tmp)
+    assert totals["rows_taken"] == SNIPPET_ROWS and totals["trained_once"] == SNIPPET_ROWS, totals
+
+
+def test_readme_opening_snippet_killed_after_each_open_goes_on_exactly_once(fast_tmp):
+    """The snippet SIGKILLed a moment after it reports its restore (the moment its kill window
+    starts: docs/testing.md), twice, then run to its end: every row of both passes is
+    trained once."""
+    snippet = _readme_snippet(fast_tmp)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    rng = random.Random("readme-snippet-kills")
+    killed = 0
+    with open(fast_tmp / "stderr.log", "w") as stderr:
+        for delay in [rng.uniform(0.0, 1.2) for _ in range(2)] + [None]:
+            proc = subprocess.Popen([sys.executable, snippet], cwd=fast_tmp, stdout=subprocess.PIPE,
+                                    stderr=stderr, text=True, env=env)
+            assert proc.stdout.readline().startswith("restored: ")   # Session.open returned
+            if delay is not None:
+                time.sleep(delay)
+                proc.send_signal(signal.SIGKILL)
+            rc = proc.wait(120)
+            proc.stdout.close()
+            killed += rc == -signal.SIGKILL
+    assert rc == 0 and killed >= 1
+    totals = _snippet_audit(fast_tmp)
+    assert totals["trained_once"] == SNIPPET_ROWS, totals
