@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from journal import CheckpointBegun, Reader
 from tests.support.cli_run import cli_json
 from examples import minimal_trainer
 
@@ -129,6 +130,31 @@ def test_minimal_trainer_rerun_after_the_end_changes_nothing(fast_tmp):
     assert r.returncode == 1, r.stderr[-3000:]
     assert "LoadWeightsFailed" in r.stderr and "committed checkpoint of step 12" in r.stderr
     assert minimal_trainer.weights_path(str(run_dir), 12) in r.stderr
+
+
+def test_a_kill_at_the_announced_checkpoint_save_lands_after_its_begin_and_resumes_cleanly(fast_tmp):
+    """The trainer prints `checkpoint N saving` inside a checkpoint (docs/testing.md: kill at the
+    moments a trainer announces): SIGKILLed on reading it, the checkpoint was begun, and the
+    restart resumes at it (its commit won the race) or at the one before, then finishes; every
+    step trained one full batch, none twice."""
+    run_dir = fast_tmp / "run"
+    cmd = [sys.executable, "-m", "examples.minimal_trainer", str(run_dir), "--steps", "15"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in proc.stdout:
+        if line.strip() == f"checkpoint {2 * minimal_trainer.CKPT_EVERY} saving":
+            proc.send_signal(signal.SIGKILL)
+            break
+    assert proc.wait(120) == -signal.SIGKILL
+    proc.stdout.close()
+    begun = {ev.step for r in Reader(str(run_dir / "journal")).records() for ev in r.commit.events
+             if type(ev) is CheckpointBegun}
+    assert 2 * minimal_trainer.CKPT_EVERY in begun
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    resumed = int(r.stdout.split()[3])
+    assert resumed in (minimal_trainer.CKPT_EVERY, 2 * minimal_trainer.CKPT_EVERY), r.stdout[:200]
+    totals = cli_json("audit", str(run_dir / "journal"))["totals"]
+    assert totals["trained_more_count"] == 0 and totals["trained_once"] == 15 * minimal_trainer.BATCH, totals
 
 
 def _readme_snippet(directory) -> str:
