@@ -125,23 +125,12 @@ def _marks_cell(step: int, marks: list[dict]) -> str:
 
 
 def _restores_text(restores: list[dict], where: str) -> str:
-    """`restore<where> -> timeline T`, or for several `N restores<where> -> timelines A-B, C`:
-    each restore counted, its timeline in a range."""
-    timelines = _ranges(sorted(m["timeline"] for m in restores))
+    """`restore<where> -> timeline T`, or for several `N restores<where> -> timelines A-B,C`:
+    each restore counted, every timeline listed (in runs)."""
+    timelines = render.id_list(sorted(m["timeline"] for m in restores), limit=len(restores))
     if len(restores) == 1:
         return f"restore{where} -> timeline {timelines}"
     return f"{len(restores)} restores{where} -> timelines {timelines}"
-
-
-def _ranges(numbers: list[int]) -> str:
-    """`2-7, 9` for [2, 3, 4, 5, 6, 7, 9]."""
-    runs: list[list[int]] = []
-    for n in numbers:
-        if runs and n == runs[-1][1] + 1:
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
-    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def run(args) -> int:

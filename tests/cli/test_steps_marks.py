@@ -88,9 +88,9 @@ def _checkpoints_in(cell: str) -> int:
 
 
 def _expand(ranges: str) -> list[int]:
-    """[2, 3, 4, 9] for `2-4, 9`."""
+    """[2, 3, 4, 9] for `2-4,9`."""
     out = []
-    for part in ranges.split(", "):
+    for part in ranges.split(","):
         a, _, b = part.partition("-")
         out += range(int(a), int(b or a) + 1)
     return out
@@ -106,7 +106,7 @@ def test_every_mark_is_in_exactly_one_shown_row(steps, every, raw_marks):
               for i, (kind, step) in enumerate(raw_marks)]
     cells = steps_command.mark_texts(shown, marked)
     assert len(cells) == len(shown)
-    timelines = [t for cell in cells for found in re.findall(r"-> timelines? (\d+(?:-\d+)?(?:, \d+(?:-\d+)?)*)", cell)
+    timelines = [t for cell in cells for found in re.findall(r"-> timelines? (\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)", cell)
                  for t in _expand(found)]
     assert sorted(timelines) == sorted(m["timeline"] for m in marked if m["kind"] == "restore")
     counted = sum(int(n or 1) for cell in cells for n in re.findall(r"(?:^|, )(\d+ )?restores? ", cell))

@@ -16,6 +16,14 @@ from tests.replay.test_session import DATASET, Run, _generate_batch, _step
 PER_EPOCH = len(DATASET) // 2   # batches of two
 
 
+def refused(s, error: type, match: str, call):
+    """`call()` raises `error` (its message matching `match`) and writes nothing."""
+    lsn = s.journal.lsn
+    with pytest.raises(error, match=match):
+        call()
+    assert s.journal.lsn == lsn
+
+
 def test_batches_ends_after_the_epochs_asked_for_counted_from_the_runs_start(fast_tmp):
     run = Run(fast_tmp)
     with run.open() as s:
@@ -57,16 +65,13 @@ def test_trained_below_a_committed_checkpoints_step_is_refused(fast_tmp):
     run = Run(fast_tmp)
     with run.open() as s:
         batches = s.batches()
-        for t in range(1, 7):
-            _step(s, batches, t)
-        s.checkpoint(6, save=lambda: None)
-        gids = _generate_batch(s, batches, 7)
-        lsn = s.journal.lsn
-        with pytest.raises(StepBeforeCheckpoint, match=r"trained\(step=2\) .*checkpoint of step 6 is committed.*"
-                                                       r"above 6"):
-            s.trained(gids, step=2)
-        assert s.journal.lsn == lsn
-        s.trained(gids, step=7)
+        _step(s, batches, 1)
+        _step(s, batches, 2)
+        s.checkpoint(3, save=lambda: None)   # a trainer whose checkpoints count otherwise
+        gids = _generate_batch(s, batches, 3)
+        refused(s, StepBeforeCheckpoint, r"trained\(step=2\) .*checkpoint of step 3 is committed.*above 3",
+                lambda: s.trained(gids, step=2))
+        s.trained(gids, step=3)   # the checkpoint's own step: a checkpoint taken before step 3 trained
 
 
 def test_trained_after_a_failed_save_is_refused_until_the_checkpoint_is_saved_again(fast_tmp):
@@ -82,13 +87,10 @@ def test_trained_after_a_failed_save_is_refused_until_the_checkpoint_is_saved_ag
         with pytest.raises(OSError):
             s.checkpoint(2, save=broken)
         gids = _generate_batch(s, batches, 3)
-        lsn = s.journal.lsn
-        with pytest.raises(CheckpointUnsaved, match=r"trained\(step=3\).*step-2 checkpoint begun at LSN \d+ "
-                                                    r"failed to save.*s\.checkpoint\(2, save=\.\.\.\) again.*restart"):
-            s.trained(gids, step=3)
-        assert s.journal.lsn == lsn
-        with pytest.raises(CheckpointUnsaved, match=r"checkpoint\(3\).*s\.checkpoint\(2, save=\.\.\.\) again"):
-            s.checkpoint(3, save=lambda: None)
+        refused(s, CheckpointUnsaved, r"trained\(step=3\).*step-2 checkpoint begun at LSN \d+ failed to save"
+                r".*s\.checkpoint\(2, save=\.\.\.\) again.*restart", lambda: s.trained(gids, step=3))
+        refused(s, CheckpointUnsaved, r"checkpoint\(3\).*s\.checkpoint\(2, save=\.\.\.\) again",
+                lambda: s.checkpoint(3, save=lambda: None))
         s.checkpoint(2, save=lambda: None)   # saved again: committed
         s.trained(gids, step=3)
         s.checkpoint(3, save=lambda: None)

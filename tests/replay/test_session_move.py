@@ -19,7 +19,7 @@ from journal import JournalError, JournalWarning, layout
 from replay import LocalDataPlane, Session, audit, durable_file
 
 from tests.replay.test_session import DATASET, _generate_batch, _step, collate
-from tests.support.faultfs import FaultFS
+from tests.support.faultfs import FaultFS, snapshot_tree
 
 
 def _open(run: str, model: torch.nn.Module, **kw) -> Session:
@@ -37,15 +37,6 @@ def _open(run: str, model: torch.nn.Module, **kw) -> Session:
 def _save(run: str, model: torch.nn.Module, step: int) -> None:
     with durable_file(os.path.join(run, "ckpt", f"step_{step}.pt")) as f:
         torch.save(model.state_dict(), f)
-
-
-def _tree(root: str) -> dict[str, bytes]:
-    out = {}
-    for d, _dirs, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(d, name), "rb") as f:
-                out[os.path.relpath(os.path.join(d, name), root)] = f.read()
-    return out
 
 
 def _unpublished(journal: str) -> list[str]:
@@ -70,7 +61,7 @@ def test_a_run_moved_with_cp_a_after_a_full_disk_goes_on_from_the_copy(fast_tmp)
         Journal.open(os.path.join(run, "journal"), resume=restore(os.path.join(run, "journal")), fs=fs)
     assert len(_unpublished(os.path.join(run, "journal"))) == 1
 
-    before = _tree(run)
+    before = snapshot_tree(run)
     os.makedirs(os.path.dirname(moved))
     subprocess.run(["cp", "-a", run, moved], check=True)
     with _open(moved, model) as s:
@@ -82,4 +73,4 @@ def test_a_run_moved_with_cp_a_after_a_full_disk_goes_on_from_the_copy(fast_tmp)
         _step(s, s.batches(), 3)
         s.checkpoint(3, save=lambda: _save(moved, model, 3))
     assert audit(os.path.join(moved, "journal")).clean
-    assert _tree(run) == before   # the original is as it was: nothing refers to its paths
+    assert snapshot_tree(run) == before   # the original is as it was: nothing refers to its paths
