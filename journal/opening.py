@@ -383,5 +383,6 @@ def _continue_elsewhere(path: str) -> str:
     return ("This history cannot be continued in place. To continue the run in a fresh directory "
             f"from the newest checkpoint the damage does not touch: `journal-inspect rescue "
             f"{shlex.quote(path)} NEWDIR` (or replay.rescue({path!r}, NEWDIR)), which prints how "
-            "the run goes on (for a trainer on replay.Session: the commands that put NEWDIR in this "
-            "directory's place, then the same Session.open). Keep this directory for forensics")
+            "the run goes on: for a trainer on replay.Session, the commands that put NEWDIR in this "
+            "directory's place, then the same Session.open; on the low-level API, state = "
+            "replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). Keep this directory for forensics")
