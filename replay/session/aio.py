@@ -11,6 +11,7 @@ from typing import Any, Callable
 from journal import AsyncJournal, RolloutRef
 
 from .core import Begun, Core, Fill
+from .fence import refuse_progress
 from .sync import Session
 
 
@@ -60,7 +61,7 @@ class AsyncSession(Core):
 
     async def progress(self, group_id: int, index: int, attempt: int, rows: Any, *, tokens: int,
                        turn: int | None = None, policy_version: int | None = None) -> str:
-        self.fence_progress(group_id, index, attempt, tokens, turn, policy_version)
+        refuse_progress(self.journal, group_id, index, attempt, tokens, turn, policy_version)
         locator = await self._io(self.plane().put_progress, group_id, index, attempt,
                                  self.next_part(group_id, index, attempt), rows)
         try:

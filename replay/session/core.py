@@ -32,9 +32,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from journal import (Commit, Journal, JournalWarning, Owner, RolloutEnded, RolloutProgress, RolloutRef,
-                     StaleAttempt, Transaction)
-from journal.fold import fold
+from journal import Journal, JournalWarning, Owner, RolloutEnded, RolloutRef, StaleAttempt, Transaction
 from journal.reader import list_segments
 from journal.replica.store import Location
 from snapshot import BackgroundCompactor
@@ -280,21 +278,6 @@ class Core:
         refusal may be a duplicate of a commit that named the same locator: kept (the next
         open's sweep removes it if nothing names it)."""
         return isinstance(exc, (StaleAttempt, RolloutEnded))
-
-    def fence_progress(self, group_id: int, index: int, attempt: int, tokens: int, turn: int | None,
-                       policy_version: int | None) -> None:
-        """Before a prefix's row is written: the journal's own error when the rollout's fence
-        refuses its progress as of the last commit (an attempt given up: `StaleAttempt`; a
-        sealed rollout: `RolloutEnded`; ...), found by folding the event onto a copy of the
-        state, so nothing is written. The row of an attempt given up may not even be storable:
-        a restarted process numbers its parts from 1 again, as the prefix a restore pins did."""
-        g = self.journal.group(group_id)
-        r = g.rollouts if g is not None and g.owner == Owner.ADMITTED else None
-        if r is not None and index < r.n and not r.is_sealed(index) and r.attempts[index] == attempt:
-            return
-        state = self.journal.state_copy()
-        event = RolloutProgress(RolloutRef(group_id, index, attempt, "refused"), tokens, turn, policy_version)
-        fold([Commit(state.lsn + 1, [event])], state)   # raises what the commit would
 
     def next_part(self, group_id: int, index: int, attempt: int) -> int:
         """The part number of the next prefix of this rollout attempt (1, 2, ...): its locator

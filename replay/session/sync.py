@@ -8,6 +8,7 @@ from typing import Any, Callable
 from journal import RolloutRef
 
 from .core import Begun, Core, Fill
+from .fence import refuse_progress
 
 
 class Session(Core):
@@ -111,8 +112,8 @@ class Session(Core):
         its latest prefix (`RolloutWork.progress`) for the next attempt to continue from; the
         prefix it supersedes is deleted (see `replay/session/core.py`). A prefix of an
         attempt that was given up raises `journal.StaleAttempt`, of a sealed rollout
-        `journal.RolloutEnded`, before its rows are written (`Core.fence_progress`)."""
-        self.fence_progress(group_id, index, attempt, tokens, turn, policy_version)
+        `journal.RolloutEnded`, before its rows are written (`fence.py`)."""
+        refuse_progress(self.journal, group_id, index, attempt, tokens, turn, policy_version)
         locator = self.plane().put_progress(group_id, index, attempt,
                                             self.next_part(group_id, index, attempt), rows)
         try:
