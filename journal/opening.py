@@ -49,13 +49,15 @@ class Opening:
 
     def _remove_leftovers(self) -> None:
         """Remove what crashes left that is provably garbage (see `leftovers`): torn/ duplicates
-        always (the writer lock is held), a crashed compaction's files only when no compaction
+        and unpublished segments always (the writer lock is held), a crashed compaction's files only when no compaction
         runs now (the compaction lock is free)."""
         with io_step("remove duplicate torn-tail copies", os.path.join(self.path, layout.TORN_DIR)):
             leftovers.remove_torn_garbage(self.fs, self.path)
         prepared = os.path.join(self.path, layout.PREPARED_NAME)
         with io_step("remove the prepared next segment a crash left", prepared):
             remove_prepared(self.fs, self.path)
+        with io_step("remove the unpublished segment of a resume that did not finish", self.path):
+            leftovers.remove_unpublished(self.fs, self.path)
         fd = locks.try_compaction_lock(self.path)
         if fd is None:
             return
@@ -383,6 +385,7 @@ def _continue_elsewhere(path: str) -> str:
     fresh directory from the newest point whose state does not need the damaged frames."""
     return ("This history cannot be continued in place. To continue the run in a fresh directory "
             f"from the newest checkpoint the damage does not touch: `journal-inspect rescue "
-            f"{shlex.quote(path)} NEWDIR` (or replay.rescue({path!r}, NEWDIR)), then "
-            "state = replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). Keep this "
-            "directory for forensics")
+            f"{shlex.quote(path)} NEWDIR` (or replay.rescue({path!r}, NEWDIR)), which prints how "
+            "the run goes on: for a trainer on replay.Session, the commands that put NEWDIR in this "
+            "directory's place, then the same Session.open; on the low-level API, state = "
+            "replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). Keep this directory for forensics")

@@ -33,11 +33,13 @@ from .restore import restore
 from .rescue import RescueReport, rescue
 from .restores import RestoreRow, RestoresReport, restores
 from .verify import verify
-from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutWork, Session,
-                      SessionError, Work, durable_file)
+from .session import (AsyncSession, BatchMismatch, BatchShapeError, CheckpointUnsaved, LoadWeightsFailed,
+                      RolloutWork, RowOutOfRange, RowsRegeneratedWarning, Session, SessionError,
+                      StepBeforeCheckpoint, TakenTwice, Work, durable_file)
 
 __all__ = [
     "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
+    "RowOutOfRange", "BatchMismatch", "TakenTwice", "StepBeforeCheckpoint", "CheckpointUnsaved", "RowsRegeneratedWarning",
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "Progress", "fingerprint",
     "BeyondLag", "KeptWork", "restores", "RestoresReport", "RestoreRow",
     "verify", "VerifyReport", "audit", "AuditReport",

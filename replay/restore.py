@@ -168,7 +168,8 @@ def _first_start(where: str, why: str, must_exist: bool) -> None:
                                f"check the path; a first start restores without must_exist=True")
     warnings.warn(FirstStartWarning(
         f"{where}: {why}: a first start, from the empty state. If this run continues an earlier "
-        f"one, check the path (restore(..., must_exist=True) makes this an error)"), stacklevel=3)
+        f"one, check the path (Session.open(..., must_exist=True), or restore's, makes this an "
+        f"error)"), stacklevel=3)
 
 
 def _warn_damaged_cuts(result: RecoveredState) -> None:
@@ -383,7 +384,7 @@ def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, result.fold_state.dataset_size,
-                                               result.fold_state.row_sample, on_row_changed)
+                                               result.fold_state.row_sample, on_row_changed, collate_fn)
     return result
 
 

@@ -323,15 +323,32 @@ def _utf8(v: bytes) -> bool:
 
 def table_version(table: dict, file: str, where: str, cut_schema: int) -> int:
     """The version of the table of cut file `file` loaded from `where`, in a cut of schema
-    `cut_schema`; `SchemaMismatch` for a table of another format, or one this code does not read."""
+    `cut_schema`: the manifest's, or `SchemaMismatch` for a table of another format, of a
+    version this code does not read, or stating another version than the manifest's (a table
+    of one schema in a cut of another is not ours, whatever the manifest's sha256 says)."""
     if cut_schema not in TAGGED_SCHEMAS:
-        return compat.untagged_table_version(table, where, cut_schema)
+        key, version = "schema_version", compat.untagged_table_version(table, where, cut_schema)
+    else:
+        key, version = "format_version", _tagged_version(table, file, where, cut_schema)
+    if version != cut_schema:
+        raise SchemaMismatch(f"{where}: states {key} {version}, but the cut's manifest states schema "
+                             f"version {cut_schema}: a table of another cut, or written by other code")
+    return version
+
+
+def _tagged_version(table: dict, file: str, where: str, cut_schema: int) -> int:
+    """The `format_version` of a table that names its format (cut schemas 3 on); one that also
+    states NeMo-RL's `schema_version` claims two layouts at once."""
     want, fmt = TABLE_FORMATS[file], table.get("format")
     if fmt is None:
         raise SchemaMismatch(f"{where}: no format name, where a {want} table names it under 'format': "
                              "written by other code (NeMo-RL's files have these names but another layout)")
     if fmt != want:
         raise SchemaMismatch(f"{where}: a table of format {fmt!r}, not {want!r}: written by other code")
+    if "schema_version" in table:
+        raise SchemaMismatch(f"{where}: a {want} table that also states schema_version "
+                             f"{table['schema_version']!r} (NeMo-RL's key, never written in a cut of "
+                             f"schema version {cut_schema}): written by other code")
     return check_schema(table.get("format_version"), where, TAGGED_SCHEMAS, f"{want} format_version")
 
 

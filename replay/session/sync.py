@@ -8,6 +8,7 @@ from typing import Any, Callable
 from journal import RolloutRef
 
 from .core import Begun, Core, Fill
+from .fence import refuse_progress
 
 
 class Session(Core):
@@ -118,7 +119,8 @@ class Session(Core):
         its latest prefix (`RolloutWork.progress`) for the next attempt to continue from; the
         prefix it supersedes is deleted (see `replay/session/core.py`). A prefix of an
         attempt that was given up raises `journal.StaleAttempt`, of a sealed rollout
-        `journal.RolloutEnded`, and its rows are deleted."""
+        `journal.RolloutEnded`, before its rows are written (`fence.py`)."""
+        refuse_progress(self.journal, group_id, index, attempt, tokens, turn, policy_version)
         locator = self.plane().put_progress(group_id, index, attempt,
                                             self.next_part(group_id, index, attempt), rows)
         try:
@@ -177,8 +179,12 @@ class Session(Core):
         return [dp.get(loc) for loc in self.locators_of(group_id)]
 
     def trained(self, group_ids: list[int], *, step: int) -> None:
-        """Record that training step `step` consumed these finished groups (before the
-        checkpoint that saves the weights it updated begins)."""
+        """Record that training step `step` consumed these finished groups: call it once the
+        optimizer step that used their rows is done, before the checkpoint that saves those
+        weights begins. Refused, writing nothing: a step below the committed checkpoint's
+        (`StepBeforeCheckpoint`), and any while a checkpoint's save() has failed
+        (`CheckpointUnsaved`: save it again first)."""
+        self.check_trained(step)
         self.note_left(self._commit(self.leaving_fill(
             group_ids, lambda tx: tx.trained(group_ids, step=step))))
         self.note_trained()
@@ -187,12 +193,17 @@ class Session(Core):
         """Checkpoint step `step`: journal that it begins (the state at that LSN is what the
         weights saw), `save()` your weights durably, journal it committed; then delete the
         rows no restore can need and, every `compact_every` checkpoints, compact in the
-        background. Returns the begin LSN.
+        background. Returns the begin LSN. The step committed last (or restored), with nothing
+        trained since, is checkpointed already: its begin LSN comes back and nothing is saved
+        (a run's final checkpoint is safe to call again after a restart).
 
         If `save()` raises, the checkpoint stays uncommitted and the exception propagates: call
-        `checkpoint(step, save=...)` again before training more to save and commit it, or
-        restart (the restart restores the previous checkpoint); any other checkpoint in this
-        process raises `SessionError`."""
+        `checkpoint(step, save=...)` again to save and commit it (`trained` and any other
+        checkpoint raise `CheckpointUnsaved` until then), or restart (the restart restores the
+        previous checkpoint)."""
+        again = self.committed_again(step)
+        if again is not None:
+            return again
         begun = self.retry_of(step)
         if begun is None:
             rows, held = self.take_reclaimable()
@@ -212,7 +223,7 @@ class Session(Core):
         self.pin(begun)
         if begun.rows:
             self._reclaimed += self.plane().delete(begun.rows)
-        self.after_checkpoint(step)
+        self.after_checkpoint(step, begun.lsn)
         return begun.lsn
 
     def close(self) -> None:

@@ -156,6 +156,8 @@ def test_a_session_keeps_newer_weights_work_across_two_crashes(fast_tmp):
     for _ in range(2):                                # two crashes before the next checkpoint
         s = _open(fast_tmp, 1)
         assert s.step == 1 and _kept(s) == want
+        assert sorted((w.idx, r.index, r.lead) for w in s.resume_work for r in w.rollouts if r.sealed) == \
+            [(1, 0, 1), (2, 0, 1)]
         assert s.stats()["restored"]["kept_by_lead"] == {1: {"groups": 0, "rollouts": 2, "prefixes": 1, "tokens": 5}}
         s.close()
     s = _open(fast_tmp, 0)

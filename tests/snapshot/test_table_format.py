@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import replay
+import replay.cli
 from journal import GroupRef, Journal, RolloutRef
 from journal.layout import STATE_FILE
 from replay import restore
@@ -149,7 +150,8 @@ def test_a_schema_3_table_with_an_unsealed_rollout_holding_a_locator_is_corrupt(
     def untable(t):
         del t["progress_table"], t["rollout_table"]["since_at"], t["rollout_table"]["since"]
         t["format_version"] = 3
-    _rewrite(cut, "rollout_recovery.pt", untable, manifest_schema=3)
+    for name in ("rollout_recovery.pt", "replay_buffer_metadata.pt"):   # the tables this cut has
+        _rewrite(cut, name, untable, manifest_schema=3)
     assert read_cut(cut).state.live[g].rollouts.locators == (None, "dp/1")
     _rewrite(cut, "rollout_recovery.pt", lambda t: t["rollout_table"].update(sealed=torch.tensor([False, False])))
     with pytest.raises(replay.CorruptRecord, match=f"group {g} has an unsealed rollout with a locator"):
@@ -169,3 +171,32 @@ def test_tables_written_before_the_tag_still_read(cut):
     assert [(g.group_id, g.owner, g.locator, g.rollouts) for g in got.groups] == \
         [(g.group_id, g.owner, g.locator, g.rollouts) for g in want.groups]
     assert got.groups[1].rollouts is not None  # schema 2 carried the rollout table
+
+
+def _journal_of(cut: str) -> str:
+    return os.path.dirname(os.path.dirname(cut))
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+@pytest.mark.parametrize("mutate, words", [
+    (lambda t: t.update(schema_version=99), "schema_version 99"),   # NeMo-RL's key, as a foreign writer sets it
+    (lambda t: t.update(format_version=3), "format_version 3"),    # readable, but not the manifest's schema
+])
+def test_a_table_stating_another_schema_than_the_manifest_fails_verify_and_cuts(cut, name, mutate, words,
+                                                                                capsys):
+    """Each table's own version is checked against the manifest's schema version, not only
+    against the versions this code reads: `verify` and `journal-inspect cuts` report the cut as
+    failing check 5, naming the file and what it states (the sha256 in the manifest matches)."""
+    journal = _journal_of(cut)
+    assert replay.verify(journal).clean
+    _rewrite(cut, name, mutate)
+    with pytest.raises(replay.SchemaMismatch) as info:
+        read_cut(cut)
+    message = str(info.value)
+    assert name in message and words in message and f"schema version {SCHEMA_VERSION}" in message, message
+    report = replay.verify(journal)
+    assert not report.clean and any(name in str(p) for p in report.problems), report.to_dict()
+    assert replay.cli.main(["cuts", journal, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["cuts"]
+    assert (entry["status"], entry["check"], entry["error"]) == ("invalid", 5, "SchemaMismatch"), entry
+    assert words in entry["reason"]
