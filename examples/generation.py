@@ -122,6 +122,12 @@ class Rollout:
         return max([self.version, *self.versions])
 
     @property
+    def oldest_version(self) -> int:
+        """The oldest weights in this rollout, as `newest_version`: the journal's `since_version`
+        (after a restore the continuing weights can be older than a kept prefix's)."""
+        return min([self.version, *self.versions])
+
+    @property
     def done(self) -> bool:
         return self.generated >= self.length
 
@@ -172,7 +178,7 @@ class Rollout:
     def progress_row(self) -> dict:
         """The durable prefix: what `resumed` continues from."""
         row = {**self.token_rows(), "generated": self.generated, "us": self.us,
-               "policy_version": self.newest_version}
+               "policy_version": self.newest_version, "since_version": self.oldest_version}
         if self.env is not None:
             row["env"] = saved_state(self.env, self.actions)
         return row

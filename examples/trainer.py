@@ -109,7 +109,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from journal import AsyncJournal, GroupRef, Journal, OwnershipError, RolloutRef, StaleAttempt
 from journal.vfs import DEFAULT_FS
 from journal.reader import list_segments
-from replay import FirstStartWarning, LocalDataPlane, fingerprint, restore
+from replay import FirstStartWarning, KeptWork, LocalDataPlane, fingerprint, restore
 from snapshot import BackgroundCompactor, compact
 
 from .bookkeeping import Ledger
@@ -383,6 +383,13 @@ class Work:
 # -- ownership: the journal, or nothing (baseline) -----------------------------------------------
 
 
+def _since(span: tuple[int | None, int | None]) -> int | None:
+    """The journal's `since_version` of work made by the weights of `span` (oldest, newest):
+    the oldest when older than the newest, else None."""
+    since, newest = span
+    return since if since is not None and newest is not None and since < newest else None
+
+
 class JournalOwnership:
     """Write-ahead ownership through the public journal API (awaitable: commits run in worker
     threads and share fsyncs)."""
@@ -405,26 +412,28 @@ class JournalOwnership:
     async def finished(self, gid, policy_version, locator):
         await self.aj.finished([gid], policy_version=policy_version, locators=[locator])
 
-    async def rollout_sealed(self, gid, index, attempt, locator, policy_version, finished_version):
-        """Seal one rollout; with `finished_version` (it is the group's last: the newest weights
-        in the group) its group finishes in the same commit. `StaleAttempt` if `attempt` was given up."""
+    async def rollout_sealed(self, gid, index, attempt, locator, span, finished_version):
+        """Seal one rollout made by the weights of `span` (oldest, newest version); with
+        `finished_version` (it is the group's last: the newest weights in the group) its group
+        finishes in the same commit. `StaleAttempt` if `attempt` was given up."""
         ref = RolloutRef(gid, index, attempt, locator)
+        since, newest = _since(span), span[1]
         if finished_version is None:
-            await self.aj.rollout_sealed([ref], policy_version=policy_version)
+            await self.aj.rollout_sealed([ref], policy_version=newest, since_version=since)
             return
 
         def commit():
             with self.j.transaction() as tx:
-                tx.rollout_sealed([ref], policy_version=policy_version)
+                tx.rollout_sealed([ref], policy_version=newest, since_version=since)
                 tx.finished([gid], policy_version=finished_version)
         await asyncio.to_thread(commit)
 
     async def rollout_failed(self, gid, index, attempt, reason):
         await self.aj.rollout_failed([RolloutRef(gid, index, attempt)], reason=reason)
 
-    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, policy_version):
+    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, span):
         await self.aj.rollout_progress(RolloutRef(gid, index, attempt, locator), tokens=tokens, turn=turn,
-                                       policy_version=policy_version)
+                                       policy_version=span[1], since_version=_since(span))
 
     async def trained(self, gids, step):
         self.acked(await self.aj.trained(gids, step=step))
@@ -469,13 +478,13 @@ class NoOwnership:
     async def finished(self, gid, policy_version, locator):
         pass
 
-    async def rollout_sealed(self, gid, index, attempt, locator, policy_version, finished_version):
+    async def rollout_sealed(self, gid, index, attempt, locator, span, finished_version):
         pass
 
     async def rollout_failed(self, gid, index, attempt, reason):
         pass
 
-    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, policy_version):
+    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, span):
         pass
 
     async def trained(self, gids, step):
@@ -535,16 +544,11 @@ def _token_rows(row: dict) -> dict | None:
     return {k: row[k] for k in TOKEN_KEYS} if "trace" in row else None
 
 
-def _kept_newer(state) -> dict[str, int]:
-    """What the restore `state` kept of weights newer than its checkpoint's (within the run's
-    --max-policy-lag): sealed rollouts, prefixes to continue, finished groups without rollouts=."""
-    step = state.step if state.step is not None else -1
-    groups = state.replay + state.admitted
-    newer = lambda version: version is not None and version > step  # noqa: E731
-    return {"rollouts": sum(newer(r.policy_version) for g in groups for r in g.rollouts or () if r.sealed),
-            "prefixes": sum(newer(r.progress.policy_version) for g in groups for r in g.pending
-                            if r.progress is not None),
-            "groups": sum(newer(g.policy_version) for g in state.replay if g.rollouts is None)}
+def _kept_newer(state) -> KeptWork:
+    """What the restore `state` kept of work by weights newer than its checkpoint's (within the
+    run's --max-policy-lag): its `kept_by_lead` summed over the leads above 0."""
+    newer = [k for lead, k in state.kept_by_lead.items() if lead > 0]
+    return KeptWork(*(sum(getattr(k, f) for k in newer) for f in ("groups", "rollouts", "prefixes", "tokens")))
 
 
 def _us(seconds: float) -> int:
@@ -720,8 +724,8 @@ class Trainer:
             self.spares.append(work(g, SPARE))
         prefixes = [p for w, _ in redispatch for p in (w.prefix or ()) if p is not None]
         newer = _kept_newer(state)
-        counts = {"regenerated_groups": len(redispatch), "kept_newer_rollouts": newer["rollouts"],
-                  "kept_newer_prefixes": newer["prefixes"], "kept_newer_groups": newer["groups"],
+        counts = {"regenerated_groups": len(redispatch), "kept_newer_rollouts": newer.rollouts,
+                  "kept_newer_prefixes": newer.prefixes, "kept_newer_groups": newer.groups,
                   "regenerated_rollouts": sum(len(todo) for _, todo in redispatch),
                   "continued_rollouts": len(prefixes), "kept_tokens": sum(int(p["generated"]) for p in prefixes),
                   "salvaged_groups": len(state.salvaged), "salvaged_rollouts": len(state.salvaged_rollouts),
@@ -734,8 +738,8 @@ class Trainer:
                  f"salvaged={len(state.salvaged)}", f"demoted={len(state.demoted)}",
                  f"regenerated={counts['regenerated_rollouts']}", f"continued={len(prefixes)}",
                  f"kept_tokens={counts['kept_tokens']}", f"salvaged_rollouts={len(state.salvaged_rollouts)}",
-                 f"kept_newer_rollouts={newer['rollouts']}", f"kept_newer_prefixes={newer['prefixes']}",
-                 f"kept_newer_groups={newer['groups']}",
+                 f"kept_newer_rollouts={newer.rollouts}", f"kept_newer_prefixes={newer.prefixes}",
+                 f"kept_newer_groups={newer.groups}",
                  f"lost_rollouts={len(state.lost_rollouts)}", f"skipped_cuts={len(state.skipped)}",
                  f"rollouts={cfg.rollouts}", f"mode={'rollout' if cfg.rollout_level else 'group'}",
                  f"base={state.base_cut or '-'}")
@@ -1066,7 +1070,8 @@ class Trainer:
             if not self._wanted(w, i, attempt):
                 await asyncio.to_thread(self.dp.delete, [loc])
                 return
-            await self.own.rollout_progress(w.gid, i, attempt, loc, r.generated, r.turn, r.newest_version)
+            await self.own.rollout_progress(w.gid, i, attempt, loc, r.generated, r.turn,
+                                            (r.oldest_version, r.newest_version))
             old, w.progress[i] = w.progress[i], loc
         self.stats["progress_rows"] += 1
         if old is not None:
@@ -1152,7 +1157,7 @@ class Trainer:
         row = await asyncio.to_thread(self.dp.get, loc)
         result = (int(row["answer"]), float(row["old_logprob"]), float(row["reward"]))
         if w.attempts is not None:
-            await self._seal(w, i, attempt, loc, result, seconds, w.policy_version, None)
+            await self._seal(w, i, attempt, loc, result, seconds, (w.policy_version, w.policy_version), None)
             return
         # group-level: the result joins its group, whose rows are written once all are in
         await asyncio.to_thread(self.dp.delete, [loc])
@@ -1201,13 +1206,13 @@ class Trainer:
         """A rollout done in time (`r`: its tokens): rollout-level, its row into the data plane,
         then sealed (the last one finishes the group in the same commit); group-level, the
         group's rows go to the data plane once all are done, then `finished`."""
-        version, tokens = r.newest_version, r.token_rows()
+        span, tokens = (r.oldest_version, r.newest_version), r.token_rows()
         if w.attempts is None:
-            await self._keep_group_result(w, i, result, seconds, version, tokens)
+            await self._keep_group_result(w, i, result, seconds, span[1], tokens)
             return
         loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt,
-                                      _rollout_row(result, seconds, version, tokens))
-        await self._seal(w, i, attempt, loc, result, seconds, version, tokens)
+                                      _rollout_row(result, seconds, span[1], tokens))
+        await self._seal(w, i, attempt, loc, result, seconds, span, tokens)
 
     def _end_progress(self, w: Work, i: int) -> None:
         """Rollout `i` of `w` was sealed or failed: its progress row is no restore's any more."""
@@ -1229,23 +1234,23 @@ class Trainer:
             w.status, w.locator = REPLAY, loc
             self.events.put_nowait(("finished", w))
 
-    async def _seal(self, w: Work, i: int, attempt: int, loc: str, result: tuple, seconds: float, version: int,
-                    tokens: dict | None) -> None:
-        """Rollout `i` of `w` in `attempt` is durable at `loc` (the newest weights in it
-        `version`): sealed while the trainer still waits for it, else its row goes; the last
-        one finishes the group with the newest weights in it."""
+    async def _seal(self, w: Work, i: int, attempt: int, loc: str, result: tuple, seconds: float,
+                    span: tuple[int, int], tokens: dict | None) -> None:
+        """Rollout `i` of `w` in `attempt` is durable at `loc` (made by the weights of `span`:
+        oldest, newest version): sealed while the trainer still waits for it, else its row goes;
+        the last one finishes the group with the newest weights in it."""
         R = self.cfg.rollouts
         began = time.perf_counter()
         async with w.lock:
             if self._wanted(w, i, attempt):
                 last = w.done == R - 1
-                newest = max(version, w.newest_version) if last else None
-                await self.own.rollout_sealed(w.gid, i, attempt, loc, version, newest)
+                newest = max(span[1], w.newest_version) if last else None
+                await self.own.rollout_sealed(w.gid, i, attempt, loc, span, newest)
                 # how long the seal waited (the group's lock, the commit): the generator task's
                 # wait, except in Ray mode, where a task of its own seals (see `_ray_worker`)
                 self.stats["seal_wait_us"] += _us(time.perf_counter() - began)
                 self.stats["seals"] += 1
-                w.keep(i, result, seconds, version, tokens)
+                w.keep(i, result, seconds, span[1], tokens)
                 w.sealed[i] = loc
                 self._end_progress(w, i)
                 if last:
@@ -1286,8 +1291,8 @@ class Trainer:
                     # `rollout_failed` each: its discard, queued, drops them all
                     kind = "group_given_up"
                 else:
-                    await self.own.rollout_sealed(gid, i, attempt, loc,
-                                                  w.policy_version if w is not None else None, None)
+                    version = w.policy_version if w is not None else None
+                    await self.own.rollout_sealed(gid, i, attempt, loc, (version, version), None)
                     raise RuntimeError(f"the journal sealed a late result: group {gid} rollout {i} "
                                        f"attempt {attempt}, given up at its deadline")
             except StaleAttempt:

@@ -161,7 +161,7 @@ def test_a_prefix_of_weights_that_died_is_continued_within_the_lag_bound_and_kee
     """--max-policy-lag 1: a restore to step 1 keeps the prefix the step-2 weights made, and the
     restored weights continue it: the sealed row's tokens are the prefix's (version 2, their
     log-probabilities under the dead weights) then the restored weights' (version 1), and the
-    seal records the newest, 2. --max-policy-lag 0: the prefix is dropped, the rollout starts
+    seal records the span, (1, 2). --max-policy-lag 0: the prefix is dropped, the rollout starts
     afresh with the restored weights."""
     t = Trainer(Config(out=str(tmp_path), dataset_size=8, batch_size=1, rollouts=2, failure_rate=0.0,
                        slow_rate=0.0, progress_every=4, max_policy_lag=lag))
@@ -186,6 +186,7 @@ def test_a_prefix_of_weights_that_died_is_continued_within_the_lag_bound_and_kee
         assert row["token_logprobs"][:kept].tolist() == saved["token_logprobs"][:kept].tolist()
         seals = [ev for rec in Reader(t.cfg.journal_dir).records() for ev in rec.commit.events
                  if type(ev) is RolloutSealed and ev.rollouts[0].group_id == w.gid]
-        assert [ev.policy_version for ev in seals] == [2 if lag else 1]
+        # the seal spans the versions of its tokens: the prefix's 2 down to the restored weights' 1
+        assert [(ev.policy_version, ev.since_version) for ev in seals] == [(2, 1) if lag else (1, None)]
     finally:
         _close(t)

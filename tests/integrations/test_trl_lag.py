@@ -51,15 +51,17 @@ class _Opened(Exception):
 
 
 class _OpenOnly(JournaledAsyncGRPOTrainer):
-    """The journaled trainer up to its session's restore (`train()` opens it), training nothing."""
+    """The journaled trainer up to its session's restore (`train()` opens it), training nothing:
+    what the restore handed back, by dataset row (a group taken after the checkpoint comes back
+    under a fresh id)."""
 
     def _resume_point(self, requested):
-        raise _Opened(self.session.step, {w.group_id: w.kind for w in self.session.resume_work})
+        raise _Opened(self.session.step, {w.idx: w.kind for w in self.session.resume_work})
 
 
 def _crashed_run(journal_dir: str, dataset, data_plane) -> int:
     """A run that trained one group at step 1 and committed that checkpoint, then finished a group
-    with its weights of step 2 and died before training it. Returns that group's id."""
+    with its weights of step 2 and died before training it. Returns that group's dataset row."""
     rows = _IndexedRows(dataset)
     s = Session.open(journal_dir, dataset=rows, collate_fn=list, data_plane=data_plane,
                      loader=StatefulDataLoader(rows, batch_size=1, collate_fn=list))
@@ -69,11 +71,12 @@ def _crashed_run(journal_dir: str, dataset, data_plane) -> int:
     s.finish(first, {"samples": []}, policy_version=0)
     s.trained([first], step=1)
     s.checkpoint(1, save=lambda: None)
-    (second,) = s.take(next(batches))
+    batch = next(batches)
+    (second,) = s.take(batch)
     s.admit([second], step=2, policy_version=1)
     s.finish(second, {"samples": []}, policy_version=2)   # the step-2 weights, which die with the run
     s.close()
-    return second
+    return batch[0]["idx"]
 
 
 @pytest.mark.parametrize("staleness", [0, 1])
