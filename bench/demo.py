@@ -112,17 +112,17 @@ def run(args) -> Report:
              f"{g['salvaged_groups']} groups; of weights newer than the checkpoint kept: rollout-level "
              f"{r['kept_newer_rollouts']} rollouts, group-level {g['kept_newer_groups']} groups"))
     report.add(Figure(
-        "regenerated_rollouts_vs_no_lag", f"rollouts regenerated after restores, rollout-level, --max-policy-lag {lag}",
+        "regenerated_rollouts_vs_no_lag", f"rollouts regenerated after restores, rollout-level, --max-policy-lag {lag} vs 0",
         r["regenerated_rollouts"], "rollouts", reference=today["regenerated_rollouts"],
         reference_label="the same without the bound (nothing newer than the checkpoint kept)",
         note=f"{r['restores']} and {today['restores']} restores"))
     report.add(Figure(
-        "generation_lost_per_kill", "generation-seconds lost per kill, rollout-level",
+        "generation_lost_per_kill", f"generation-seconds lost per kill, rollout-level, --max-policy-lag {lag}",
         r["generation_seconds_lost_per_kill"], "s", reference=g["generation_seconds_lost_per_kill"],
-        reference_label="group-level",
+        reference_label=f"group-level, --max-policy-lag {lag}",
         note=f"generation time ({r['generation_seconds']:.1f} s and {g['generation_seconds']:.1f} s "
-             f"generated in all; {r['kills']} and {g['kills']} kills); most of it is work on groups taken "
-             "after the restored checkpoint, which both modes lose"))
+             f"generated in all; {r['kills']} and {g['kills']} kills); without the bound, rollout-level "
+             f"{today['generation_seconds_lost_per_kill']:.3g} s per kill"))
     progress = f"progress every {PROGRESS_EVERY} tokens and every turn"
     report.add(Figure(
         "progress_lost_per_kill", f"generation-seconds lost per kill, rollout-level, {progress}",
