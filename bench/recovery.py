@@ -173,6 +173,20 @@ def _ledger_by_position(positions: list[int], prices: dict) -> dict[int, float]:
     return {k: statistics.fmean(v) for k, v in sorted(shares.items())}
 
 
+def _by_position(described: dict, summary: dict, k: int) -> str:
+    """The loss per crash of `summary` (ours at bound `k`), split by where the crash landed: at
+    most `k` training steps past its checkpoint (the dead run's weights all within the bound)
+    or further (the work of the weights beyond it regenerates)."""
+    parts = []
+    for text, within in ((f"at most {k} steps past their checkpoint", True), ("further", False)):
+        lost = [x for x, at in zip(summary["per_crash_lost"], described["crash_steps_past_checkpoint"])
+                if (at <= k) == within]
+        if lost:
+            parts.append(f"{len(lost)} crash{'es' if len(lost) != 1 else ''} {text}: "
+                         f"{fmt_num(statistics.fmean(lost))} s each")
+    return "; ".join(parts)
+
+
 def _figures(report: Report, shape: Shape, summaries: dict, described: dict) -> None:
     lost = {name: s["lost_per_crash"] for name, s in summaries.items()}
     lo, hi = shape.reference_loss
@@ -232,7 +246,7 @@ def _figures(report: Report, shape: Shape, summaries: dict, described: dict) -> 
         "at) vs the best peer", lost[stale], "s", reference=lost[best], reference_label=PEERS[best][0],
         target=Target(min_ratio=STALENESS_VS_BEST_PEER), times_less=True,
         note=f"k = {staleness}: the median, over the rollouts the run trained, of the steps between the "
-             "weights that generated one and those that trained it"))
+             f"weights that generated one and those that trained it; {_by_position(described, summaries[stale], staleness)}"))
     everything_ours = [summaries[ours(mode, k)] for mode in OURS for k in described["lags"]]
     report.add(Figure(
         f"{shape.name}_ours_exactly_once", f"{shape.label}: prompts lost or trained twice, ours (all crashes, "
