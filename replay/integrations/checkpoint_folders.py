@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 
-from journal.vfs import DEFAULT_FS
+from journal.vfs import DEFAULT_FS, FileSystem
 from snapshot.cut import file_sha256
 from snapshot.manifest import safe_relpath
 
@@ -28,18 +28,12 @@ MANIFEST = "journal-manifest.json"
 UNCOMMITTED = "uncommitted"                # under the output directory: folders no committed checkpoint names
 
 
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def seal_folder(folder: str, state: dict, state_name: str) -> None:
+def seal_folder(folder: str, state: dict, state_name: str, *, fs: FileSystem = DEFAULT_FS) -> None:
     """After the framework wrote its files into `folder`: `state` (JSON, as `state_name`), then
-    every file and directory fsynced, then the manifest of them all, then the parent directory."""
-    with durable_file(os.path.join(folder, state_name)) as f:
+    every file and directory fsynced, then the manifest of them all, then the parent directory,
+    each through `fs`. An OS error propagates as it is, leaving no manifest (the folder does not
+    count) and no temporary file."""
+    with durable_file(os.path.join(folder, state_name), fs=fs) as f:
         f.write(json.dumps(state, sort_keys=True).encode())
     files = {}
     for root, _dirs, names in os.walk(folder):
@@ -48,13 +42,13 @@ def seal_folder(folder: str, state: dict, state_name: str) -> None:
             rel = os.path.relpath(path, folder).replace(os.sep, "/")
             if rel == MANIFEST:
                 continue
-            _fsync_file(path)
+            fs.fsync_file(path)
             size, digest = file_sha256(path)
             files[rel] = {"size": size, "sha256": digest}
-        DEFAULT_FS.fsync_dir(root)
-    with durable_file(os.path.join(folder, MANIFEST)) as f:
+        fs.fsync_dir(root)
+    with durable_file(os.path.join(folder, MANIFEST), fs=fs) as f:
         f.write(json.dumps({"files": files}, indent=1, sort_keys=True).encode())
-    DEFAULT_FS.fsync_dir(os.path.dirname(os.path.abspath(folder)))
+    fs.fsync_dir(os.path.dirname(os.path.abspath(folder)))
 
 
 def verify_folder(folder: str, state_name: str) -> dict:
