@@ -57,8 +57,8 @@ from .pipeline import Generate  # noqa: E402
 from .trl_worker import JournaledRolloutWorker  # noqa: E402
 
 __all__ = ["JournaledAsyncGRPOTrainer", "JournaledRolloutWorker", "TrainedAtOptimizerStep", "check_config", "policy_lag",
-           "check_trl_version", "SUPPORTED_TRL", "TrlIntegrationError", "UnsupportedTrlVersion", "UnsupportedTrlConfig",
-           "GroupSplitAcrossSteps", "CheckpointNotCommitted"]
+           "check_trl_version", "SUPPORTED_TRL", "TrlIntegrationError", "UnsupportedTrlVersion",
+           "UnsupportedTrlConfig", "GroupSplitAcrossSteps", "CheckpointNotCommitted"]
 
 STATE = "journal-trl-state.json"                  # in each sealed folder: TRL's model_version and the step
 CHECKPOINT_FOLDER = re.compile(r"^checkpoint-(\d+)$")   # transformers' PREFIX_CHECKPOINT_DIR-{step}

@@ -12,8 +12,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing here may reach the Hub
 from trl.experimental.async_grpo import AsyncGRPOConfig  # noqa: E402
 
-from replay.integrations.trl import (SUPPORTED_TRL, UnsupportedTrlConfig, UnsupportedTrlVersion, check_config,  # noqa: E402
-                                    check_trl_version)
+from replay.integrations.trl import (SUPPORTED_TRL, UnsupportedTrlConfig, UnsupportedTrlVersion,  # noqa: E402
+                                    check_config, check_trl_version)
 from tests.support.trl_cpu import CPU_ARGS  # noqa: E402
 
 GOOD = dict(**CPU_ARGS, token_budget=0, max_steps=10, per_device_train_batch_size=8, num_generations=4,
