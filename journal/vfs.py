@@ -149,10 +149,9 @@ class OsFileSystem:
         before the error propagates. Without it `path` is written in place and must not exist:
         whole only once the block returned, so a caller that needs it whole or absent writes it
         in a directory renamed into place complete (a cut) or removes it on failure."""
-        tmp = via or path
         if via is not None and os.path.lexists(via):
             self.unlink(via)
-        f = self.create(tmp)
+        f = self.create(via or path)
         try:
             try:
                 yield f
