@@ -138,10 +138,13 @@ class JournaledFullyAsyncRollouter(PlainRollouter):
 
     def _create_continuous_iterator(self):
         for prompt in prompts(self._open_session(), self.config.trainer.total_epochs):
-            # verl names the sample from its feed counter right after this yield returns
-            self._taken[verl_feed_sample_id(prompt.epoch, self.global_steps)] = prompt
-            self._epoch_of[prompt.group_id] = prompt.epoch
-            yield prompt.epoch, prompt.batch
+            yield self._feed(prompt)
+
+    def _feed(self, prompt: Taken) -> tuple[int, Any]:
+        # verl names the sample from its feed counter right after this yield returns
+        self._taken[verl_feed_sample_id(prompt.epoch, self.global_steps)] = prompt
+        self._epoch_of[prompt.group_id] = prompt.epoch
+        return prompt.epoch, prompt.batch
 
     async def _process_single_sample_streaming(self, rollout_sample):
         prompt = self._taken.pop(rollout_sample.sample_id, None)
