@@ -4,8 +4,9 @@ and the I/O-error sweep of the data plane (tests/system/test_data_plane_*.py).
 
 The workload, with packs of about four rows: puts one by one across pack rotations, four puts
 at once (one group commit), deletes whose dead marks make packs reclaimable (removed, or
-compacted: copies fsynced, then the pack removed), more puts, an import of a cut's rows, and
-a save into a cut's directory. `Record` notes when each put returned and each delete began, counted in
+compacted: copies fsynced, then the pack removed), more puts, an import of a cut's rows, three
+rows stored as one batch (`store_batch`, as a session stores the seals in flight), and a save
+into a cut's directory. `Record` notes when each put returned and each delete began, counted in
 operations of the seam.
 
 `check` opens the directory with the real file system: every row whose put returned is
@@ -51,6 +52,15 @@ class Record:
             self.puts.append((len(self.fs.ops), got))
         return got
 
+    def store_batch(self, dp: LocalDataPlane, locators: list[str]) -> None:
+        """`store_batch` of the rows of `locators`; raises the first item's error."""
+        out = dp.store_batch([(loc, encode_rows(rows_of(loc))) for loc in locators])
+        error = next((e for e in out if e is not None), None)
+        if error is not None:
+            raise error
+        with self._lock:
+            self.puts += [(len(self.fs.ops), loc) for loc in locators]
+
     def delete(self, dp: LocalDataPlane, locators: list[str]) -> None:
         self.deletes += [(len(self.fs.ops), loc) for loc in locators]
         dp.delete(locators)
@@ -83,6 +93,7 @@ def workload(dp: LocalDataPlane, rec: Record, cut: str, saved: str, base: int = 
     imported = dp.import_cut(cut)
     rec.puts += [(len(rec.fs.ops), name) for name in sorted(os.listdir(os.path.join(cut, "data_plane")))]
     assert imported == 2
+    rec.store_batch(dp, [f"g{g}-r1-a0.rows" for g in range(base + 12, base + 15)])
     rec.put(dp, base + 11)
     os.makedirs(saved)
     kept = [Group(g, 0, None, 0, None, Owner.REPLAY, locator=f"g{g}.rows") for g in (base + 4, base + 10)]
