@@ -36,15 +36,14 @@ _QUEUED, _TAKEN, _DONE = range(3)
 
 
 class _Call:
-    """One call: its rows (encoded as `data` once the rows' writer needs them), its commit and
-    what the commit's durability leaves to delete (`after(result)`: locators), then its outcome."""
+    """One call: its rows (encoded by the caller that writes its batch), its commit and what the
+    commit's durability leaves to delete (`after(result)`: locators), then its outcome."""
 
-    __slots__ = ("locator", "rows", "data", "fill", "after", "state", "result", "error", "waiter",
-                 "future")
+    __slots__ = ("locator", "rows", "fill", "after", "state", "result", "error", "waiter", "future")
 
-    def __init__(self, locator: str, rows: Any, data: bytes | None, fill: Callable[[Transaction], Any],
+    def __init__(self, locator: str, rows: Any, fill: Callable[[Transaction], Any],
                  after: Callable[[Any], list[str]]):
-        self.locator, self.rows, self.data, self.fill, self.after = locator, rows, data, fill, after
+        self.locator, self.rows, self.fill, self.after = locator, rows, fill, after
         self.state, self.result, self.error = _QUEUED, None, None
         self.waiter = None   # the held lock a sleeping caller waits on
         self.future: asyncio.Future | None = None
@@ -72,7 +71,7 @@ class RowCommits:
         """Store `rows` under `locator` and commit `fill`, durably, sharing both with the calls
         in flight; returns what `fill` returned, or raises the error of the rows or of the
         commit (the commit is made only when the rows are durable)."""
-        call = _Call(locator, rows, encode_rows(rows), fill, after)
+        call = _Call(locator, rows, fill, after)
         lock = self._lock
         lock.acquire()
         self._queue.append(call)
@@ -91,8 +90,8 @@ class RowCommits:
     def submit(self, locator: str, rows: Any, fill: Callable[[Transaction], Any],
                after: Callable[[Any], list[str]]) -> asyncio.Future:
         """`run` for a coroutine: queues the call and returns the future of its outcome (a
-        worker thread encodes and stores the rows)."""
-        call = _Call(locator, rows, None, fill, after)
+        worker thread stores the rows)."""
+        call = _Call(locator, rows, fill, after)
         call.future = asyncio.get_running_loop().create_future()
         with self._lock:
             self._queue.append(call)
@@ -185,18 +184,24 @@ class RowCommits:
     # -- the two stages ---------------------------------------------------------------------------
 
     def _store(self, batch: list[_Call]) -> list[BaseException | None]:
-        """The rows of `batch` durable, one write and one fdatasync: an outcome per call."""
+        """The rows of `batch` encoded (here, on one thread: 64 callers hashing at once would
+        hand the GIL back and forth) and durable in one write and one fdatasync: an outcome
+        per call (a call whose rows do not encode fails alone)."""
+        items, outcomes, at = [], [None] * len(batch), []
+        for k, call in enumerate(batch):
+            try:
+                items.append((call.locator, encode_rows(call.rows)))
+                at.append(k)
+            except Exception as exc:  # RowsNotStorable: this call's
+                outcomes[k] = exc
+            call.rows = None
         try:
-            for call in batch:
-                if call.data is None:
-                    call.data = encode_rows(call.rows)
-                call.rows = None
-            return self._plane.store_batch([(call.locator, call.data) for call in batch])
-        except BaseException as exc:  # encoding or listing the directory: the whole batch's
-            return [exc] * len(batch)
-        finally:
-            for call in batch:
-                call.data = None
+            stored = self._plane.store_batch(items) if items else []
+        except BaseException as exc:  # listing the directory: the whole batch's
+            stored = [exc] * len(items)
+        for k, error in zip(at, stored):
+            outcomes[k] = error
+        return outcomes
 
     def _commit(self, batch: list[_Call], stored: list[BaseException | None], drop: list[str],
                 refused: list[str]) -> None:
