@@ -25,7 +25,7 @@ from .events import commit_decoder as _commit_decoder
 from .fold import Undo, apply
 from .position import Position
 from .segments import SegmentPlan
-from .transaction import Transaction
+from .transaction import Transaction, queue_one
 
 T = TypeVar("T")
 RECENT_FRAMES = 256   # the frames whose positions the writer remembers (`frame_position`)
@@ -76,6 +76,13 @@ class CommitPipeline:
             tx._end(commit=False)
             raise
         return tx._end(commit=True), result
+
+    def submit_event(self, name: str, args: tuple, kwargs: dict) -> tuple[Pending, object]:
+        """`submit` of the one transition `Journal.<name>(*args, **kwargs)` records, without a
+        `Transaction` of its own: (the queued commit, what the transition returns)."""
+        pending, result = queue_one(self, getattr(Transaction, name), args, kwargs)
+        self._lock.release()
+        return pending, result
 
     def wait_durable(self, lsn: int) -> int:
         """Return once commit `lsn` is durable (the caller may lead the group commit that makes
