@@ -99,9 +99,9 @@ class CommitPipeline:
         with self._lock:
             if lsn > self._durable_lsn:
                 return None
-            for last, p in reversed(self._frames):
-                if p.lsn <= lsn <= last:
-                    return p
+            for last, timeline, segment_lsn, offset, first, chain in reversed(self._frames):
+                if first <= lsn <= last:
+                    return Position(timeline, segment_lsn, offset, first, chain, 0)
                 if last < lsn:
                     return None
         return None
@@ -260,9 +260,10 @@ class CommitPipeline:
             p.undo.revert(self._state)
         self._pending = []
 
-    def _write_batch(self, batch: list[Pending]) -> list[tuple[int, Position]]:
+    def _write_batch(self, batch: list[Pending]) -> list[tuple]:
         """Write queued commits as one frame per segment, rotating where the plan says, then
-        fsync; (last LSN, position) of each frame written (`frame_position`)."""
+        fsync; (last LSN, timeline, segment LSN, offset, first LSN, chain before) of each frame
+        written (`frame_position`)."""
         files, frames = self._files, []
         i, n = 0, len(batch)
         while i < n:
@@ -274,8 +275,7 @@ class CommitPipeline:
                     j += 1
             at = files.write_frame(seg, fmt.frame_of_prefixed([p.prefixed for p in batch[i:j]], batch[j - 1].chain))
             head = seg.header
-            frames.append((batch[j - 1].lsn, Position(head.timeline, head.first_lsn, at, batch[i].lsn,
-                                                      self._written_chain, 0)))
+            frames.append((batch[j - 1].lsn, head.timeline, head.first_lsn, at, batch[i].lsn, self._written_chain))
             self._written_chain = batch[j - 1].chain
             i = j
         if self.sync != "always":

@@ -140,7 +140,7 @@ class Journal(Opening, CommitPipeline, ReplicaWiring):
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._pending: list[Pending] = []
-        # (last LSN, position) of the frames written last, and the chain after them
+        # the frames written last (`CommitPipeline._write_batch`), and the chain after them
         self._frames: collections.deque = collections.deque(maxlen=RECENT_FRAMES)
         self._written_chain = 0
         self._flushing = False

@@ -7,11 +7,13 @@ remembers. A cut of the live writer takes its position from there and reads noth
 from __future__ import annotations
 
 import threading
+import time
 
 from journal import GroupRef, Journal, Reader, position
 from journal.commit_pipeline import RECENT_FRAMES
 from journal.reader import list_segments
 from snapshot import compact, read_cut
+from tests.support.faultfs import FaultFS
 
 
 def _commits_from_threads(j: Journal, threads: int, each: int) -> None:
@@ -29,8 +31,21 @@ def _commits_from_threads(j: Journal, threads: int, each: int) -> None:
 
 def test_each_remembered_frame_holds_the_position_a_reader_finds(fast_tmp):
     path = str(fast_tmp / "j")
-    with Journal.open(path, sync="always", segment_bytes=16 << 10) as j:
-        _commits_from_threads(j, 8, 60)                   # frames of several commits, rotations
+    fs = FaultFS()
+    with Journal.open(path, sync="always", segment_bytes=16 << 10, fs=fs) as j:
+        _commits_from_threads(j, 8, 60)                   # rotations
+        (g,) = j.taken([GroupRef(idx=0)])
+        held, gate = fs.hold_segment_fsyncs()
+        first = threading.Thread(target=j.admitted, args=([g],), kwargs={"target_step": 1})
+        first.start()
+        assert held.wait(10)                              # its fsync waits while others queue
+        behind = threading.Thread(target=_commits_from_threads, args=(j, 4, 1))
+        behind.start()
+        while len(j._pending) < 4:
+            time.sleep(0.001)
+        gate.set()                                        # the last frame holds several commits
+        first.join()
+        behind.join()
         assert len(list_segments(path)) > 1
         reader = Reader(path)
         remembered = [lsn for lsn in range(1, j.lsn + 1) if j.frame_position(lsn) is not None]
