@@ -19,7 +19,7 @@ rounds (medians over rounds; see `bench.common`):
    overwriting a file preallocated, zero-filled and fsynced beforehand, the way the
    journal writes its segments (target >= 0.85x).
 2. group commit: 8 producer threads, `sync="always"`, beside the 1-thread figure;
-   no target (synchronous producers share an fsync about 4.5 at a time:
+   target >= 3x (synchronous producers share an fsync about 4.5 at a time:
    docs/benchmarks.md). Beside it the raw overwrite loop run by 2 and by 8 threads
    at once (as many fdatasyncs in flight): what overlapping fsyncs gain on this
    disk, and its rate with 8 writers of one commit per fdatasync.
@@ -35,7 +35,7 @@ The four 1-thread measurements (both raw loops, journal, sqlite) run in alternat
 8-thread ones (journal, sqlite, raw loop with 2 and 8 threads) run back to back in each
 round, in an order that rotates from round to round.
 4. bulk append, `sync="none"`: transactions of 64 one-group events. Target
-   >= 1,000,000 events/s. Also one-event commits and 64-group events
+   >= 0.4x the floor below. Also one-event commits and 64-group events
    (group-transitions/s), informational; their reference is the floor of
    msgspec-encoding the same `Commit`s, checksumming and `os.write`-ing them.
 5. `AsyncJournal` with 256 coroutines, one-event commits, `sync="always"`: target >=
@@ -78,6 +78,8 @@ BULK_EVENTS = 64      # one-group events per bulk transaction
 MULTI_GROUPS = 64     # groups per multi-group event
 THREADS = 8
 ASYNC_COROUTINES = 256
+BULK_TARGET = 0.4           # bulk appends against the encode+write floor
+GROUP_COMMIT_TARGET = 3.0   # 8 threads against 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -663,6 +665,7 @@ def run(args) -> Report:
     report.add(r.figure(
         "group_commit", f"{threads} threads, one-event commits, sync=always (group commit)",
         "events/s", value="j8", reference="j1", reference_label="1 thread",
+        target=Target(min_ratio=GROUP_COMMIT_TARGET),
         note=f"{fsync_rate:,.0f} fsyncs/s, so {r.median('j8') / max(fsync_rate, 1):.1f} commits per "
              f"fsync (median round). An fsync covers only commits queued before it starts and each "
              f"producer waits for its own commit, so with one fsync in flight about {threads}/2 "
@@ -696,7 +699,10 @@ def run(args) -> Report:
     report.add(r.figure(
         "bulk", f"bulk append, sync=none, transactions of {BULK_EVENTS} one-group events", "events/s",
         value="bulk", reference="raw_bulk", reference_label="encode+write floor",
-        target=Target(min_value=1_000_000)))
+        target=Target(min_ratio=BULK_TARGET),
+        note="the floor encodes, checksums and writes the same commits, with no check, fold or "
+             "transaction; 1,000,000 events/s, the figure's earlier target, needs the floor at "
+             f"{1_000_000 / BULK_TARGET:,.0f}/s"))
     report.add(r.figure(
         "one_event_none", "one-event commits, sync=none, 1 thread", "events/s", value="one",
         reference="raw_one", reference_label="encode+write floor"))
