@@ -19,8 +19,9 @@ from journal import JournalFailed, Reader, StaleAttempt
 from replay import AsyncSession, DataPlaneIOError, LocalDataPlane, Session
 from tests.support.equality import deep_equal
 from tests.support.faultfs import FaultFS
-from tests.support.row_commit_runs import (Acks, MeasuredFaultFS, at_once, check, hold_first_rows,
-                                           journal_through, named_on_disk, open_session, rows_of)
+from tests.support.data_plane_runs import at_once
+from tests.support.row_commit_runs import (Acks, MeasuredFaultFS, check, hold_first_rows, journal_through,
+                                           named_on_disk, open_session, rows_of)
 
 
 def _admitted(s: Session, groups: int, rollouts: int = 4) -> list[int]:

@@ -71,21 +71,7 @@ def workload(dp: LocalDataPlane, rec: Record, cut: str, saved: str, base: int = 
     new directory `saved` (group ids from `base`)."""
     for g in range(base, base + 5):
         rec.put(dp, g)
-    errors: list[BaseException] = []
-
-    def put(g: int) -> None:
-        try:
-            rec.put(dp, g, 0)
-        except BaseException as exc:   # re-raised by the workload's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=put, args=(g,)) for g in range(base + 5, base + 9)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    at_once([lambda g=g: rec.put(dp, g, 0) for g in range(base + 5, base + 9)])
     rec.delete(dp, [f"g{g}.rows" for g in range(base, base + 4)])
     for g in range(base + 9, base + 11):
         rec.put(dp, g)
@@ -100,6 +86,25 @@ def workload(dp: LocalDataPlane, rec: Record, cut: str, saved: str, base: int = 
     dp.save(saved, kept)
     assert all(deep_equal(decode_rows(open(os.path.join(saved, g.locator), "rb").read(), g.locator),
                           rows_of(g.locator)) for g in kept)
+
+
+def at_once(calls: list) -> None:
+    """Run the calls each on a thread of its own, all at once; raise the first error."""
+    errors: list[BaseException] = []
+
+    def run(call) -> None:
+        try:
+            call()
+        except BaseException as exc:   # re-raised on the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def make_cut(path: str) -> str:

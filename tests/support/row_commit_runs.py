@@ -30,6 +30,7 @@ from journal.reader import list_segments
 from replay import LocalDataPlane, Session
 from replay.session import core
 from snapshot.data_plane import prefix_locators, row_locators
+from tests.support.data_plane_runs import at_once
 from tests.support.equality import deep_equal
 from tests.support.faultfs import FaultFS
 
@@ -93,25 +94,6 @@ def hold_first_rows(s: Session, fs: FaultFS, calls: int) -> None:
                 time.sleep(0.001)
 
     fs.on("fsync", hold)
-
-
-def at_once(calls: list) -> None:
-    """Run the calls each on a thread of its own, all at once; raise the first error."""
-    errors: list[BaseException] = []
-
-    def run(call) -> None:
-        try:
-            call()
-        except BaseException as exc:   # re-raised on the caller's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(c,)) for c in calls]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def workload(s: Session, fs: FaultFS, acks: Acks, *, first_idx: int = 0) -> None:

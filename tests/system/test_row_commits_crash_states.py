@@ -18,10 +18,8 @@ checks every distinct state.
 from __future__ import annotations
 
 import os
-import shutil
-import traceback
 
-from tests.support.crash_states import CrashStates, write_tree
+from tests.support.crash_states import CrashStates, failures_of
 from tests.support.row_commit_runs import Acks, MeasuredFaultFS, check, open_session, workload
 
 FULL = os.environ.get("OJ_CRASH_STATES_FULL") == "1"
@@ -39,15 +37,7 @@ def test_every_crash_state_keeps_the_calls_that_returned_and_names_only_durable_
     s.close()
     assert len(acks.calls) == 20 and {"write", "fsync", "fsync_dir"} <= {o.kind for o in fs.ops}
     states = CrashStates(fs.baseline, fs.ops, root=root, seed=SEED).distinct(sample=SAMPLE, seed=SEED)
-    failures = []
-    for st in states:
-        img = write_tree(st.tree, str(fast_tmp / f"s{st.index}"))
-        try:
-            check(img, acks.calls, st.point)
-        except Exception as exc:  # every failure is collected with the state that caused it
-            failures.append(f"{st.describe()}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
-        finally:
-            shutil.rmtree(img, ignore_errors=True)
+    failures = failures_of(states, str(fast_tmp), lambda img, state: check(img, acks.calls, state.point))
     print(f"row commits: {len(fs.ops)} ops, {states.produced} crash states produced, "
           f"{states.distinct} distinct, {len(states)} checked, {len(failures)} failed")
     assert len(states) >= min(SAMPLE or 0, states.distinct)

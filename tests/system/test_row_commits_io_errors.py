@@ -25,20 +25,12 @@ import pytest
 from journal import JournalFailed, JournalWarning
 from replay import DataPlaneIOError
 from tests.support.row_commit_runs import Acks, MeasuredFaultFS, check, open_session, workload
-
-MAX_N = int(os.environ.get("OJ_SWEEP_MAX_N", "400"))
-
-
-def _retiring(fs: MeasuredFaultFS, failed) -> bool:
-    """Whether the failed operation retired a pack (its seal or its close, which nothing depends on)."""
-    later = [o.kind for o in fs.ops if o.handle == failed.handle and o.seq > failed.seq]
-    return failed.kind == "close" or later[:1] == ["close"]
+from tests.support.sweeps import retiring, sweep
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-shot", "persistent"])
 def test_every_failing_operation_raises_cleanly_and_keeps_what_returned(fast_tmp, persistent):
-    points, failures = 0, []
-    for n in range(1, MAX_N + 1):
+    def run_at(n: int, failures: list[str]) -> bool:
         root = str(fast_tmp / f"n{n}")
         os.makedirs(root)
         fs = MeasuredFaultFS(root=root)
@@ -60,12 +52,11 @@ def test_every_failing_operation_raises_cleanly_and_keeps_what_returned(fast_tmp
         if not fault.fired:
             assert error is None, f"{where}: failed without the fault: {error!r}"
             check(root, acks.calls)
-            break
-        points += 1
+            return False
         failed = next(o for o in fs.ops if o.failed)
         where += f" ({failed.kind} {os.path.relpath(failed.path, root)})"
         if error is None:
-            if not (_retiring(fs, failed) or any("could not be deleted" in str(w.message) for w in warned)):
+            if not (retiring(fs, failed) or any("could not be deleted" in str(w.message) for w in warned)):
                 failures.append(f"{where}: the workload completed although an operation failed")
         elif not isinstance(error, (DataPlaneIOError, JournalFailed)) or \
                 (isinstance(error, DataPlaneIOError) and error.errno != errno.EIO):
@@ -75,8 +66,6 @@ def test_every_failing_operation_raises_cleanly_and_keeps_what_returned(fast_tmp
         except Exception as exc:
             failures.append(f"{where} -> {error!r}: afterwards {type(exc).__name__}: {exc}")
         shutil.rmtree(root, ignore_errors=True)
-    else:
-        failures.append(f"still reaching the fault at N={MAX_N}")
-    print(f"row commits I/O-error sweep ({'persistent' if persistent else 'one-shot'}): {points} error points")
-    assert points > 20
-    assert not failures, f"{len(failures)} error points broke a guarantee:\n" + "\n".join(failures[:10])
+        return True
+
+    sweep(f"row commits I/O-error sweep ({'persistent' if persistent else 'one-shot'})", run_at)
