@@ -33,13 +33,14 @@ async def train(run_dir, steps):
         step, batches = s.step or 0, s.batches()
         ready, todo, fresh = in_flight(s)
         if fresh:
-            await s.admit(fresh, step=step + 1, rollouts=ROLLOUTS)
+            await s.admit(fresh, step=step + 1, policy_version=step, rollouts=ROLLOUTS)
         print(resumed_line(s, step, ready, todo), flush=True)
         while step < steps:
             while len(ready) + len(todo) < 2 * BATCH:   # a step's groups admitted ahead
                 batch = next(batches)
                 gids = await s.take(batch)
-                await s.admit(gids, step=step + 1 + (len(ready) + len(todo)) // BATCH, rollouts=ROLLOUTS)
+                await s.admit(gids, step=step + 1 + (len(ready) + len(todo)) // BATCH, policy_version=step,
+                              rollouts=ROLLOUTS)
                 todo += list(zip(gids, batch["x"]))
             n = max(0, BATCH - len(ready))   # generate what the next step lacks, all at once
             group, todo = todo[:n], todo[n:]
@@ -47,8 +48,9 @@ async def train(run_dir, steps):
             ready += [g for g, _ in group]
             group, ready, step = ready[:BATCH], ready[BATCH:], step + 1
             rows = [r for g in group for r in await s.rows(g)]
-            await s.trained(group, step=step)
-            print(f"step {step} epoch {s.epoch} loss {update(model, opt, rows):.3f}", flush=True)
+            loss = update(model, opt, rows)
+            await s.trained(group, step=step)   # once the optimizer step that used their rows is done
+            print(f"step {step} epoch {s.epoch} loss {loss:.3f}", flush=True)
             if step % CKPT_EVERY == 0 or step == steps:
                 await s.checkpoint(step, save=lambda: save_weights(run_dir, model, step))
     print(f"done at step {step}", flush=True)

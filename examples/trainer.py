@@ -95,6 +95,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from journal import AsyncJournal, GroupRef, Journal, OwnershipError, RolloutRef, StaleAttempt
 from journal.vfs import DEFAULT_FS
@@ -107,7 +108,6 @@ from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
 from .environments import environment_for
 from .extras import require
 from .generation import LENGTH_MEDIAN, MAX_TOKENS, Rollout, rollout_key, rollout_length
-from .loader import stateful_loader
 from .replica_options import add_replica_arguments, parse_replica_options
 
 RESERVED, ADMITTED, REPLAY, SPARE, TRAINED, DROPPED = "RESERVED", "ADMITTED", "REPLAY", "SPARE", "TRAINED", "DROPPED"
@@ -493,8 +493,8 @@ class Trainer:
         self.ds = PromptDataset(cfg.dataset_size, seed=cfg.seed)
         gen = torch.Generator()
         gen.manual_seed(cfg.seed)
-        self.dl = stateful_loader(self.ds, batch_size=cfg.batch_size, shuffle=True, generator=gen,
-                                  collate_fn=collate_fn, num_workers=0)
+        self.dl = StatefulDataLoader(self.ds, batch_size=cfg.batch_size, shuffle=True, generator=gen,
+                                     collate_fn=collate_fn, num_workers=0)
         self.policy = TinyPolicy()
         self.opt = MomentumSGD(self.policy.parameters(), lr=cfg.lr)
         self.dp = LocalDataPlane(cfg.rows_dir)

@@ -27,8 +27,8 @@ from .errors import (JournalClosed, JournalCorrupt, JournalError, JournalFailed,
                      StateFileCorrupt, TransactionClosed)
 from .replica.errors import ReplicaConflict, ReplicaError, ReplicaTimeout
 from .events import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted, Event,
-                     Finished, GroupRef, IdentityRecorded, LIVE_OWNERS, Owner, RolloutFailed, RolloutProgress,
-                     RolloutRef, RolloutSealed, Taken, TakenGroup, Trained)
+                     Finished, GroupRef, IdentityRecorded, KeptAtLead, LIVE_OWNERS, Owner, Restored, RolloutFailed,
+                     RolloutProgress, RolloutRef, RolloutSealed, Taken, TakenGroup, Trained)
 from .fold import Group, Progress, Rollouts, State
 from .loader_state import LoaderStateError
 from .resume import ResumePlan
@@ -44,6 +44,7 @@ __all__ = [
     "LIVE_OWNERS", "GroupRef", "RolloutRef", "Reader", "Record",
     "Commit", "Event", "Taken", "TakenGroup", "Diverted", "Admitted", "Finished", "Trained", "Discarded",
     "RolloutSealed", "RolloutFailed", "RolloutProgress", "CheckpointBegun", "CheckpointCommitted", "IdentityRecorded",
+    "Restored", "KeptAtLead",
     "JournalError", "OwnershipError", "StaleAttempt", "RolloutEnded", "JournalCorrupt", "JournalFailed", "JournalLocked",
     "JournalClosed", "JournalIOError", "TransactionClosed", "JournalWarning", "LoaderStateError",
     "StateFileCorrupt", "ReplicaError", "ReplicaConflict", "ReplicaTimeout",

@@ -93,6 +93,8 @@ def _rule(t, argument: str):
         return _int_rule(t)
     if isinstance(t, mi.StrType):
         return _instance(str, "a str")
+    if isinstance(t, mi.FloatType):
+        return _instance((int, float), "a number")
     if isinstance(t, mi.BytesType):
         return _instance(bytes, "bytes")
     if isinstance(t, mi.StructType):

@@ -171,6 +171,9 @@ class RolloutSealed(msgspec.Struct, tag="rollout_sealed", array_like=True, froze
 
     rollouts: RolloutRefs
     policy_version: Int | None = None
+    # the oldest version of their tokens when older weights began them (a continued prefix
+    # carries its own: the fold takes the oldest of both)
+    since_version: Int | None = None
 
 
 class RolloutFailed(msgspec.Struct, tag="rollout_failed", array_like=True, frozen=True):
@@ -196,6 +199,7 @@ class RolloutProgress(msgspec.Struct, tag="rollout_progress", array_like=True, f
     tokens: Id
     turn: Id | None = None
     policy_version: Int | None = None
+    since_version: Int | None = None  # as `RolloutSealed.since_version`
 
 
 class CheckpointBegun(msgspec.Struct, tag="checkpoint_begun", array_like=True, frozen=True):
@@ -225,9 +229,47 @@ class IdentityRecorded(msgspec.Struct, tag="identity_recorded", array_like=True,
     digests: Annotated[dict[str, bytes], _argument("identity")]
 
 
+class KeptAtLead(msgspec.Struct, array_like=True, frozen=True):
+    """What a restore kept of the work of weights `lead` steps newer than the checkpoint it
+    restored (0: its own or older): groups handed back whole (admitted without rollouts=),
+    sealed rollouts, prefixes and their tokens."""
+
+    lead: Id
+    groups: Id
+    rollouts: Id
+    prefixes: Id
+    tokens: Id
+
+
+class Restored(msgspec.Struct, tag="restored", array_like=True, frozen=True):
+    """What the restore that began this history decided, recorded in the resume's first commit
+    (`replay.restores` lists them; no group moves): it restored LSN `point`, the checkpoint of
+    `step` (None: the empty state), abandoning the history after it up to `crash_lsn` (the
+    crash point; `point` when nothing was abandoned), at `time` (seconds since the epoch),
+    under `max_policy_lag`. `kept`: the generated work it handed back, by lead; `dropped`:
+    results and prefixes it did not keep, by reason ("beyond_lag", "rows_lost", "identity");
+    `regenerate`: the rollouts (and groups admitted without rollouts=) it handed back to
+    generate; `seconds_lost`: the generation seconds of the dropped results whose rows
+    recorded theirs (None: none did)."""
+
+    call: ClassVar[str] = "record_restore"
+    from_owners: ClassVar[frozenset] = frozenset()
+    to: ClassVar[Owner | None] = None
+
+    point: Id
+    step: Int | None
+    crash_lsn: Id
+    time: float
+    max_policy_lag: Id = 0
+    kept: list[KeptAtLead] = []
+    dropped: dict[str, Id] = {}
+    regenerate: Id = 0
+    seconds_lost: float | None = None
+
+
 # every event kind, in the order the README's table and `journal-inspect` list them
 EVENT_TYPES = (Taken, Diverted, Admitted, Finished, Trained, Discarded, RolloutSealed, RolloutFailed,
-               RolloutProgress, CheckpointBegun, CheckpointCommitted, IdentityRecorded)
+               RolloutProgress, CheckpointBegun, CheckpointCommitted, IdentityRecorded, Restored)
 Event = Union[EVENT_TYPES]  # type: ignore[valid-type]
 EVENT_KINDS = tuple(kind.__struct_config__.tag for kind in EVENT_TYPES)
 CALLS = {kind: kind.call for kind in EVENT_TYPES}  # event type -> the method that records it

@@ -43,9 +43,12 @@ def segments_naming(reader, group_id: int) -> Iterator:
     return reversed(naming)
 
 def group_mark_top(reader) -> int:
-    """The highest group id below every recorded group mark could cover (-1 if none)."""
-    marks = [s.header.next_group_id for s in reader.segments if s.header.next_group_id is not None]
-    return max(marks, default=0) - 1
+    """The highest group id below every recorded group mark could cover (-1 if none): the mark
+    of the newest segment that recorded one (marks never decrease in creation order, see
+    `segments_naming`), so only the headers of the newest segments are read."""
+    created = [seg for t in sorted(reader.timelines) for seg in reader.timelines[t].segments]
+    mark = next((s.header.next_group_id for s in reversed(created) if s.header.next_group_id is not None), 0)
+    return mark - 1
 
 def records_naming(reader, group_id: int, skip_active_after: int | None = None, *,
                    any_position: bool = False, known_to: int | None = None) -> Iterator:

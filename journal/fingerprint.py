@@ -47,9 +47,10 @@ def _encode(value: Any, out: list[bytes], tensor_type: type | tuple) -> None:
         torch = sys.modules["torch"]
         t = value.detach().to("cpu").contiguous()
         dtype = str(t.dtype).encode()
-        raw = bytes(t.reshape(-1).view(torch.uint8).clone().untyped_storage()) if t.numel() else b""
+        flat = t.reshape(-1).view(torch.uint8)
         if sys.byteorder == "big" and t.element_size() > 1:  # pragma: no cover - little-endian hosts
-            raw = bytes(t.reshape(-1).flip(0).view(torch.uint8).flip(0).clone().untyped_storage())
+            flat = t.reshape(-1).flip(0).view(torch.uint8).flip(0)
+        raw = _bytes_of(flat, torch)
         out += (b"t", _LEN.pack(len(dtype)), dtype, _LEN.pack(t.dim()))
         out += [_LEN.pack(d) for d in t.shape]
         out += (_LEN.pack(len(raw)), raw)
@@ -78,6 +79,16 @@ def _encode(value: Any, out: list[bytes], tensor_type: type | tuple) -> None:
     else:
         raise TypeError(f"cannot fingerprint a {type(value).__name__}: a fingerprinted value holds "
                         "dict, list, tuple, str, int, float, bool, None, bytes, torch.Tensor or numpy values")
+
+
+def _bytes_of(flat, torch) -> bytes:
+    """The bytes of a 1-D uint8 tensor, in one bulk copy (`bytes()` of a tensor's storage reads
+    it element by element, through Python)."""
+    if not flat.numel():
+        return b""
+    buf = bytearray(flat.numel())
+    torch.frombuffer(buf, dtype=torch.uint8).copy_(flat)
+    return bytes(buf)
 
 
 def fingerprint(row: Any) -> bytes:

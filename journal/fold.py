@@ -19,7 +19,7 @@ import msgspec
 
 from .errors import JournalCorrupt, OwnershipError, RolloutEnded, StaleAttempt
 from .events import (EVENT_TYPES, LIVE_OWNERS, Admitted, CheckpointBegun, CheckpointCommitted, Commit,
-                     Discarded, Diverted, Finished, IdentityRecorded, Owner, PackedLoaderState,
+                     Discarded, Diverted, Finished, IdentityRecorded, Owner, PackedLoaderState, Restored,
                      RolloutProgress, RolloutSealed, RolloutFailed, Taken, Trained, event_name)
 from . import loader_state as _loader_state
 
@@ -81,21 +81,40 @@ class SampledRow(NamedTuple):
 
 class Progress(msgspec.Struct, gc=False, frozen=True):
     """The latest durable prefix of an unsealed rollout's current attempt (`rollout_progress`):
-    where its row is, the tokens (and turns) it holds, the weights that generated it."""
+    where its row is, the tokens (and turns) it holds, the weights that generated the newest of
+    them (`policy_version`) and, when older weights began them (a prefix continued after a
+    restore, or across a weight update), the oldest (`since`; None: all by `policy_version`)."""
 
     locator: str
     tokens: int
     turn: int | None = None
     policy_version: int | None = None
+    since: int | None = None
+
+
+def oldest_version(newest: int | None, *older: int | None) -> int | None:
+    """The `since` of work whose newest tokens are by `newest` and whose others were by `older`
+    (each None when unknown): the oldest known version below `newest`, else None."""
+    if newest is None:
+        return None
+    known = [v for v in older if v is not None and v < newest]
+    return min(known) if known else None
+
+
+def span_of(p: "Progress") -> tuple[int | None, int | None]:
+    """The oldest and newest version of a prefix's tokens."""
+    return (p.since if p.since is not None else p.policy_version), p.policy_version
 
 
 class Rollouts(msgspec.Struct, gc=False, frozen=True):
     """The N rollouts of a group admitted with `rollouts=N`, by index: the current attempt,
     whether it is sealed (bit i of `sealed`), a sealed one's data-plane locator and the
-    policy version that generated it, and an unsealed one's latest `Progress`.
+    policy version that generated it (the newest of its tokens: `since` holds the oldest when
+    older weights began it), and an unsealed one's latest `Progress`.
 
     `progress` is None while no rollout of the group has any (the common case costs nothing),
     else one `Progress` or None per index; only an unsealed rollout's current attempt has one.
+    `since` likewise: None while no sealed rollout spans versions.
 
     Immutable like `Group`: a seal or a failure builds a new one (one object and the tuples
     that change, whatever N), and the undo keeps the old."""
@@ -105,6 +124,7 @@ class Rollouts(msgspec.Struct, gc=False, frozen=True):
     locators: tuple
     versions: tuple
     progress: tuple | None = None
+    since: tuple | None = None
 
     @classmethod
     def admitted(cls, n: int) -> "Rollouts":
@@ -126,10 +146,13 @@ class Rollouts(msgspec.Struct, gc=False, frozen=True):
     def progress_of(self, index: int) -> Progress | None:
         return self.progress[index] if self.progress is not None else None
 
+    def since_of(self, index: int) -> int | None:
+        return self.since[index] if self.since is not None else None
 
-def with_progress(progress: tuple | None, n: int, index: int, value: Progress | None) -> tuple | None:
-    """`Rollouts.progress` with rollout `index` (of `n`) set to `value`: None once no rollout
-    has any."""
+
+def with_progress(progress: tuple | None, n: int, index: int, value) -> tuple | None:
+    """A sparse per-rollout tuple (`Rollouts.progress`, `Rollouts.since`) with rollout `index`
+    (of `n`) set to `value`: None once no rollout has any."""
     if progress is None:
         if value is None:
             return None
@@ -608,6 +631,8 @@ def _apply_event(state: State, event, lsn: int, undo: Undo, blobs) -> None:
         mark_checkpoint(state.pending_checkpoints, state.committed_checkpoints, event, lsn)
     elif kind is IdentityRecorded:  # the undo's scalars hold the identity it replaces
         state.identity = dict(event.digests)
+    elif kind is Restored:  # a record of the restore: no state changes
+        pass
     else:  # pragma: no cover - the decoder only produces the union's types
         raise JournalCorrupt(f"LSN {lsn}: unknown event {event!r}", lsn=lsn)
 
@@ -701,11 +726,16 @@ def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
         if sealing:
             locators, versions = list(r.locators), list(r.versions)
             locators[index], versions[index] = ref.locator, pv
-            new = Rollouts(r.attempts, r.sealed | 1 << index, tuple(locators), tuple(versions), progress)
+            since = r.since
+            prefix = r.progress_of(index)  # the seal completes the prefix it continued
+            oldest = oldest_version(pv, event.since_version, *(span_of(prefix) if prefix is not None else ()))
+            if oldest is not None or since is not None:
+                since = with_progress(since, r.n, index, oldest)
+            new = Rollouts(r.attempts, r.sealed | 1 << index, tuple(locators), tuple(versions), progress, since)
         else:
             attempts = list(r.attempts)
             attempts[index] += 1
-            new = Rollouts(tuple(attempts), r.sealed, r.locators, r.versions, progress)
+            new = Rollouts(tuple(attempts), r.sealed, r.locators, r.versions, progress, r.since)
         undo.records.append(g)
         changed = g.__copy__()
         changed.rollouts = new
@@ -731,11 +761,15 @@ def _apply_progress(state: State, event: RolloutProgress, lsn: int, undo: Undo) 
     r = g.rollouts
     if r is None or index >= len(r.attempts) or r.sealed >> index & 1 or r.attempts[index] != ref.attempt:
         raise _refused(event, ref, r, None, lsn)
-    p = Progress(ref.locator, event.tokens, event.turn, event.policy_version)
+    # a newer prefix of the attempt extends the one before: it spans that one's versions too
+    before = r.progress_of(index)
+    p = Progress(ref.locator, event.tokens, event.turn, event.policy_version,
+                 oldest_version(event.policy_version, event.since_version,
+                                *(span_of(before) if before is not None else ())))
     undo.records.append(g)
     changed = g.__copy__()
     changed.rollouts = Rollouts(r.attempts, r.sealed, r.locators, r.versions,
-                                with_progress(r.progress, len(r.attempts), index, p))
+                                with_progress(r.progress, len(r.attempts), index, p), r.since)
     state.live[gid] = changed
 
 

@@ -5,6 +5,9 @@ Garbage is only what holds nothing that is not kept elsewhere, and belongs to no
 * in `torn/` (written only by the writer, under its lock): an empty copy, and a copy whose
   bytes are a prefix of another copy of the same segment and offset (a duplicate made by an
   open that crashed, or failed, after copying and before truncating);
+* an unpublished segment (`<segment>.wal.new`, writer lock held): a resume publishes the one it
+  creates in the same open, so one on disk at an open is a resume's that crashed or failed (a
+  full disk) before its first commit was durable;
 * what a compaction that crashed left, removed only while the compaction lock is held (a
   running compaction's temporary files are not garbage): `snapshots/.tmp-*` directories (a
   cut being written or deleted), `*.wal.zst.tmp` (an archive being written), and a segment
@@ -98,6 +101,20 @@ def _archive_holds(archive: str, segment: str) -> bool:
         return read_segment_bytes(seg) == _read(segment)
     except JournalCorrupt:
         return False
+
+
+def remove_unpublished(fs: OsFileSystem, journal_path: str) -> list[str]:
+    """Remove the unpublished segments a resume that did not finish left (writer lock held);
+    returns their paths."""
+    suffix = layout.SEGMENT_SUFFIX + layout.UNPUBLISHED_SUFFIX
+    here = [os.path.join(journal_path, name) for name in sorted(os.listdir(journal_path))
+            if name.endswith(suffix) and layout.parse_segment_name(name[:-len(layout.UNPUBLISHED_SUFFIX)])
+            and os.path.isfile(os.path.join(journal_path, name))]
+    for full in here:
+        fs.unlink(full)
+    if here:
+        fs.fsync_dir(journal_path)
+    return here
 
 
 def remove_compaction_leftovers(fs: OsFileSystem, journal_path: str) -> list[str]:

@@ -20,7 +20,7 @@ from . import format as fmt
 from . import layout, leftovers, locks, set_aside, state_file
 from .errors import JournalCorrupt, JournalError, StateFileCorrupt, io_step
 from .events import CheckpointCommitted
-from .ever import max_group_id
+from .ever import group_mark_top, max_group_id
 from .fold import State, apply
 from .reader import Reader
 from .resume import ResumePlan
@@ -49,13 +49,15 @@ class Opening:
 
     def _remove_leftovers(self) -> None:
         """Remove what crashes left that is provably garbage (see `leftovers`): torn/ duplicates
-        always (the writer lock is held), a crashed compaction's files only when no compaction
+        and unpublished segments always (the writer lock is held), a crashed compaction's files only when no compaction
         runs now (the compaction lock is free)."""
         with io_step("remove duplicate torn-tail copies", os.path.join(self.path, layout.TORN_DIR)):
             leftovers.remove_torn_garbage(self.fs, self.path)
         prepared = os.path.join(self.path, layout.PREPARED_NAME)
         with io_step("remove the prepared next segment a crash left", prepared):
             remove_prepared(self.fs, self.path)
+        with io_step("remove the unpublished segment of a resume that did not finish", self.path):
+            leftovers.remove_unpublished(self.fs, self.path)
         fd = locks.try_compaction_lock(self.path)
         if fd is None:
             return
@@ -119,11 +121,14 @@ class Opening:
             state = plan.fold_state.copy()
             if state.lsn < end_lsn and _rewrites_tail(reader, state, first_commit):
                 first_commit = []  # the tail holds it already: continue the timeline at its end
-        # ids are never reused, not even those allocated on a dead tail (the fold of a single
-        # timeline has seen every id it allocated)
-        top_gid = max_group_id(reader) if plan is not None or len(reader.timelines) > 1 else -1
+        # ids are never reused, not even those allocated on a dead tail or counted by a segment's
+        # mark (a commit folded before a rotation planned the segment, never made durable); the
+        # fold of a single timeline has seen every other id it allocated
+        top_gid = max_group_id(reader) if plan is not None or len(reader.timelines) > 1 else group_mark_top(reader)
         state.next_group_id = max(state.next_group_id, top_gid + 1, plan.group_id_floor if plan else 0)
         branching = plan is not None and (state.lsn < end_lsn or not lineage and state.lsn > 0)
+        if plan is not None and plan.restored is not None and (first_commit or branching):
+            first_commit.append(plan.restored)
         segment = self._open_segment(reader, lineage, state, end_lsn, end_blobs, branching)
         self._state = state
         self._segment = self._files.active = segment
@@ -381,6 +386,7 @@ def _continue_elsewhere(path: str) -> str:
     fresh directory from the newest point whose state does not need the damaged frames."""
     return ("This history cannot be continued in place. To continue the run in a fresh directory "
             f"from the newest checkpoint the damage does not touch: `journal-inspect rescue "
-            f"{shlex.quote(path)} NEWDIR` (or replay.rescue({path!r}, NEWDIR)), then "
-            "state = replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). Keep this "
-            "directory for forensics")
+            f"{shlex.quote(path)} NEWDIR` (or replay.rescue({path!r}, NEWDIR)), which prints how "
+            "the run goes on: for a trainer on replay.Session, the commands that put NEWDIR in this "
+            "directory's place, then the same Session.open; on the low-level API, state = "
+            "replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). Keep this directory for forensics")

@@ -12,6 +12,9 @@ resume=plan)` writes it and knows nothing else about restores:
    rollouts, raised attempts, demoted and adopted groups under their new ids), so the journal
    says exactly what the trainer was handed; `first_commit_blobs` holds the blobs a loader
    state in it references (digest -> bytes);
+   `restored`, the restore's own record (`events.Restored`), is added to that first commit
+   when it writes one or branches (a restore that abandoned a dead tail), so every restore
+   that changed the history says what it decided;
 4. group ids from `group_id_floor` up are free: every id below it was allocated by a history
    the restore read (a bucket's, which the directory may not hold), dead tails included. The
    writer allocates above it and above every id on its own disk;
@@ -26,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .events import Restored
 from .fold import State
 from .vfs import OsFileSystem
 
@@ -40,6 +44,7 @@ class ResumePlan:
     base_cut: str | None = None                # the cut the state was read from, for messages
     group_id_floor: int = 0                    # ids below it were allocated (see 4. above)
     damaged_segments: list[str] = field(default_factory=list)  # see 5. above
+    restored: Restored | None = None           # see 3. above
 
     @classmethod
     def of(cls, resume: "ResumePlan | State") -> "ResumePlan":

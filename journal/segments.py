@@ -275,9 +275,7 @@ class SegmentFiles:
         path = os.path.join(self.path, layout.segment_name(header.timeline, header.first_lsn))
         target = path if publish else path + layout.UNPUBLISHED_SUFFIX
         with io_step("create the segment", target):
-            if not publish and os.path.exists(target):  # a resume crashed before publishing it
-                self.fs.unlink(target)
-            f = self.fs.create(target)
+            f = self.fs.create(target)  # an unpublished one a resume left is gone (`leftovers`)
             try:
                 f.write(fmt.encode_header(header))
                 f.sync()

@@ -13,7 +13,8 @@ every field of the `State` (the last ones with a default, which files written be
 lack: the loader's epoch, the run identity), the live groups as column blocks (`_Block`: per
 field of `Group` the values of the block's groups, the owners as one code byte each, the rollouts
 flattened, a prefix's locator and version in its unsealed rollout's slots and its tokens and turn
-in two sparse columns: the last ones, with defaults too). A cut builds the columns
+in two sparse columns, then the spans' oldest versions in two more (`SINCE_COLUMNS`): the last
+ones, with defaults too). A cut builds the columns
 of each of its group tables once (`group_columns`) and hands the same lists to the state file.
 Files of an older format (another magic) are `compat`'s to read. `read` checks
 the magic, the length and the CRC, then decompresses and decodes with the schema, so a torn,
@@ -53,13 +54,18 @@ ROLLOUT_COLUMNS = ("rollout_n", "rollout_sealed", "rollout_attempt", "rollout_lo
 # prefix is an unsealed rollout with a locator. Per prefix, in rollout order, its tokens and
 # turn (the few prefixes cost a few bytes each; a rollout without one nothing)
 PROGRESS_COLUMNS = ("progress_tokens", "progress_turn")
+# Work that older weights began (`Rollouts.since`, `Progress.since`): per such rollout, its slot
+# among the flattened rollouts and the oldest version; the slot's seal says which it is (a sealed
+# rollout's, or an unsealed one's prefix's). Empty while no work spans versions.
+SINCE_COLUMNS = ("rollout_since_at", "rollout_since")
 _PLAIN_FIELDS = tuple(n for n in GROUP_FIELDS if n not in ("owner", "rollouts"))  # stored as is
-_BLOCK_COLUMNS = _PLAIN_FIELDS + ROLLOUT_COLUMNS + PROGRESS_COLUMNS
+_BLOCK_COLUMNS = _PLAIN_FIELDS + ROLLOUT_COLUMNS + PROGRESS_COLUMNS + SINCE_COLUMNS
 _SEALED_OF = operator.attrgetter("sealed")
 _ATTEMPTS_OF = operator.attrgetter("attempts")
 _LOCATORS_OF = operator.attrgetter("locators")
 _VERSIONS_OF = operator.attrgetter("versions")
 _PROGRESS_OF = operator.attrgetter("progress")
+_SINCE_OF = operator.attrgetter("since")
 _LIVE_OWNER_OF_CODE = {int(o): o for o in LIVE_OWNERS}
 
 
@@ -85,6 +91,9 @@ class _Block(msgspec.Struct, array_like=True):
     # the prefixes' tokens and turns (`PROGRESS_COLUMNS`); files written before them lack them
     progress_tokens: list[int] = []
     progress_turn: list[int | None] = []
+    # `SINCE_COLUMNS`; files written before them lack them
+    rollout_since_at: list[int] = []
+    rollout_since: list[int] = []
 
 
 class Body(msgspec.Struct, array_like=True):
@@ -127,17 +136,64 @@ def group_columns(groups: Sequence[Group]) -> dict[str, list]:
     locators = columns["rollout_locator"] = list(chain(map(_LOCATORS_OF, tracked)))
     versions = columns["rollout_version"] = list(chain(map(_VERSIONS_OF, tracked)))
     tokens, turns = columns["progress_tokens"], columns["progress_turn"] = [], []
+    since_at, since = columns["rollout_since_at"], columns["rollout_since"] = [], []
     held = list(itertools.compress(range(len(tracked)), map(_PROGRESS_OF, tracked)))  # None or a tuple
-    if held:  # an unsealed rollout's slots hold its prefix's locator and version
+    spanning = list(itertools.compress(range(len(tracked)), map(_SINCE_OF, tracked)))
+    if held or spanning:
         starts = [0, *itertools.accumulate(map(len, map(_ATTEMPTS_OF, tracked)))]
-        for k in held:
+        oldest = {}
+        for k in held:  # an unsealed rollout's slots hold its prefix's locator and version
             start = starts[k]
             for i, p in enumerate(tracked[k].progress):
                 if p is not None:
                     locators[start + i], versions[start + i] = p.locator, p.policy_version
                     tokens.append(p.tokens)
                     turns.append(p.turn)
+                    if p.since is not None:
+                        oldest[start + i] = p.since
+        for k in spanning:
+            oldest.update((starts[k] + i, v) for i, v in enumerate(tracked[k].since) if v is not None)
+        since_at += sorted(oldest)
+        since += map(oldest.__getitem__, since_at)
     return columns
+
+
+def with_since(tracked: list[Rollouts], gids: Sequence[int], at: Sequence[int], values: Sequence[int],
+               where: str) -> list[Rollouts]:
+    """`tracked` (the rollouts of the groups `gids`, prefixes already in their `Progress`) with
+    the oldest versions of `SINCE_COLUMNS` (`at`: flat rollout slots, `values`) in place: a
+    sealed slot's in `Rollouts.since`, an unsealed one's in its prefix's `Progress.since`;
+    `ValueError` naming `where` and the group for a slot out of range, given twice, of an
+    unsealed rollout without a prefix, or not older than its newest version."""
+    if len(at) != len(values):
+        raise ValueError(f"{where}: {len(at)} span slots but {len(values)} oldest versions")
+    if not at:
+        return tracked
+    out, todo = list(tracked), dict(zip(at, values))
+    if len(todo) != len(at):
+        raise ValueError(f"{where}: a span slot is given twice")
+    start = 0
+    for k, r in enumerate(tracked):
+        here = {slot - start: todo.pop(slot) for slot in range(start, start + r.n) if slot in todo}
+        start += r.n
+        if not here:
+            continue
+        since, progress = list(r.since or (None,) * r.n), list(r.progress or (None,) * r.n)
+        for i, v in here.items():
+            newest = r.versions[i] if r.is_sealed(i) else progress[i] and progress[i].policy_version
+            if newest is None or v >= newest:
+                raise ValueError(f"{where}: group {gids[k]} rollout {i} has an oldest version {v} not "
+                                 f"below its newest ({newest})")
+            if r.is_sealed(i):
+                since[i] = v
+            else:
+                progress[i] = msgspec.structs.replace(progress[i], since=v)
+        out[k] = Rollouts(r.attempts, r.sealed, r.locators, r.versions,
+                          tuple(progress) if r.progress is not None else None,
+                          tuple(since) if any(x is not None for x in since) else None)
+    if todo:
+        raise ValueError(f"{where}: span slot {min(todo)} is past the {start} rollouts")
+    return out
 
 
 def split_prefixes(tracked: list[Rollouts], gids: Sequence[int], tokens: list, turns: list,
@@ -276,10 +332,11 @@ def _rollouts_of(block: _Block, where: str) -> list[Rollouts | None]:
 
     tracked = list(map(Rollouts, per_group(block.rollout_attempt), block.rollout_sealed,
                        per_group(block.rollout_locator), per_group(block.rollout_version)))
-    if block.progress_tokens:
+    if block.progress_tokens or block.rollout_since_at:
+        gids = list(itertools.compress(block.group_id, block.rollout_n))
         try:
-            tracked = split_prefixes(tracked, list(itertools.compress(block.group_id, block.rollout_n)),
-                                     block.progress_tokens, block.progress_turn, where)
+            tracked = split_prefixes(tracked, gids, block.progress_tokens, block.progress_turn, where)
+            tracked = with_since(tracked, gids, block.rollout_since_at, block.rollout_since, where)
         except ValueError as exc:
             raise StateFileCorrupt(str(exc)) from None
     it = iter(tracked)

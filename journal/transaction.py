@@ -16,7 +16,7 @@ from . import arguments
 from . import loader_state as _loader_state
 from .errors import TransactionClosed
 from .events import (EVENT_TYPES, Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted,
-                     Finished, GroupRef, IdentityRecorded, RolloutFailed, RolloutProgress, RolloutRef,
+                     Finished, GroupRef, IdentityRecorded, Restored, RolloutFailed, RolloutProgress, RolloutRef,
                      RolloutSealed, Taken,
                      TakenGroup, Trained)
 from .identity import digests
@@ -212,14 +212,17 @@ class Transaction:
         self._events.append(Trained(arguments.group_list("trained", group_ids, self._j.path), step))
 
     @_transition()
-    def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None) -> None:
+    def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None,
+                       since_version: int | None = None) -> None:
         """Record that these rollouts' results are durable in the data plane, each at its
         `RolloutRef.locator` (required): the group stays ADMITTED -> ADMITTED, the rollout is
         sealed. The group must have been admitted with `rollouts=N`, the rollout unsealed and
         named with its current attempt: a late result of an attempt that was given up raises
-        `StaleAttempt` (an `OwnershipError`) and nothing is written."""
+        `StaleAttempt` (an `OwnershipError`) and nothing is written. `policy_version`: the
+        weights that generated its newest tokens; `since_version`: the oldest, when older
+        weights began it (a rollout that continued its prefix spans the prefix's too)."""
         self._events.append(RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self._j.path),
-                                          policy_version))
+                                          policy_version, since_version))
 
     @_transition()
     def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> None:
@@ -231,7 +234,7 @@ class Transaction:
 
     @_transition()
     def rollout_progress(self, ref: RolloutRef, *, tokens: int, turn: int | None = None,
-                         policy_version: int | None = None) -> None:
+                         policy_version: int | None = None, since_version: int | None = None) -> None:
         """Record a durable prefix of one rollout's result: its partial row (the tokens so far,
         or the turns so far and the environment's exported state) is in the data plane at
         `ref.locator` (required), holding `tokens` tokens and, for a multi-turn rollout,
@@ -239,9 +242,11 @@ class Transaction:
         -> ADMITTED. The fence of `rollout_sealed`: a rollout of a group admitted with
         `rollouts=N`, unsealed (else `RolloutEnded`), named with its current attempt (else
         `StaleAttempt`). It supersedes the rollout's previous progress; a seal or a failure
-        ends it, and a restore hands the latest back for the next attempt to continue from."""
+        ends it, and a restore hands the latest back for the next attempt to continue from.
+        `since_version`: as `rollout_sealed`'s (a newer prefix of the attempt spans the
+        versions of the one before it)."""
         self._events.append(RolloutProgress(arguments.progress_ref(ref, self._j.path), tokens, turn,
-                                            policy_version))
+                                            policy_version, since_version))
 
     @_transition()
     def discarded(self, group_ids: Iterable[int], *, reason: str) -> None:
@@ -281,6 +286,16 @@ class Transaction:
         calls it only when the identity differs from the one recorded; a `TypeError` names a
         key that is not a str or a value that cannot be fingerprinted."""
         self._events.append(IdentityRecorded(digests(identity)))
+
+    @_transition()
+    def record_restore(self, restored: Restored) -> None:
+        """Record what a restore decided (`Restored`: the point and checkpoint it restored, the
+        crash point, the work it kept by lead and what it regenerated). No group moves.
+        `Journal.open(resume=state)` records the restore's own in its first commit; a
+        `TypeError` for anything but a `Restored`."""
+        if not isinstance(restored, Restored):
+            raise TypeError(f"record_restore() takes a journal.Restored, not {type(restored).__name__}")
+        self._events.append(restored)
 
 
 class _OneEvent(Transaction):

@@ -27,17 +27,21 @@ from .errors import (DataPlaneError, DataPlaneIOError, DataPlaneUnreachable, Inv
                      RowsCorrupt, RowsNotFound, RowsNotStorable)
 from .data_plane import LocalDataPlane, ObjectStoreDataPlane
 from .audit import audit
-from .recovered_state import RecoveredGroup, RecoveredRollout, RecoveredState
+from .recovered_state import BeyondLag, KeptWork, RecoveredGroup, RecoveredRollout, RecoveredState
 from .reports import AuditReport, NotAJournal, VerifyReport
 from .restore import restore
 from .rescue import RescueReport, rescue
+from .restores import RestoreRow, RestoresReport, restores
 from .verify import verify
-from .session import (AsyncSession, BatchShapeError, LoadWeightsFailed, RolloutWork, Session,
-                      SessionError, Work, durable_file)
+from .session import (AsyncSession, BatchMismatch, BatchShapeError, CheckpointUnsaved, LoadWeightsFailed,
+                      RolloutWork, RowOutOfRange, RowsRegeneratedWarning, Session, SessionError,
+                      StepBeforeCheckpoint, TakenTwice, Work, durable_file)
 
 __all__ = [
     "Session", "AsyncSession", "Work", "RolloutWork", "SessionError", "LoadWeightsFailed", "BatchShapeError", "durable_file",
+    "RowOutOfRange", "BatchMismatch", "TakenTwice", "StepBeforeCheckpoint", "CheckpointUnsaved", "RowsRegeneratedWarning",
     "restore", "RecoveredState", "RecoveredGroup", "RecoveredRollout", "Progress", "fingerprint",
+    "BeyondLag", "KeptWork", "restores", "RestoresReport", "RestoreRow",
     "verify", "VerifyReport", "audit", "AuditReport",
     "NotAJournal", "rescue", "RescueReport",
     "RestoreError", "ManifestMissing", "UnsafePath", "MissingFile", "OrphanFile", "ChecksumMismatch",

@@ -11,6 +11,53 @@ from snapshot.catalog import Skipped
 from snapshot.row_ledger import RowLedger
 
 
+def with_version(p: Progress | None, admitted_by: int | None) -> Progress | None:
+    """Prefix `p`, read as made by `admitted_by` (the weights that admitted its group) when it
+    was recorded without a policy version: a version is never lost on the way."""
+    if p is None or p.policy_version is not None or admitted_by is None:
+        return p
+    return Progress(p.locator, p.tokens, p.turn, admitted_by)
+
+
+def sealed_span(version: int | None, since: int | None) -> tuple[int, int] | None:
+    """The policy span of a sealed result made by `version`, begun by `since` when older."""
+    return None if version is None else (since if since is not None else version, version)
+
+
+@dataclass(frozen=True)
+class BeyondLag:
+    """Work of the dead tail (or at the point) that the restore did not keep because its
+    weights are beyond the bound: `policy_version` > `bound`, the restored step plus
+    `max_policy_lag`. It regenerates. `kind`: "rollout" (a sealed rollout, `index`), "prefix"
+    (a rollout's prefix, `index`), "group" (the rows of a group admitted without rollouts=,
+    `index` None); `group_id` as the history that recorded it named it."""
+
+    group_id: int
+    index: int | None
+    kind: str
+    policy_version: int
+    bound: int
+    locator: str | None = None  # its row in the data plane (left there; no history names it)
+
+    def __str__(self) -> str:
+        what = f"group {self.group_id}" + (f" rollout {self.index}" if self.index is not None else "")
+        made = {"rollout": "sealed", "prefix": "its prefix recorded", "group": "finished"}[self.kind]
+        return (f"{what}: {made} by policy version {self.policy_version}, beyond the bound "
+                f"{self.bound} (the restored step plus max_policy_lag): regenerated")
+
+
+@dataclass
+class KeptWork:
+    """What a restore handed back of generated work made by weights `lead` steps past the
+    restored checkpoint (0: at or before it): groups handed back to train whole (admitted
+    without rollouts=), sealed rollouts, prefixes to continue and the tokens they hold."""
+
+    groups: int = 0
+    rollouts: int = 0
+    prefixes: int = 0
+    tokens: int = 0
+
+
 @dataclass
 class RecoveredRollout:
     """One rollout of a group admitted with `rollouts=N`. A sealed one's row is in the data
@@ -25,6 +72,12 @@ class RecoveredRollout:
     locator: str | None = None
     policy_version: int | None = None
     progress: Progress | None = None
+    # the policy versions (oldest, newest) that generated its kept work (its row when sealed,
+    # else its prefix; a prefix continued by other weights spans both), and `lead`, newest
+    # minus the restored step (> 0 only for work of weights that died with the crash); None
+    # when it keeps nothing or the versions are unknown
+    policy_span: tuple[int, int] | None = None
+    lead: int | None = None
 
 
 @dataclass
@@ -44,6 +97,10 @@ class RecoveredGroup:
     prompt: Any = None
     rollouts: list[RecoveredRollout] | None = None  # groups admitted with rollouts=N
     adopted_from: int | None = None  # adopted: the id the dead tail took it under (dead for good)
+    # as `RecoveredRollout`'s, over the group's kept work: its rows (a group without rollouts=
+    # handed back to train) or its rollouts' kept work
+    policy_span: tuple[int, int] | None = None
+    lead: int | None = None
 
     @property
     def pending(self) -> list[RecoveredRollout]:
@@ -52,10 +109,19 @@ class RecoveredGroup:
 
     @classmethod
     def of(cls, g: Group) -> "RecoveredGroup":
+        """The fold's record `g`, a rollout's seal or prefix recorded without a policy version
+        read as made by the weights that admitted its group (`with_version`)."""
         r = g.rollouts
-        rollouts = None if r is None else [
-            RecoveredRollout(i, r.attempts[i], r.is_sealed(i), r.locators[i], r.versions[i], r.progress_of(i))
-            for i in range(r.n)]
+        pv = g.policy_version
+        rollouts = None
+        if r is not None:
+            rollouts = [RecoveredRollout(i, r.attempts[i], False, progress=with_version(r.progress_of(i), pv))
+                        for i in range(r.n)]
+            for i in range(r.n):
+                if r.is_sealed(i):
+                    v = r.versions[i] if r.versions[i] is not None else pv
+                    rollouts[i] = RecoveredRollout(i, r.attempts[i], True, r.locators[i], v,
+                                                   policy_span=sealed_span(v, r.since_of(i)))
         return cls(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint, g.owner, g.target_step,
                    g.policy_version, g.locator, g.replaces, rollouts=rollouts)
 
@@ -94,18 +160,21 @@ class RecoveredState(ResumePlan):
     # `loader_state` is then the state after the last of them
     adopted: list[RecoveredGroup] = field(default_factory=list)
     adopted_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (new group, index) kept sealed
-    # rollouts sealed on the dead tail by weights newer than `step`, never kept (they regenerate):
-    # (group as the dead tail named it, index), of the groups handed back
-    newer_weights: list[tuple[int, int]] = field(default_factory=list)
+    # work by weights beyond the bound (`step` + `max_policy_lag`), not kept: it regenerates
+    beyond_lag: list[BeyondLag] = field(default_factory=list)
+    max_policy_lag: int = 0
+    # the generated work handed back, by lead (`KeptWork`: newest version minus `step`, 0 for
+    # work of the restored weights or older)
+    kept_by_lead: dict[int, KeptWork] = field(default_factory=dict)
     # groups waiting at `lsn` (reserved, spare) that a later history admitted, back under fresh
-    # ids (each also in its owner's list): that admission handed out their attempts 0
+    # ids (each also in its owner's list): that admission handed out their attempts 0. With
+    # salvage each comes back where the dead tail's work on it allows, as an adopted take does
     reissued: list[RecoveredGroup] = field(default_factory=list)
     # prefixes (`RecoveredRollout.progress`), each (group as the history that recorded it named
-    # it, index): recorded after `lsn` and kept under the salvage rule; recorded by weights
-    # newer than `step` (at `lsn` or after), dropped and never continued; whose row the data
-    # plane no longer has, dropped; dropped by on_identity_changed="regenerate"
+    # it, index): recorded after `lsn` and kept under the salvage rule; whose row the data plane
+    # no longer has, dropped; dropped by on_identity_changed="regenerate" (those by weights
+    # beyond the bound: `beyond_lag`, `newer_progress`)
     salvaged_progress: list[tuple[int, int]] = field(default_factory=list)
-    newer_progress: list[tuple[int, int]] = field(default_factory=list)
     lost_progress: list[tuple[int, int]] = field(default_factory=list)
     dropped_progress: list[tuple[int, int]] = field(default_factory=list)
     changed_rows: list[RecoveredGroup] = field(default_factory=list)  # fingerprint differs, accepted
@@ -137,6 +206,16 @@ class RecoveredState(ResumePlan):
     @property
     def groups(self) -> list[RecoveredGroup]:
         return self.reserved + self.admitted + self.replay + self.spare
+
+    @property
+    def newer_weights(self) -> list[tuple[int, int]]:
+        """The sealed rollouts of `beyond_lag`: (group as the dead tail named it, index)."""
+        return [(b.group_id, b.index) for b in self.beyond_lag if b.kind == "rollout"]
+
+    @property
+    def newer_progress(self) -> list[tuple[int, int]]:
+        """The prefixes of `beyond_lag`: (group as the history that recorded it named it, index)."""
+        return [(b.group_id, b.index) for b in self.beyond_lag if b.kind == "prefix"]
 
     @property
     def ledger(self) -> RowLedger | None:

@@ -13,6 +13,7 @@ only read: keep it for forensics.
 from __future__ import annotations
 
 import os
+import shlex
 import warnings
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ class RescueReport:
     group_id_floor: int          # the new journal allocates group ids from here on
     damage: list[str] = field(default_factory=list)   # damage passed over (not needed)
     skipped: list[str] = field(default_factory=list)  # cuts passed over, with the reason
+    source_is_journal: bool = True  # the source is a journal directory (not a cut)
 
     def lines(self) -> list[str]:
         """The report as text, one line each."""
@@ -55,7 +57,25 @@ class RescueReport:
         out.append(f"  new journal {self.into}: history up to LSN {self.end_lsn}"
                    + (f", base cut {self.seeded_cut}" if self.seeded_cut else "")
                    + f"; group ids from {self.group_id_floor}")
-        out.append(f"next: state = replay.restore({self.into!r}); "
+        return out + self.next_steps()
+
+    def next_steps(self) -> list[str]:
+        """How the run goes on from the new journal: for a trainer on `replay.Session`, the
+        commands that put it in the source's place (the damaged one kept beside it), so that the
+        trainer's own `Session.open` restores it; on the low-level API, the two calls."""
+        step = f"step {self.step}" if self.step is not None else f"LSN {self.lsn}"
+        out = ["next, for a trainer on replay.Session:"]
+        if self.source_is_journal:
+            out += ["  stop the trainer, then put the rescued journal in the damaged one's place (that one "
+                    "is kept beside it):",
+                    f"  mv {shlex.quote(self.source)} {shlex.quote(self.source + '.damaged')} && "
+                    f"mv {shlex.quote(self.into)} {shlex.quote(self.source)}",
+                    f"  and start the trainer as before: Session.open({self.source!r}, ...) with the same "
+                    f"arguments restores {step}",
+                    f"  (or, moving nothing: Session.open({self.into!r}, ...), your other arguments unchanged)"]
+        else:
+            out.append(f"  Session.open({self.into!r}, ...) with the trainer's other arguments restores {step}")
+        out.append(f"next, on the low-level API: state = replay.restore({self.into!r}); "
                    f"Journal.open({self.into!r}, resume=state)")
         return out
 
@@ -80,7 +100,8 @@ def rescue(source: str, into: str, *, at: str | int = "latest-checkpoint", step:
     with warnings.catch_warnings():  # the damage it warns of is in the report
         warnings.simplefilter("ignore", DamagedJournalWarning)
         state = restore(source, at, step=step, data_plane=data_plane, salvage=salvage, must_exist=True)
-    journal_dir = journal_of_cut(source) if dir_kind(source)[0] is DirKind.CUT else source
+    is_cut = dir_kind(source)[0] is DirKind.CUT
+    journal_dir = journal_of_cut(source) if is_cut else source
     if journal_dir is not None:  # ids above every id its histories can have allocated
         state.group_id_floor = max(state.group_id_floor, group_id_ceiling(Reader(journal_dir, "salvage")) + 1)
     with Journal.open(into, resume=state, sync=sync) as j:
@@ -89,4 +110,4 @@ def rescue(source: str, into: str, *, at: str | int = "latest-checkpoint", step:
     seeded = cut_dirs(into)
     return RescueReport(source, into, state.lsn, state.step, state.base_cut,
                         seeded[0][2] if seeded else None, end, floor, list(state.damage),
-                        [f"{s.path}: {s.reason}" for s in state.skipped])
+                        [f"{s.path}: {s.reason}" for s in state.skipped], source_is_journal=not is_cut)

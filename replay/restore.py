@@ -40,7 +40,7 @@ from .errors import (DamagedCutWarning, DamagedJournalWarning, FirstStartWarning
 from .identity import IDENTITY_POLICIES, compare_identity
 from .recovered_state import RecoveredState
 from .dead_tail import DeadTail, read_dead_tail
-from .restore_rules import recover
+from .restore_rules import recover, restore_record
 from .rehydrate import ROW_CHANGED_POLICIES, check_identity, rehydrate
 from .source import Source
 
@@ -168,7 +168,8 @@ def _first_start(where: str, why: str, must_exist: bool) -> None:
                                f"check the path; a first start restores without must_exist=True")
     warnings.warn(FirstStartWarning(
         f"{where}: {why}: a first start, from the empty state. If this run continues an earlier "
-        f"one, check the path (restore(..., must_exist=True) makes this an error)"), stacklevel=3)
+        f"one, check the path (Session.open(..., must_exist=True), or restore's, makes this an "
+        f"error)"), stacklevel=3)
 
 
 def _warn_damaged_cuts(result: RecoveredState) -> None:
@@ -193,6 +194,7 @@ class _Restored:
     base: str | None                  # the cut it was built on
     run_id: bytes | None
     committed_later: dict[int, int]   # step -> begun LSN of checkpoints committed on the history
+    crash_lsn: int                    # the end of the history read (the dead tail's last LSN)
     skipped: list = field(default_factory=list)
     first_start: bool = False         # the journal holds no history (see `_from_journal`)
     reader: Reader | None = None      # the journal it belongs to, if any (dead tail, ids)
@@ -238,7 +240,7 @@ def _from_cut(path: str, at, step: int | None, past_damage: bool) -> _Restored:
     point_step = cut.manifest.checkpoint_step
     # a cut alone knows nothing after it: only its own checkpoint is known to be durable
     return _Restored(cut.state, point_step, "cut", path, bytes.fromhex(cut.manifest.run_id),
-                     {point_step: cut.lsn} if point_step is not None else {}, reader=reader,
+                     {point_step: cut.lsn} if point_step is not None else {}, cut.lsn, reader=reader,
                      ledger=functools.cache(lambda: _ledger_of(cut)), notes=notes)
 
 
@@ -266,7 +268,7 @@ def _from_journal(path: str, at, step: int | None, salvage: bool,
     first_start = point.end_lsn == 0 and len(reader.timelines) <= 1
     return _Restored(point.state, point.step, "journal",
                      point.base.path if point.base is not None else None, reader.run_id,
-                     point.committed, point.skipped, first_start, reader, tail, ledger, notes)
+                     point.committed, point.end_lsn, point.skipped, first_start, reader, tail, ledger, notes)
 
 
 def _kind_of(path: str, at, step: int | None) -> DirKind | None:
@@ -292,7 +294,7 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
             dataset: Any = None, collate_fn: Callable | None = None, on_row_changed: str = "error",
             data_plane: DataPlane | None = None, salvage: bool = False, must_exist: bool = False,
             replica_options: dict | None = None, identity: Mapping[str, Any] | None = None,
-            on_identity_changed: str = "error") -> RecoveredState:
+            on_identity_changed: str = "error", max_policy_lag: int = 0) -> RecoveredState:
     """Rebuild the state to resume from. `path` is a journal directory or a cut directory;
     `at` is "latest-checkpoint" (default), "end" (forensics) or an LSN; `step=S` picks the
     committed checkpoint of step S. Raises a `RestoreError` subclass naming what failed.
@@ -304,9 +306,16 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     `NothingToRestore` instead.
 
     `salvage=True` with a `data_plane`: work done after the point is kept where the rules allow
-    (`replay/restore_rules.py`): results by weights no newer than the checkpoint whose rows the data
-    plane still has, and the loader's takes on the dead tail, adopted under fresh group ids
-    with the loader state after them (`RecoveredState.adopted`).
+    (`replay/restore_rules.py`): results by weights within the bound whose rows the data plane
+    still has, and the loader's takes on the dead tail, adopted under fresh group ids with the
+    loader state after them (`RecoveredState.adopted`).
+
+    `max_policy_lag=k` (the trainer's own off-policy bound, in steps): the bound is the
+    restored step plus k, so sealed rollouts, finished groups and prefixes made by weights up
+    to k steps newer than the restored ones are kept too (each says how it was made:
+    `policy_span`, `lead`); work beyond it regenerates and is listed in `beyond_lag`. The
+    default 0 keeps nothing newer than the restored checkpoint. k > 0 needs salvage=True and a
+    data plane (the rows it keeps must be there).
 
     `path` may also be a replica (a URL such as `s3://bucket/runs/42` with `replica_options`,
     an obstore store, or a `journal.replica.Location`): the bucket alone is read
@@ -322,8 +331,9 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     Without `identity` nothing is compared (`identity_check == "unchecked"`)."""
     if on_identity_changed not in IDENTITY_POLICIES:
         raise ValueError(f"on_identity_changed must be one of {IDENTITY_POLICIES}, not {on_identity_changed!r}")
+    check_policy_lag(max_policy_lag, salvage=salvage, data_plane=data_plane)
     options = dict(step=step, dataset=dataset, collate_fn=collate_fn, on_row_changed=on_row_changed,
-                   data_plane=data_plane, salvage=salvage,
+                   data_plane=data_plane, salvage=salvage, max_policy_lag=max_policy_lag,
                    identity=digests(identity) if identity is not None else None,
                    on_identity_changed=on_identity_changed)
     source = Source(path, replica_options)
@@ -339,10 +349,22 @@ def restore(path: str, at: str | int = "latest-checkpoint", *, step: int | None 
     return result
 
 
+def check_policy_lag(max_policy_lag, *, salvage: bool, data_plane) -> None:
+    """`max_policy_lag` is a step count >= 0; above 0 it keeps rows of the dead tail, so it
+    needs salvage and a data plane."""
+    if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 0:
+        raise ValueError(f"max_policy_lag must be an int >= 0 (the trainer's off-policy bound in steps), "
+                         f"not {max_policy_lag!r}")
+    if max_policy_lag and not (salvage and data_plane is not None):
+        raise ValueError(f"max_policy_lag={max_policy_lag} keeps work done after the checkpoint, read "
+                         "from the dead tail with its rows in the data plane: pass salvage=True and "
+                         "data_plane= too (Session.open does, given a data plane)")
+
+
 def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
                  collate_fn: Callable | None, on_row_changed: str, data_plane: DataPlane | None,
                  salvage: bool, identity: dict[str, bytes] | None,
-                 on_identity_changed: str) -> RecoveredState:
+                 on_identity_changed: str, max_policy_lag: int) -> RecoveredState:
     """`restore` of a journal or cut directory (`path`), without the first start's warning."""
     if not (at in ("latest-checkpoint", "end") or isinstance(at, int) and not isinstance(at, bool)):
         raise ValueError(f"at must be 'latest-checkpoint', 'end' or an LSN, not {at!r}")
@@ -354,19 +376,21 @@ def _restore_dir(path: str, at: str | int, *, step: int | None, dataset: Any,
         return _empty_state(identity)
     checked = (identity, on_identity_changed)
     try:
-        result = _restore_local(path, kind, at, step, salvage, data_plane, checked, past_damage=False)
+        result = _restore_local(path, kind, at, step, salvage, data_plane, checked, max_policy_lag,
+                                past_damage=False)
     except JournalCorrupt:  # the journal is damaged: restore what does not need the damage
-        result = _restore_local(path, kind, at, step, salvage, data_plane, checked, past_damage=True)
+        result = _restore_local(path, kind, at, step, salvage, data_plane, checked, max_policy_lag,
+                                past_damage=True)
     if dataset is not None:  # the in-flight rows first: their errors name the groups at stake
         rehydrate(result.groups, dataset, collate_fn, on_row_changed, result.changed_rows)
         result.changed_sample = check_identity(dataset, result.fold_state.dataset_size,
-                                               result.fold_state.row_sample, on_row_changed)
+                                               result.fold_state.row_sample, on_row_changed, collate_fn)
     return result
 
 
 def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool,
                    data_plane: DataPlane | None, identity: tuple[dict[str, bytes] | None, str],
-                   past_damage: bool) -> RecoveredState:
+                   lag: int, past_damage: bool) -> RecoveredState:
     """`restore` of a journal or cut directory, before rehydration; `identity`: the digests
     given and the policy; `past_damage`: its journal is damaged (read in salvage mode; the
     damage passed over is in `damage`, and warned of)."""
@@ -382,7 +406,8 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
     groups = recover(state, r.step, tail=tail, data_plane=data_plane, recommit=marks,
                      next_free_id=_id_allocator(state, r.reader),
                      attempts_used=_attempts_used(r.reader, r.tail, state.lsn),
-                     admitted_ever=_admitted_ever(r.reader, r.tail, state.lsn), regenerate=regenerate)
+                     admitted_ever=_admitted_ever(r.reader, r.tail, state.lsn), regenerate=regenerate,
+                     lag=lag)
     loader = groups.loader if groups.loader is not None else state.loader
     result = RecoveredState(
         loader_state=_decode_loader(loader, state, path),
@@ -392,14 +417,17 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
         source=r.source, base_cut=r.base, skipped=r.skipped, demoted=groups.demoted,
         salvaged=groups.salvaged, completed=groups.completed, salvaged_rollouts=groups.salvaged_rollouts,
         lost_rollouts=groups.lost_rollouts, adopted=groups.adopted, adopted_rollouts=groups.adopted_rollouts,
-        newer_weights=groups.newer_weights, reissued=groups.reissued, run_id=r.run_id, fold_state=state,
+        beyond_lag=groups.beyond_lag, max_policy_lag=lag, kept_by_lead=groups.kept_by_lead,
+        reissued=groups.reissued, run_id=r.run_id, fold_state=state,
         recommit=recommit,
         first_commit=groups.first_commit, first_commit_blobs=groups.first_commit_blobs,
         ledger_source=r.ledger,
         write_base_cut=base_cut_writer(state, r.run_id, r.ledger), first_start=r.first_start,
         identity_check=identity_check, identity_changes=identity_changes,
         regenerated=groups.regenerated, dropped_rollouts=groups.dropped_rollouts,
-        salvaged_progress=groups.salvaged_progress, newer_progress=groups.newer_progress,
+        restored=restore_record(groups, point=state.lsn, step=r.step, crash_lsn=max(r.crash_lsn, state.lsn),
+                                lag=lag, data_plane=data_plane),
+        salvaged_progress=groups.salvaged_progress,
         lost_progress=groups.lost_progress, dropped_progress=groups.dropped_progress)
     if past_damage:
         met = damage_of(r.reader) if r.reader is not None else []

@@ -10,8 +10,9 @@ The rules, in the order they apply:
    `completed` (always on: it keeps nothing from after L, so it needs neither `salvage` nor a
    data plane; with a data plane, a group whose rows it lost is demoted instead, rule 2).
 1. **Salvage** (opt-in, with a data plane): a group ADMITTED at L that finished after L,
-   with weights no newer than the checkpoint (`policy_version <= step`) and its rows still
-   in the data plane, comes back as REPLAY. The same holds per rollout: a rollout sealed
+   with weights within the bound (`policy_version <= step + max_policy_lag`: the trainer's
+   own off-policy bound, DESIGN 14; 0 by default: no newer than the checkpoint) and its rows
+   still in the data plane, comes back as REPLAY. The same holds per rollout: a rollout sealed
    after L under those conditions comes back sealed; a group whose rollouts are then all
    sealed comes back as REPLAY.
 2. **Demotion** (with a data plane): a group whose rows the data plane no longer has (a
@@ -23,9 +24,11 @@ The rules, in the order they apply:
    further: restoring the same checkpoint twice must not hand out an attempt a dead run's
    worker may still hold), so a worker of a dead run that answers late cannot seal.
    A group waiting at L (RESERVED, SPARE) that a later history admitted comes back under a
-   fresh id (the old one dropped, `reissued_on_restore`), where it was: that admission
-   dispatched attempt 0 of its rollouts, and an admission of the same id would hand attempt 0
-   out again. Reported in `reissued`.
+   fresh id (the old one dropped, `reissued_on_restore`): that admission dispatched attempt 0
+   of its rollouts, and an admission of the same id would hand attempt 0 out again. It comes
+   back where it was, or, when the dead tail admitted it (read with salvage), where the
+   tail's work on it allows, as an adopted take (rule 4): the workers of the dead run hold the
+   old id's attempts, so the fence holds. Reported in `reissued`.
 4. **Adoption** (with salvage, like rule 1, at a checkpoint): the loader's takes after L
    (`dead_tail.py`: in order, up to the last `taken` that carries a loader state) come back
    under fresh group ids, above every id any history used (the dead ids stay dead), with that
@@ -48,9 +51,11 @@ The rules, in the order they apply:
    demoted or adopted group under its new id, at attempt 0), so the resumed history hands it
    on if it crashes before the rollout goes further.
 
-Work by weights newer than the checkpoint is never kept (its rollouts regenerate):
-`newer_weights` lists the rollouts so dropped (the group as the dead tail named it, index),
-`newer_progress` the prefixes so dropped, at L or after it.
+A result or prefix recorded without a policy version counts as made by the weights that
+admitted its group (`dead_tail.py`, `RecoveredGroup.of`). Work by weights beyond the bound is
+never kept (it regenerates): `beyond_lag` names each item so dropped, its version and the
+bound. Every item handed back says how it was made (`policy_span`, `lead`; counted by lead in
+`kept_by_lead`).
 
 **Regeneration** (`regenerate`: the run identity changed and the caller asked for
 `on_identity_changed="regenerate"`) applies before the rules: every group holding generated
@@ -66,17 +71,19 @@ carries when takes were adopted.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, Owner, Progress,
-                     RolloutFailed, RolloutProgress, RolloutRef, RolloutSealed, State, Taken, TakenGroup)
-from journal.fold import LoaderState
+from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, KeptAtLead, Owner, Progress,
+                     Restored, RolloutFailed, RolloutProgress, RolloutRef, RolloutSealed, State, Taken,
+                     TakenGroup)
+from journal.fold import LoaderState, span_of
 from snapshot import DataPlane
 from snapshot.row_ledger import ABANDONED_ON_RESTORE
 
 from .dead_tail import DeadTail, TailTake
-from .recovered_state import RecoveredGroup, RecoveredRollout
+from .recovered_state import BeyondLag, KeptWork, RecoveredGroup, RecoveredRollout, sealed_span
 
 ROWS_LOST = "rows_lost_on_restore"
 IDENTITY_CHANGED = "identity_changed_on_restore"  # the drop reason of a regenerated group
@@ -99,12 +106,12 @@ class Recovery:
     salvaged_rollouts: list[tuple[int, int]] = field(default_factory=list)
     lost_rollouts: list[tuple[int, int]] = field(default_factory=list)
     adopted_rollouts: list[tuple[int, int]] = field(default_factory=list)
-    newer_weights: list[tuple[int, int]] = field(default_factory=list)
+    beyond_lag: list[BeyondLag] = field(default_factory=list)
+    kept_by_lead: dict[int, KeptWork] = field(default_factory=dict)
     regenerated: list[RecoveredGroup] = field(default_factory=list)
     reissued: list[RecoveredGroup] = field(default_factory=list)
     dropped_rollouts: list[tuple[int, int]] = field(default_factory=list)  # (old group, index)
     salvaged_progress: list[tuple[int, int]] = field(default_factory=list)  # see RecoveredState
-    newer_progress: list[tuple[int, int]] = field(default_factory=list)
     lost_progress: list[tuple[int, int]] = field(default_factory=list)
     dropped_progress: list[tuple[int, int]] = field(default_factory=list)
     loader: LoaderState | None = None  # the adopted takes' loader state (None: the point's)
@@ -113,11 +120,11 @@ class Recovery:
 
 
 def _usable(entry: tuple | None, limit: int, data_plane: DataPlane) -> bool:
-    """A result from the dead tail that may be kept: weights no newer than the checkpoint and
-    its row still in the data plane."""
+    """A result from the dead tail that may be kept: weights within the bound `limit` (the
+    checkpoint's step plus the lag) and its row still in the data plane."""
     if entry is None:
         return False
-    pv, loc = entry
+    pv, loc = entry[0], entry[1]
     return pv is not None and pv <= limit and loc is not None and data_plane.has(loc)
 
 
@@ -125,9 +132,9 @@ class _Plan:
     """Builds the recovery group by group (each rule one method)."""
 
     def __init__(self, step: int | None, tail: DeadTail | None, data_plane: DataPlane | None,
-                 next_free_id: Callable[[], int]):
+                 next_free_id: Callable[[], int], lag: int):
         self.tail, self.data_plane, self.step = tail, data_plane, step
-        self.limit = step if step is not None else -1
+        self.limit = step + lag if step is not None else -1  # the newest version kept
         self.next_free_id = next_free_id
         self.out = Recovery()
         self.keep_events: list = []  # what rules 0 and 1 keep: rollouts sealed again, groups finished
@@ -135,12 +142,24 @@ class _Plan:
         self.demotion_events: list = []
         self.adoption_events: list = []
 
+    def beyond(self, gid: int, index: int | None, kind: str, version: int | None, locator: str | None) -> bool:
+        """Whether work of `version` (its row at `locator`) is beyond the bound; if so it is
+        reported in `beyond_lag`."""
+        if version is None or version <= self.limit:
+            return False
+        self.out.beyond_lag.append(BeyondLag(gid, index, kind, version, self.limit, locator))
+        return True
+
     def kept(self, entry: tuple | None, gid: int, index: int) -> bool:
-        """Whether the dead tail's seal `entry` of rollout (`gid`, `index`) is kept; one by
-        newer weights is noted in `newer_weights`."""
-        if entry is not None and entry[0] is not None and entry[0] > self.limit:
-            self.out.newer_weights.append((gid, index))
-        return _usable(entry, self.limit, self.data_plane)
+        """Whether the dead tail's seal `entry` of rollout (`gid`, `index`) is kept."""
+        return entry is not None and not self.beyond(gid, index, "rollout", entry[0], entry[1]) \
+            and _usable(entry, self.limit, self.data_plane)
+
+    def kept_group(self, entry: tuple | None, gid: int) -> bool:
+        """Whether the dead tail's `finished` `entry` of group `gid` (admitted without
+        rollouts=) is kept."""
+        return entry is not None and not self.beyond(gid, None, "group", *entry) \
+            and _usable(entry, self.limit, self.data_plane)
 
     def salvage_rollouts(self, g: RecoveredGroup) -> int:
         """Seal the pending rollouts of `g` that the dead tail sealed usably; how many."""
@@ -150,20 +169,19 @@ class _Plan:
         for r in g.pending:
             entry = self.tail.sealed.get((g.group_id, r.index))
             if self.kept(entry, g.group_id, r.index) and g.group_id not in self.tail.dropped:
-                r.sealed, (r.policy_version, r.locator), r.progress = True, entry, None  # the seal ends it
-                self.keep_events.append(RolloutSealed(
-                    [RolloutRef(g.group_id, r.index, r.attempt, r.locator)], r.policy_version))
+                r.sealed, r.progress = True, None  # the seal ends it
+                r.policy_version, r.locator, r.policy_span = entry[0], entry[1], sealed_span(entry[0], entry[2])
+                self.keep_events.append(_sealed_again(g.group_id, r, r.attempt))
                 self.out.salvaged_rollouts.append((g.group_id, r.index))
                 kept += 1
         return kept
 
     def prefix_kept(self, p: Progress, key: tuple[int, int], recorded_after: bool) -> bool:
-        """Whether prefix `p` of rollout `key` may be continued: never one by weights newer
-        than the checkpoint (reported in `newer_progress`); its row still in the data plane
-        (one recorded at the point that lost it: `lost_progress`); one recorded after the
-        point only under the salvage rule (known weights, a data plane)."""
-        if p.policy_version is not None and p.policy_version > self.limit:
-            self.out.newer_progress.append(key)
+        """Whether prefix `p` of rollout `key` may be continued: never one by weights beyond
+        the bound (reported in `beyond_lag`); its row still in the data plane (one recorded at
+        the point that lost it: `lost_progress`); one recorded after the point only under the
+        salvage rule (known weights, a data plane)."""
+        if self.beyond(*key, "prefix", p.policy_version, p.locator):
             return False
         if recorded_after:
             return _usable((p.policy_version, p.locator), self.limit, self.data_plane)
@@ -204,8 +222,7 @@ class _Plan:
         dispatched the new id), finished when it is REPLAY."""
         n = len(g.rollouts) if g.rollouts is not None else None
         events = [Admitted([g.group_id], g.target_step, g.policy_version, g.replaces, n)]
-        events += [RolloutSealed([RolloutRef(g.group_id, r.index, 0, r.locator)], r.policy_version)
-                   for r in g.rollouts or () if r.sealed]
+        events += [_sealed_again(g.group_id, r, 0) for r in g.rollouts or () if r.sealed]
         events += _carried_progress([g])
         if g.owner == Owner.REPLAY:
             events.append(Finished([g.group_id]) if n is not None
@@ -216,7 +233,7 @@ class _Plan:
         """Regenerate `g` under a fresh id, the old one dropped with `reason`; its surviving
         rollouts are sealed again there. Reported in `report` (default: `demoted`)."""
         if g.rollouts is not None:  # a new group: every attempt starts at 0, the survivors sealed
-            g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version)
+            g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version, policy_span=r.policy_span)
                           if r.sealed and (r.locator is None or self.data_plane.has(r.locator))
                           else RecoveredRollout(r.index, 0, False, progress=None if r.sealed else r.progress)
                           for r in g.rollouts]
@@ -233,15 +250,30 @@ class _Plan:
                                  Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)])]
         return old
 
-    def reissue(self, waiting: list[RecoveredGroup], admitted_ever: Callable[[set], set]) -> None:
-        """Rule 3 for the waiting groups: those a later history admitted, under fresh ids."""
+    def reissue(self, state: State, admitted_ever: Callable[[set], set]) -> None:
+        """Rule 3 for the waiting groups: those a later history admitted, under fresh ids; one
+        the dead tail admitted (read with salvage) where its work there allows, as an adopted
+        take (rule 4)."""
+        out = self.out
+        waiting = out.reserved + out.spare
         again = admitted_ever({g.group_id for g in waiting})
+        work = self.tail.waiting if self.tail is not None and self.data_plane is not None else {}
         for g in waiting:
-            if g.group_id in again:
-                self.retake(g, REISSUED)
-                if g.owner == Owner.SPARE:
-                    self.demotion_events.append(Diverted([g.group_id]))
-                self.out.reissued.append(g)
+            if g.group_id not in again:
+                continue
+            t = work.get(g.group_id)
+            self.retake(g, REISSUED)
+            if t is not None:
+                self.follow_tail(g, t, self.known_replaced(t, {}, state))
+                self.demotion_events += self.readmission(g)
+            elif g.owner == Owner.SPARE:
+                self.demotion_events.append(Diverted([g.group_id]))
+            out.reissued.append(g)
+        moved = [g for g in out.reissued if g.owner in (Owner.ADMITTED, Owner.REPLAY)]
+        out.reserved = [g for g in out.reserved if g.owner == Owner.RESERVED]
+        out.spare = [g for g in out.spare if g.owner == Owner.SPARE]
+        out.admitted += [g for g in moved if g.owner == Owner.ADMITTED]
+        out.replay += [g for g in moved if g.owner == Owner.REPLAY]
 
     def regenerate(self, g: RecoveredGroup) -> None:
         """Drop the work of `g` (its rows, its sealed rollouts) and regenerate it under a fresh id."""
@@ -260,7 +292,7 @@ class _Plan:
         # the whole group finished on the dead tail (a group with rollouts: see salvage_rollouts)
         whole = self.tail.finished.get(g.group_id) if self.tail is not None and g.rollouts is None else None
         if whole is not None and self.data_plane is not None and g.group_id not in self.tail.dropped \
-                and _usable(whole, self.limit, self.data_plane):
+                and self.kept_group(whole, g.group_id):
             g.policy_version, g.locator = whole
             self.keep_events.append(Finished([g.group_id], g.policy_version, [g.locator]))
             self.out.salvaged.append(g)
@@ -302,33 +334,50 @@ class _Plan:
 
     def adopted_group(self, t: TailTake, new_ids: dict[int, int], state: State) -> RecoveredGroup:
         """The group of take `t` under its new id, where its work on the dead tail allows."""
-        tg, admission = t.group, t.admitted
+        tg = t.group
         g = RecoveredGroup(new_ids[tg.group_id], tg.idx, tg.task_name, tg.epoch, tg.fingerprint,
                            Owner.SPARE if t.diverted else Owner.RESERVED, adopted_from=tg.group_id)
-        if admission is None:
-            return g
-        replaced = admission.replaces  # an adopted group by its new id; a dead-only one not at all
-        g.replaces = new_ids.get(replaced, replaced if replaced is not None and
-                                 state.owner_of(replaced) is not None else None)
-        g.owner, g.target_step, g.policy_version = Owner.ADMITTED, admission.target_step, admission.policy_version
-        if admission.rollouts is not None:
-            g.rollouts = []
-            for i in range(admission.rollouts):
-                entry = t.sealed.get(i)
-                if self.kept(entry, tg.group_id, i):
-                    g.rollouts.append(RecoveredRollout(i, 0, True, entry[1], entry[0]))
-                    self.out.adopted_rollouts.append((g.group_id, i))
-                else:
-                    later = t.progress.get(i)
-                    kept = later is not None and self.prefix_kept(later, (tg.group_id, i), recorded_after=True)
-                    g.rollouts.append(RecoveredRollout(i, 0, False, progress=later if kept else None))
-                    if kept:
-                        self.out.salvaged_progress.append((tg.group_id, i))
-            if not g.pending:
-                g.owner = Owner.REPLAY
-        elif _usable(t.finished, self.limit, self.data_plane):
-            g.owner, (g.policy_version, g.locator) = Owner.REPLAY, t.finished
+        if t.admitted is not None:
+            self.follow_tail(g, t, self.known_replaced(t, new_ids, state))
         return g
+
+    @staticmethod
+    def known_replaced(t: TailTake, new_ids: dict[int, int], state: State) -> int | None:
+        """The group the tail's admission of `t` replaces, as the resumed history knows it: an
+        adopted group by its new id (`new_ids`), one known at the point by its id, a group only
+        the dead tail knew not at all."""
+        replaced = t.admitted.replaces
+        return new_ids.get(replaced, replaced if replaced is not None and
+                           state.owner_of(replaced) is not None else None)
+
+    def follow_tail(self, g: RecoveredGroup, t: TailTake, replaces: int | None) -> None:
+        """`g`, under its fresh id, admitted as the dead tail admitted take `t` (replacing
+        `replaces`), with the tail's work on it that the rules keep: its seals (sealed again at
+        attempt 0: nothing ever dispatched the fresh id; REPLAY once all are), the others'
+        latest prefixes, pending at attempt 0; the rows of a group without rollouts= when its
+        `finished` qualifies (then REPLAY)."""
+        admission, dead = t.admitted, t.group.group_id
+        g.replaces = replaces
+        g.owner, g.target_step, g.policy_version = Owner.ADMITTED, admission.target_step, admission.policy_version
+        if admission.rollouts is None:
+            if self.kept_group(t.finished, dead):
+                g.owner, (g.policy_version, g.locator) = Owner.REPLAY, t.finished
+            return
+        g.rollouts = []
+        for i in range(admission.rollouts):
+            entry = t.sealed.get(i)
+            if self.kept(entry, dead, i):
+                g.rollouts.append(RecoveredRollout(i, 0, True, entry[1], entry[0],
+                                                   policy_span=sealed_span(entry[0], entry[2])))
+                self.out.adopted_rollouts.append((g.group_id, i))
+            else:
+                later = t.progress.get(i)
+                kept = later is not None and self.prefix_kept(later, (dead, i), recorded_after=True)
+                g.rollouts.append(RecoveredRollout(i, 0, False, progress=later if kept else None))
+                if kept:
+                    self.out.salvaged_progress.append((dead, i))
+        if not g.pending:
+            g.owner = Owner.REPLAY
 
 
 def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -> list:
@@ -348,25 +397,106 @@ def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -
                           ABANDONED) for k in range(rounds)]
 
 
+def restore_record(out: Recovery, *, point: int, step: int | None, crash_lsn: int, lag: int,
+                   data_plane: DataPlane | None) -> Restored:
+    """The journal's record of this restore (`journal.Restored`, in the resume's first commit):
+    what it kept by lead, what it dropped by reason, what it hands back to generate, and the
+    generation seconds of the results dropped beyond the bound whose rows say how long they
+    took (a mapping row with "seconds", read from `data_plane`)."""
+    dropped = {"beyond_lag": len(out.beyond_lag),
+               "rows_lost": len(out.lost_rollouts) + len(out.lost_progress)
+               + sum(1 for g in out.demoted if g.rollouts is None),
+               "identity": len(out.dropped_rollouts) + len(out.dropped_progress)
+               + sum(1 for g in out.regenerated if g.rollouts is None)}
+    regenerate = sum(len(g.pending) if g.rollouts is not None else 1 for g in out.admitted)
+    kept = [KeptAtLead(lead, w.groups, w.rollouts, w.prefixes, w.tokens) for lead, w in out.kept_by_lead.items()]
+    return Restored(point, step, crash_lsn, time.time(), lag, kept, {k: n for k, n in dropped.items() if n},
+                    regenerate, _seconds_of([b.locator for b in out.beyond_lag], data_plane))
+
+
+def _seconds_of(locators: list[str | None], data_plane: DataPlane | None) -> float | None:
+    """The generation seconds the rows at `locators` record (a mapping row's "seconds": a number
+    or a one-element tensor), summed over those that do; None when none does."""
+    get = getattr(data_plane, "get", None)
+    found = []
+    for loc in locators:
+        if get is None or loc is None or not data_plane.has(loc):
+            continue
+        row = get(loc)
+        seconds = row.get("seconds") if isinstance(row, dict) else None
+        if seconds is not None:
+            found.append(float(seconds))
+    return sum(found) if found else None
+
+
+def _span(versions: list[int | None]) -> tuple[int, int] | None:
+    known = [v for v in versions if v is not None]
+    return (min(known), max(known)) if known else None
+
+
+def _leads(groups: list[RecoveredGroup], step: int | None) -> dict[int, KeptWork]:
+    """Set the `policy_span` and `lead` of every rollout and group of `groups` that keeps
+    generated work (a sealed rollout's row, a prefix, a group's rows), and count that work by
+    lead (newest version minus `step`; 0 for work of the restored weights or older)."""
+    kept: dict[int, KeptWork] = {}
+
+    def lead_of(span: tuple[int, int] | None) -> int | None:
+        return span[1] - step if span is not None and step is not None else None
+
+    def count(lead: int | None) -> KeptWork:
+        return kept.setdefault(max(lead or 0, 0), KeptWork())
+
+    for g in groups:
+        spans = []
+        for r in g.rollouts or ():
+            if r.sealed:
+                r.policy_span = r.policy_span or _span([r.policy_version])
+                count(lead_of(r.policy_span)).rollouts += 1
+            elif r.progress is not None:
+                r.policy_span = _span(list(span_of(r.progress)))
+                work = count(lead_of(r.policy_span))
+                work.prefixes += 1
+                work.tokens += r.progress.tokens
+            else:
+                continue
+            r.lead = lead_of(r.policy_span)
+            spans.append(r.policy_span)
+        if g.rollouts is None and g.owner == Owner.REPLAY:
+            spans.append(_span([g.policy_version]))
+            count(lead_of(spans[-1])).groups += 1
+        g.policy_span = _span([v for span in spans if span is not None for v in span])
+        g.lead = lead_of(g.policy_span)
+    return dict(sorted(kept.items()))
+
+
 def _carried_progress(groups: list[RecoveredGroup]) -> list:
     """The `rollout_progress` events that hand each pending rollout of `groups` that continues
-    from a prefix that prefix again, under the attempt it is dispatched with now."""
-    return [RolloutProgress(RolloutRef(g.group_id, r.index, r.attempt, r.progress.locator), r.progress.tokens,
-                            r.progress.turn, r.progress.policy_version)
-            for g in groups for r in g.pending if r.progress is not None]
+    from a prefix that prefix again (its span with it), under the attempt it is dispatched
+    with now."""
+    return [RolloutProgress(RolloutRef(g.group_id, r.index, r.attempt, p.locator), p.tokens, p.turn,
+                            p.policy_version, p.since)
+            for g in groups for r in g.pending if (p := r.progress) is not None]
+
+
+def _sealed_again(gid: int, r: RecoveredRollout, attempt: int) -> RolloutSealed:
+    """The `rollout_sealed` that records kept rollout `r` of group `gid` (at `attempt`) again,
+    its span with it."""
+    since = r.policy_span[0] if r.policy_span is not None and r.policy_span[0] != r.policy_span[1] else None
+    return RolloutSealed([RolloutRef(gid, r.index, attempt, r.locator)], r.policy_version, since)
 
 
 def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,
             recommit: list[int], next_free_id: Callable[[], int],
             attempts_used: Callable[[set], dict], admitted_ever: Callable[[set], set],
-            regenerate: bool = False) -> Recovery:
+            regenerate: bool = False, lag: int = 0) -> Recovery:
     """Apply the rules to every live group of `state` (the state at the restore point) and to
     the takes of `tail` (read only with salvage). `next_free_id()` hands out the ids of
     demoted and adopted groups (beyond every id ever used); `attempts_used(rollouts)` says how
     far any history took each rollout's attempts, `admitted_ever(groups)` which of the groups any
     history admitted; `regenerate`: drop every generated result
-    first (see the module docstring)."""
-    plan = _Plan(step, tail, data_plane, next_free_id)
+    first (see the module docstring); `lag`: the trainer's `max_policy_lag` (work by weights up
+    to `step + lag` is kept)."""
+    plan = _Plan(step, tail, data_plane, next_free_id, lag)
     out = plan.out
     for g in map(RecoveredGroup.of, state.groups()):
         if regenerate and (g.owner == Owner.REPLAY
@@ -381,8 +511,9 @@ def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane
         else:
             out.spare.append(g)
     out.replay += sorted(out.salvaged + out.completed, key=lambda g: g.group_id)
-    plan.reissue(out.reserved + out.spare, admitted_ever)
+    plan.reissue(state, admitted_ever)
     plan.adopt(state)
+    out.kept_by_lead = _leads(out.reserved + out.admitted + out.replay + out.spare, step)
     out.admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
     out.first_commit = ([CheckpointCommitted(s) for s in recommit] + plan.keep_events
                         + _fence(plan.fenced, attempts_used) + _carried_progress(plan.fenced)

@@ -207,7 +207,8 @@ def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: 
     if where is not None:  # where a restart reads the journal from
         put(POSITION_FILE, position.encode(where))
     if data_plane is not None:
-        with_rows = replay + [g for g in recovery if g.rollouts is not None and g.rollouts.sealed]
+        with_rows = replay + [g for g in recovery if g.rollouts is not None
+                              and (g.rollouts.sealed or g.rollouts.progress is not None)]
         files.update(_save_data_plane(fs, tmp, data_plane, with_rows))
     manifest = _manifest_of(state, run_id, timeline, loader is not None, files)
     _write_synced(fs, os.path.join(tmp, mf.MANIFEST_NAME), mf.encode(manifest))

@@ -45,6 +45,15 @@ def prefix_locators(group: Group) -> list[str]:
     return [p.locator for p in r.progress if p is not None]
 
 
+def cut_rows(group: Group) -> list[tuple[str, bool]]:
+    """(locator, required) of the rows a cut carries for a group (`DataPlane.save`), everything
+    a restore from the cut alone may hand back: its rows, required (a cut never silently lacks
+    them), and its prefixes' rows, carried while the data plane has them (a trainer may have
+    reclaimed a prefix the state still names; a restore from the cut then regenerates that
+    rollout and reports the prefix in `lost_progress`)."""
+    return [(loc, True) for loc in row_locators(group)] + [(loc, False) for loc in prefix_locators(group)]
+
+
 @runtime_checkable
 class DataPlane(Protocol):
     """The trainer's store of rollout rows. Rows are a tree of dict, list, tuple, str, int,
@@ -88,10 +97,10 @@ class DataPlane(Protocol):
         leftover of a put that crashed."""
 
     def save(self, directory: str, groups: list[Group]) -> None:
-        """Write the rows of `groups` (`row_locators(g)` each: a cut's REPLAY groups and the
-        ADMITTED groups with sealed rollouts) into `directory`, the cut's empty `data_plane/`,
-        one file per locator named by it. `RowsNotFound` when a group's rows are missing: a cut
-        never silently lacks rows. The cut writer fsyncs what was written and lists it in the
+        """Write the rows of `groups` (`cut_rows(g)` each: a cut's REPLAY groups and the
+        ADMITTED groups with sealed rollouts or prefixes) into `directory`, the cut's empty
+        `data_plane/`, one file per locator named by it. `RowsNotFound` when a group's rows are
+        missing (a prefix's row that is missing is left out, as `cut_rows` says). The cut writer fsyncs what was written and lists it in the
         cut's manifest; nothing is durable before that."""
 
     def import_cut(self, cut_dir: str) -> int:

@@ -16,8 +16,8 @@ from .errors import ManifestMissing, SchemaMismatch, UnsafePath
 FORMAT_NAME = "ownership-journal-cut"
 # what this code writes: each group table tagged with its own format name and version
 # (`tables.TABLE_FORMATS`), its rollout table, its progress table (the rollouts' latest durable
-# prefixes); what each older schema lacks is `compat`'s
-SCHEMA_VERSION = 4
+# prefixes) and the spans of work older weights began; what each older schema lacks is `compat`'s
+SCHEMA_VERSION = 5
 READABLE_SCHEMAS = OLDER_SCHEMAS | {SCHEMA_VERSION}  # what it reads
 from journal.layout import MANIFEST_NAME  # noqa: E402,F401 (every name on disk is layout's)
 

@@ -34,7 +34,7 @@ import torch
 
 from journal import Group, Owner, Rollouts
 from journal.fold import SampledRow
-from journal.state_file import split_prefixes
+from journal.state_file import split_prefixes, with_since
 from journal.layout import RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE
 
 from . import compat
@@ -146,13 +146,17 @@ def encode_table(file: str, by_name: Mapping[str, list], owner: Owner | None = N
 #
 # A group table has a `rollouts` column (N, or NONE for a group admitted without rollouts=)
 # and a `rollout_table`: one row per rollout of those groups, in the table's group order and
-# then by index, with columns group_id, index, attempt, sealed, locator and policy_version.
+# then by index, with columns group_id, index, attempt, sealed, locator and policy_version, and
+# two sparse int64 columns for the work older weights began (`state_file.SINCE_COLUMNS`):
+# `since_at`, a row number, and `since`, the oldest version of its tokens (a sealed rollout's,
+# or an unsealed one's prefix's), both empty while no work spans versions.
 
 # column -> (array typecode, dtype): an index fits int16 (N <= 65535), an attempt int32 (it
 # grows by one per failure), a policy version needs the int64 "none" sentinel
 _ROLLOUT_INT_COLUMNS = {"group_id": ("q", torch.int64), "index": ("h", torch.int16),
                         "attempt": ("i", torch.int32), "policy_version": ("q", torch.int64)}
-_ROLLOUT_KEYS = frozenset(_ROLLOUT_INT_COLUMNS) | {"sealed", "locator"}
+ROLLOUT_KEYS_V4 = frozenset(_ROLLOUT_INT_COLUMNS) | {"sealed", "locator"}  # schemas 2-4 (`compat`)
+_ROLLOUT_KEYS = ROLLOUT_KEYS_V4 | {"since_at", "since"}
 _BIT_OF_CHAR = bytes.maketrans(b"01", b"\x00\x01")   # "0101" -> b"\0\1\0\1"
 _CHAR_OF_BIT = bytes.maketrans(b"\x00\x01", b"01")
 
@@ -186,6 +190,7 @@ def _encode_rollouts(columns: Mapping[str, list]) -> dict:
     table["sealed"] = torch.frombuffer(bytearray(bits.translate(_BIT_OF_CHAR)), dtype=torch.bool) \
         if bits else torch.empty(0, dtype=torch.bool)
     table["locator"] = _bytes_column(columns["rollout_locator"], True)
+    table["since_at"], table["since"] = _int_tensor(columns["rollout_since_at"]), _int_tensor(columns["rollout_since"])
     return {"rollouts": _int_tensor([n or NONE for n in per_group]), "rollout_table": table,
             "progress_table": _encode_progress(columns)}
 
@@ -204,7 +209,7 @@ def _encode_progress(columns: Mapping[str, list]) -> dict:
             "turn": _int_tensor(turns if any(t is not None for t in turns) else [])}
 
 
-def _decode_progress(table: dict, rollouts: list, gids: list, where: str) -> list:
+def decode_progress(table: dict, rollouts: list, gids: list, where: str) -> list:
     """`rollouts` (each group's, None when untracked; prefixes still in the rollout slots) with
     each prefix moved into its `Progress`, the tokens and turns from `table`'s `progress_table`."""
     pt = table.get("progress_table")
@@ -229,13 +234,33 @@ def _decode_progress(table: dict, rollouts: list, gids: list, where: str) -> lis
     return [None if r is None else next(split) for r in rollouts]
 
 
-def rollout_rows(table: dict, n: int, gids: list, phases: list, where: str) -> list:
-    """Each group's `Rollouts` (None for an untracked group) of `table`'s rollout table,
-    validated against its group; a prefix still in its unsealed rollout's slots."""
+def _decode_since(table: dict, rollouts: list, gids: list, where: str) -> list:
+    """`rollouts` (prefixes in their `Progress`) with the rollout table's spans in place
+    (`state_file.with_since`)."""
+    rt = table["rollout_table"]
+    at, since = rt["since_at"], rt["since"]
+    if not all(isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.dim() == 1 for t in (at, since)) \
+            or at.shape != since.shape:
+        raise CorruptRecord(f"{where}: the rollout columns 'since_at' and 'since' are not int64 tensors "
+                            "of one length")
+    tracked = [r for r in rollouts if r is not None]
+    try:
+        spanned = iter(with_since(tracked, [g for g, r in zip(gids, rollouts) if r is not None],
+                                  at.tolist(), since.tolist(), where))
+    except ValueError as exc:
+        raise CorruptRecord(str(exc)) from None
+    return [None if r is None else next(spanned) for r in rollouts]
+
+
+def rollout_rows(table: dict, n: int, gids: list, phases: list, where: str,
+                 keys: frozenset = _ROLLOUT_KEYS) -> list:
+    """Each group's `Rollouts` (None for an untracked group) of `table`'s rollout table (its
+    columns `keys`: the current schema's by default), validated against its group; a prefix
+    still in its unsealed rollout's slots, no span yet."""
     counts_t, rt = table.get("rollouts"), table.get("rollout_table")
     if not isinstance(counts_t, torch.Tensor) or counts_t.dtype != torch.int64 or counts_t.shape != (n,):
         raise CorruptRecord(f"{where}: column 'rollouts' is not an int64 tensor of {n} values")
-    if not isinstance(rt, dict) or set(rt) != _ROLLOUT_KEYS:
+    if not isinstance(rt, dict) or set(rt) != keys:
         raise CorruptRecord(f"{where}: bad rollout_table layout")
     counts = counts_t.tolist()
     m = sum(c for c in counts if c != NONE)
@@ -295,15 +320,32 @@ def _utf8(v: bytes) -> bool:
 
 def table_version(table: dict, file: str, where: str, cut_schema: int) -> int:
     """The version of the table of cut file `file` loaded from `where`, in a cut of schema
-    `cut_schema`; `SchemaMismatch` for a table of another format, or one this code does not read."""
+    `cut_schema`: the manifest's, or `SchemaMismatch` for a table of another format, of a
+    version this code does not read, or stating another version than the manifest's (a table
+    of one schema in a cut of another is not ours, whatever the manifest's sha256 says)."""
     if cut_schema not in TAGGED_SCHEMAS:
-        return compat.untagged_table_version(table, where, cut_schema)
+        key, version = "schema_version", compat.untagged_table_version(table, where, cut_schema)
+    else:
+        key, version = "format_version", _tagged_version(table, file, where, cut_schema)
+    if version != cut_schema:
+        raise SchemaMismatch(f"{where}: states {key} {version}, but the cut's manifest states schema "
+                             f"version {cut_schema}: a table of another cut, or written by other code")
+    return version
+
+
+def _tagged_version(table: dict, file: str, where: str, cut_schema: int) -> int:
+    """The `format_version` of a table that names its format (cut schemas 3 on); one that also
+    states NeMo-RL's `schema_version` claims two layouts at once."""
     want, fmt = TABLE_FORMATS[file], table.get("format")
     if fmt is None:
         raise SchemaMismatch(f"{where}: no format name, where a {want} table names it under 'format': "
                              "written by other code (NeMo-RL's files have these names but another layout)")
     if fmt != want:
         raise SchemaMismatch(f"{where}: a table of format {fmt!r}, not {want!r}: written by other code")
+    if "schema_version" in table:
+        raise SchemaMismatch(f"{where}: a {want} table that also states schema_version "
+                             f"{table['schema_version']!r} (NeMo-RL's key, never written in a cut of "
+                             f"schema version {cut_schema}): written by other code")
     return check_schema(table.get("format_version"), where, TAGGED_SCHEMAS, f"{want} format_version")
 
 
@@ -353,8 +395,11 @@ def decode_table(table, file: str, where: str, allowed: frozenset, cut_schema: i
     tasks = _decode_str(tasks, where, "task_name")
     locs = _decode_str(locs, where, "locator")
     owners = list(map(_PHASE_OWNERS.__getitem__, phases))
-    rollouts = (_decode_progress(table, rollout_rows(table, n, gids, phases, where), gids, where)
-                if schema == SCHEMA_VERSION else compat.older_rollouts(table, n, gids, phases, where, schema))
+    if schema == SCHEMA_VERSION:
+        rollouts = decode_progress(table, rollout_rows(table, n, gids, phases, where), gids, where)
+        rollouts = _decode_since(table, rollouts, gids, where)
+    else:
+        rollouts = compat.older_rollouts(table, n, gids, phases, where, schema)
     return list(map(Group, cols["group_id"], cols["idx"], tasks, cols["epoch"], fps, owners,
                     cols["target_step"], cols["policy_version"], locs, cols["replaces"], rollouts))
 

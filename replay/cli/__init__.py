@@ -20,7 +20,7 @@ import threading
 from journal.reader import MODES
 from journal.replica import parse_options
 
-from . import audit, cuts, export, group, log, rescue, state, steps, summary, verify
+from . import audit, cuts, export, group, log, rescue, restores, state, steps, summary, verify
 from ..source import Source
 from .progress import erase_line
 from .source import INTERRUPTED, USAGE, InspectError, user_error
@@ -28,7 +28,8 @@ from .source import INTERRUPTED, USAGE, InspectError, user_error
 PROG = "journal-inspect"
 
 COMMANDS = {"summary": summary, "log": log, "group": group, "state": state, "cuts": cuts,
-            "verify": verify, "audit": audit, "export": export, "steps": steps, "rescue": rescue}
+            "verify": verify, "audit": audit, "export": export, "steps": steps, "restores": restores,
+            "rescue": rescue}
 ALIASES = {"steps": ["timeline"]}
 
 _DESCRIPTION = """\
@@ -45,6 +46,7 @@ strict mode), 2 usage error or unreadable path, 130 interrupted (Ctrl-C).
 examples:
   journal-inspect summary runs/exp1/journal
   journal-inspect audit runs/exp1/journal          # did my resume lose or repeat prompts?
+  journal-inspect restores runs/exp1/journal       # what did each crash cost, what was kept?
   journal-inspect verify runs/exp1/journal --json
   journal-inspect log runs/exp1/journal --idx 41
   journal-inspect state runs/exp1/journal --at latest-checkpoint --owner admitted

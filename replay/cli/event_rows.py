@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     IdentityRecorded, Record, RolloutFailed, RolloutProgress, RolloutSealed, Taken, Trained)
+                     IdentityRecorded, Record, Restored, RolloutFailed, RolloutProgress, RolloutSealed, Taken,
+                     Trained)
 from journal.events import event_name
 from journal.identity import to_hex
 
@@ -98,6 +99,11 @@ def event_dict(rec: Record, index: int, event) -> dict:
         d["step"] = event.step
     elif t is IdentityRecorded:
         d["identity"] = to_hex(event.digests)
+    elif t is Restored:
+        d.update({name: getattr(event, name) for name in ("point", "step", "crash_lsn", "time", "max_policy_lag",
+                                                          "dropped", "regenerate", "seconds_lost")})
+        d["kept"] = [{"lead": k.lead, "groups": k.groups, "rollouts": k.rollouts, "prefixes": k.prefixes,
+                      "tokens": k.tokens} for k in event.kept]
     elif t is Diverted:
         pass
     return d
@@ -163,6 +169,12 @@ def details(event, focus: tuple[int, str | None] | None = None) -> str:
         return f"reason={event.reason}"
     if t is IdentityRecorded:
         return render.identity(to_hex(event.digests))
+    if t is Restored:
+        kept = ",".join(f"{k.lead}:{k.rollouts}r/{k.prefixes}p/{k.groups}g" for k in event.kept)
+        return " ".join([f"point={event.point}", f"step={event.step}", f"crash_lsn={event.crash_lsn}",
+                         f"lag={event.max_policy_lag}"] + ([f"kept_by_lead={kept}"] if kept else [])
+                        + [f"dropped={k}:{n}" for k, n in event.dropped.items()]
+                        + [f"regenerate={event.regenerate}"])
     return ""
 
 

@@ -17,7 +17,9 @@ DESCRIPTION = (
     "state in NEWDIR/snapshots, then the resume's first commit (group ids continue above every "
     "id the old journal can have allocated). Prints what it restored and what it passed over. "
     "PATH is only read (whatever --mode says, damage is read around): keep it for forensics. "
-    "NEWDIR must not exist yet or be empty. Then resume the trainer from NEWDIR: state = "
+    "NEWDIR must not exist yet or be empty. It prints how the run goes on: for a trainer on "
+    "replay.Session, the mv commands that put NEWDIR in PATH's place (PATH kept as PATH.damaged) "
+    "so that the trainer's own Session.open restores it; on the low-level API, state = "
     "replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). This is the command the "
     "JournalCorrupt of Journal.open names when a history cannot be continued in place.")
 EPILOG = ("examples:\n  journal-inspect rescue runs/exp1/journal runs/exp1/journal-rescued\n"

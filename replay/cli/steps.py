@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import sys
 
-from journal import Owner, Trained
+from journal import CheckpointCommitted, JournalError, Owner, Trained
 
 from ..inspection import Fold, active_lineage, history_bytes
 from . import options, render, steps_plot
@@ -65,14 +65,33 @@ def steps(src: Source) -> tuple[list[dict], Fold]:
 
 def marks(src: Source, fold: Fold) -> list[dict]:
     """Where the plot marks checkpoints and restores, by training step: every committed
-    checkpoint of the active history, and every restore (a branch of the active history) at the
-    step of the checkpoint it resumed from (0: it restored the empty state)."""
+    checkpoint of the active history, and every restore, at the step of the checkpoint it
+    resumed from (`_resumed_step`). A restore is a timeline with a parent (a first start's has
+    none): on the active history, or off it when a later restore went back to the same point or
+    before; either way it happened, and none is left out."""
     committed = sorted(fold.state.committed_checkpoints.items(), key=lambda kv: kv[1])
     out = [{"kind": "checkpoint", "step": step, "lsn": lsn, "timeline": None} for step, lsn in committed]
-    for tl in active_lineage(src.reader)[1:]:
-        step = max((s for s, lsn in committed if lsn <= tl.branch_lsn), default=0)
-        out.append({"kind": "restore", "step": step, "lsn": tl.branch_lsn, "timeline": tl.timeline})
+    for t, tl in sorted(src.reader.timelines.items()):
+        if tl.parent:
+            out.append({"kind": "restore", "step": _resumed_step(src.reader, tl, committed),
+                        "lsn": tl.branch_lsn, "timeline": t})
     return out
+
+
+def _resumed_step(reader, tl, committed: list[tuple[int, int]]) -> int:
+    """The step of the checkpoint that the restore starting timeline `tl` resumed from: the one
+    its first commit marks committed again (a resume to a checkpoint's LSN writes its marker
+    again: the original is on the dead tail); for a first commit without one (a restore of the
+    empty state, or a history that cannot be read there), the newest checkpoint committed at
+    or before its branch point on the active history, 0 for none."""
+    try:
+        first = next(reader.timeline_records(tl.timeline, start_lsn=tl.branch_lsn + 1), None)
+    except (JournalError, OSError):
+        first = None
+    marked = [ev.step for ev in first.commit.events if type(ev) is CheckpointCommitted] if first else []
+    if marked:
+        return max(marked)
+    return max((s for s, lsn in committed if lsn <= tl.branch_lsn), default=0)
 
 
 def mark_texts(shown: list[dict], marked: list[dict]) -> list[str]:
@@ -94,14 +113,24 @@ def _marks_cell(step: int, marks: list[dict]) -> str:
         texts = [f"checkpoint at {checkpoints[0]}"]
     else:
         texts = [f"{len(checkpoints)} checkpoints {checkpoints[0]}-{checkpoints[-1]}"] if checkpoints else []
-    before = [m for m in marks if m["kind"] == "restore" and m["step"] != step]
-    if len(before) == 1:
-        texts.append(f"restore at {before[0]['step']} -> timeline {before[0]['timeline']}")
-    elif before:
-        texts.append(f"{len(before)} restores at {', '.join(str(m['step']) for m in before)} -> timelines "
-                     + ", ".join(str(m["timeline"]) for m in before))
-    texts += [f"restore -> timeline {m['timeline']}" for m in marks if m["kind"] == "restore" and m["step"] == step]
+    restores = [m for m in marks if m["kind"] == "restore"]
+    before = [m for m in restores if m["step"] != step]
+    here = [m for m in restores if m["step"] == step]
+    if before:
+        steps = ", ".join(str(s) for s in dict.fromkeys(m["step"] for m in before))
+        texts.append(_restores_text(before, f" at {steps}"))
+    if here:
+        texts.append(_restores_text(here, ""))
     return ", ".join(texts)
+
+
+def _restores_text(restores: list[dict], where: str) -> str:
+    """`restore<where> -> timeline T`, or for several `N restores<where> -> timelines A-B,C`:
+    each restore counted, every timeline listed (in runs)."""
+    timelines = render.id_list(sorted(m["timeline"] for m in restores), limit=len(restores))
+    if len(restores) == 1:
+        return f"restore{where} -> timeline {timelines}"
+    return f"{len(restores)} restores{where} -> timelines {timelines}"
 
 
 def run(args) -> int:

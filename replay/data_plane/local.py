@@ -38,7 +38,7 @@ from typing import Any, Iterable, Iterator
 
 from journal import Group
 from journal.vfs import DEFAULT_FS, FileSystem
-from snapshot.data_plane import row_locators
+from snapshot.data_plane import cut_rows
 from snapshot.errors import DataPlaneIOError, RowConflict, RowsCorrupt, RowsNotFound
 
 from . import names
@@ -271,8 +271,10 @@ class LocalDataPlane(RowStore):
     def save(self, directory: str, groups: list[Group]) -> None:
         """One file per locator, its bytes as `put` stored them, checked on the way."""
         for g in groups:
-            for locator in row_locators(g):
+            for locator, required in cut_rows(g):
                 found = self._stored(names.checked(locator, self.root))
+                if found is None and not required:
+                    continue
                 if found is None:
                     raise RowsNotFound(f"data plane {self.root}: the rows of group {g.group_id} "
                                        f"({locator}) are missing, so the cut cannot carry them")

@@ -28,7 +28,7 @@ from journal import Group
 from journal.replica import retry
 from journal.replica.store import Location, store_verdicts
 from journal.replica.errors import said
-from snapshot.data_plane import row_locators
+from snapshot.data_plane import cut_rows
 from snapshot.errors import DataPlaneError, DataPlaneUnreachable, RowConflict, RowsNotFound
 
 from . import names
@@ -121,7 +121,7 @@ class ObjectStoreDataPlane(RowStore):
 
     def save(self, directory: str, groups: list[Group]) -> None:
         for g in groups:
-            for locator in row_locators(g):
+            for locator, required in cut_rows(g):
                 key, path = self._key(locator), os.path.join(directory, locator)
 
                 def download() -> None:
@@ -133,6 +133,8 @@ class ObjectStoreDataPlane(RowStore):
                 except FileNotFoundError:
                     if os.path.exists(path):
                         os.unlink(path)
+                    if not required:
+                        continue
                     raise RowsNotFound(f"data plane {self.where}: the rows of group {g.group_id} "
                                        f"(object {key}) are missing, so the cut cannot carry "
                                        "them") from None

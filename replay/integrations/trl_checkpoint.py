@@ -40,10 +40,11 @@ def _fsync_file(path: str) -> None:
         os.close(fd)
 
 
-def seal_folder(folder: str, state: dict) -> None:
-    """After TRL and transformers wrote their files into `folder`: `state` (JSON), then every
-    file and directory fsynced, then the manifest of them all, then the parent directory."""
-    with durable_file(os.path.join(folder, STATE)) as f:
+def seal_folder(folder: str, state: dict, state_name: str = STATE) -> None:
+    """After TRL and transformers wrote their files into `folder`: `state` (JSON, as
+    `state_name`), then every file and directory fsynced, then the manifest of them all, then
+    the parent directory. (The verl integration seals its folders with the same rule.)"""
+    with durable_file(os.path.join(folder, state_name)) as f:
         f.write(json.dumps(state, sort_keys=True).encode())
     files = {}
     for root, _dirs, names in os.walk(folder):
@@ -61,9 +62,9 @@ def seal_folder(folder: str, state: dict) -> None:
     DEFAULT_FS.fsync_dir(os.path.dirname(os.path.abspath(folder)))
 
 
-def verify_folder(folder: str) -> dict:
+def verify_folder(folder: str, state_name: str = STATE) -> dict:
     """Every file the manifest of `folder` lists has its size and sha256 (checked before
-    transformers unpickles anything in it); returns the integration's state."""
+    transformers unpickles anything in it); returns the integration's state (`state_name`)."""
     try:
         with open(os.path.join(folder, MANIFEST), "rb") as f:
             files = json.loads(f.read())["files"]
@@ -81,21 +82,22 @@ def verify_folder(folder: str) -> dict:
             raise ChecksumMismatch(f"{folder}: {name} has size {size} sha256 {digest[:16]}..., {MANIFEST} "
                                    f"says size {entry['size']} sha256 {entry['sha256'][:16]}...; nothing was "
                                    "loaded from it")
-    if STATE not in files:
-        raise MissingFile(f"{folder}: {MANIFEST} does not list {STATE}")
-    with open(os.path.join(folder, STATE), "rb") as f:
+    if state_name not in files:
+        raise MissingFile(f"{folder}: {MANIFEST} does not list {state_name}")
+    with open(os.path.join(folder, state_name), "rb") as f:
         return json.loads(f.read())
 
 
-def set_aside_uncommitted(output_dir: str, committed_step: int | None) -> list[str]:
-    """Move every `checkpoint-N` folder of `output_dir` with N above the committed step (all of
-    them when none is committed) into `output_dir/uncommitted/` (replacing an older copy of the
-    same name), where `get_last_checkpoint` and checkpoint rotation never look; returns them."""
+def set_aside_uncommitted(output_dir: str, committed_step: int | None, folders: re.Pattern = _FOLDER) -> list[str]:
+    """Move every `checkpoint-N` folder (or another `folders` pattern, N its group 1) of
+    `output_dir` with N above the committed step (all of them when none is committed) into
+    `output_dir/uncommitted/` (replacing an older copy of the same name), where
+    `get_last_checkpoint` and checkpoint rotation never look; returns them."""
     if not os.path.isdir(output_dir):
         return []
     moved = []
     for name in sorted(os.listdir(output_dir)):
-        match = _FOLDER.match(name)
+        match = folders.match(name)
         path = os.path.join(output_dir, name)
         if not match or not os.path.isdir(path):
             continue

@@ -11,6 +11,7 @@ from typing import Any, Callable
 from journal import AsyncJournal, RolloutRef
 
 from .core import Begun, Core, Fill, RowStep
+from .fence import refuse_progress
 from .sync import Session
 
 
@@ -52,6 +53,7 @@ class AsyncSession(Core):
 
     async def progress(self, group_id: int, index: int, attempt: int, rows: Any, *, tokens: int,
                        turn: int | None = None, policy_version: int | None = None) -> str:
+        refuse_progress(self.journal, group_id, index, attempt, tokens, turn, policy_version)
         return await self._store_and_commit(
             self.progress_step(group_id, index, attempt, tokens, turn, policy_version), rows)
 
@@ -74,6 +76,7 @@ class AsyncSession(Core):
             self._reclaimed += await self._io(self.plane().delete, rows)
 
     async def finish(self, group_id: int, rows: Any, *, policy_version: int | None = None) -> str:
+        self.check_version(group_id, self.journal.group(group_id), policy_version, "the rows")
         locator = await self._io(self.plane().put, group_id, rows)
         await self._aj.finished([group_id], policy_version=policy_version, locators=[locator])
         return locator
@@ -105,11 +108,15 @@ class AsyncSession(Core):
         return await self._io(lambda: [dp.get(loc) for loc in locators])
 
     async def trained(self, group_ids: list[int], *, step: int) -> None:
+        self.check_trained(step)
         self.note_left(await self._commit(self.leaving_fill(
             group_ids, lambda tx: tx.trained(group_ids, step=step))))
         self.note_trained()
 
     async def checkpoint(self, step: int, *, save: Callable[[], Any]) -> int:
+        again = self.committed_again(step)
+        if again is not None:
+            return again
         begun = self.retry_of(step)
         if begun is None:
             rows, held = self.take_reclaimable()
@@ -131,7 +138,7 @@ class AsyncSession(Core):
         self.pin(begun)
         if begun.rows:
             self._reclaimed += await self._io(self.plane().delete, begun.rows)
-        self.after_checkpoint(step)
+        self.after_checkpoint(step, begun.lsn)
         return begun.lsn
 
     async def close(self) -> None:

@@ -26,15 +26,15 @@ one that unpins them, as the rows of groups gone do.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from journal import GroupRef, Journal, JournalWarning, Owner, RolloutEnded, RolloutRef, StaleAttempt, Transaction
+from journal import Journal, JournalWarning, Owner, RolloutEnded, RolloutRef, StaleAttempt, Transaction
 from journal.reader import list_segments
-from journal.fingerprint import fingerprint
 from journal.replica.store import Location
 from snapshot import BackgroundCompactor
 from snapshot.data_plane import prefix_locators, row_locators
@@ -44,21 +44,14 @@ from ..data_plane import names
 from ..data_plane.base import RowStore
 from ..recovered_state import RecoveredState
 from ..restore import restore
-from .batch import Key, rows_of
+from .batch import Key
+from .errors import CheckpointUnsaved, LoadWeightsFailed, RowsRegeneratedWarning, SessionError, StepBeforeCheckpoint
 from .row_commits import RowCommits
 from .stats import MeasuredFileSystem
+from .takes import Takes
 from .work import RolloutWork, Work, resume_work
 
 Fill = Callable[[Transaction], Any]
-
-
-class SessionError(ValueError):
-    """A session call that cannot be made as asked (what is missing, and how to give it)."""
-
-
-class LoadWeightsFailed(SessionError):
-    """`load_weights(step)` raised while a session opened: the restored checkpoint's weights
-    could not be loaded, so nothing was resumed (the journal was not opened)."""
 
 
 def _holds_history(journal_dir: str) -> bool:
@@ -74,18 +67,23 @@ class Opened:
 
 def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, load_weights,
                  sync: str, salvage: bool, must_exist: bool, replica, replica_options,
-                 on_row_changed: str, identity, on_identity_changed: str) -> Opened:
+                 on_row_changed: str, identity, on_identity_changed: str, max_policy_lag: int) -> Opened:
     """What a (re)start needs, in order: restore (from the bucket when `replica` is given and
     the local journal holds no history: a fresh node) with the run identity checked, the
     weights of the restored step, the loader's state, then the journal continuing the restored
     history (recording the identity when it differs)."""
     local = os.path.abspath(journal_dir)
+    if max_policy_lag and data_plane is None:
+        raise SessionError(f"journal {local}: max_policy_lag={max_policy_lag} keeps rows made after the "
+                           "checkpoint, which live in the data plane: pass Session.open(..., "
+                           "data_plane=LocalDataPlane(dir)) too")
     replica = Location.of(replica, replica_options) if replica is not None else None
     source = replica if replica is not None and not _holds_history(local) else local
     state = restore(source, dataset=dataset, collate_fn=collate_fn, data_plane=data_plane,
                     salvage=salvage and data_plane is not None, must_exist=must_exist,
                     on_row_changed=on_row_changed, identity=identity,
-                    on_identity_changed=on_identity_changed)
+                    on_identity_changed=on_identity_changed, max_policy_lag=max_policy_lag)
+    _warn_regenerated(local, state, data_plane)
     if state.step is not None and load_weights is not None:
         try:
             load_weights(state.step)
@@ -100,6 +98,29 @@ def open_journal(journal_dir: str, *, dataset, loader, collate_fn, data_plane, l
     fs = MeasuredFileSystem()
     j = Journal.open(local, resume=state, sync=sync, fs=fs, replica=replica, identity=identity)
     return Opened(j, state, fs)
+
+
+def _shown(items: list) -> str:
+    return ", ".join(map(str, items[:8])) + (f", ... ({len(items)} in all)" if len(items) > 8 else "")
+
+
+def _warn_regenerated(journal_dir: str, state: RecoveredState, data_plane) -> None:
+    """A warning naming the work a restore hands back to generate again because the data plane
+    no longer has its rows (a session deletes only rows no restore can need: something else
+    deleted these)."""
+    groups = [f"{g.replaces}->{g.group_id} (idx {g.idx})" for g in state.demoted]
+    rollouts, prefixes = state.lost_rollouts, state.lost_progress
+    if not (groups or rollouts or prefixes):
+        return
+    lost = ([f"finished groups old->new id {_shown(groups)}"] if groups else []) \
+        + ([f"sealed rollouts (group, index) {_shown(rollouts)}"] if rollouts else []) \
+        + ([f"prefixes (group, index) {_shown(prefixes)}"] if prefixes else [])
+    warnings.warn(RowsRegeneratedWarning(
+        f"journal {journal_dir}: the data plane {data_plane!r} no longer has rows the restored step "
+        f"{state.step} names: {'; '.join(lost)}. Their work is generated again (resume_work lists those "
+        "groups as \"generate\"); nothing is lost or trained twice. A session deletes only rows no "
+        "restore can need: check what else deletes files in the data plane (another trainer or a "
+        "cleanup job on the same rows)"), stacklevel=4)
 
 
 @dataclass
@@ -122,7 +143,6 @@ class Begun:
     step: int
     lsn: int
     rows: list[str]
-    trained_since: bool = False
     prefixes: frozenset = frozenset()  # the prefixes held when it began (pinned once it commits)
 
 
@@ -130,13 +150,14 @@ class Core:
     """The session's state beside the journal: the loader pass, the rows to reclaim, what the
     restore handed back. Subclasses run the commits (`Session`, `AsyncSession`)."""
 
-    def __init__(self, opened: Opened, *, dataset, loader, data_plane, key: Key | None,
+    def __init__(self, opened: Opened, *, dataset, loader, collate_fn, data_plane, key: Key | None,
                  compact_every: int | None):
         self.journal: Journal = opened.journal
         self.restored: RecoveredState = opened.state
         self.step: int | None = opened.state.step
         self.epoch: int = opened.state.loader_epoch or 0
-        self.dataset, self.loader, self.data_plane, self.key = dataset, loader, data_plane, key
+        self.dataset, self.loader, self.data_plane = dataset, loader, data_plane
+        self.takes = Takes(dataset, collate_fn, key)
         self._fs = opened.fs
         self._lsn_at_open = self.journal.lsn
         self.resume_work: list[Work] = resume_work(opened.state)
@@ -152,6 +173,11 @@ class Core:
         self._compaction_error: str | None = None
         self._closed_stats: dict | None = None  # what `stats()` returned when the session closed
         self._unsaved: Begun | None = None  # the begun checkpoint whose save() failed
+        self._unversioned_warned = False  # see `check_version`
+        # the begin LSN of the checkpoint of `step` (restored, or committed since), and whether
+        # groups were trained since it committed (then its weights are no longer the trainer's)
+        self._step_lsn: int | None = opened.state.lsn if self.step is not None else None
+        self._trained_since = False
         # the prefix each unsealed rollout holds now, group -> index -> locator (guarded by
         # the reclaim lock), the parts each attempt used, and the prefixes a restore may hand
         # back (see the module docstring)
@@ -174,8 +200,8 @@ class Core:
                               **options)
         self = object.__new__(cls)
         try:
-            Core.__init__(self, opened, dataset=dataset, loader=loader, data_plane=data_plane,
-                          key=key, compact_every=compact_every)
+            Core.__init__(self, opened, dataset=dataset, loader=loader, collate_fn=options["collate_fn"],
+                          data_plane=data_plane, key=key, compact_every=compact_every)
             self._reclaimed += self.sweep()
         except BaseException:
             opened.journal.close()
@@ -218,27 +244,43 @@ class Core:
 
     def take_fill(self, batch: Any, divert: bool) -> Fill:
         """`taken` of the batch's rows (with the loader state after the batch, the epoch, the
-        rows' fingerprints and the dataset size), diverted into the reserve with `divert`."""
-        rows = rows_of(batch, self.key)
-        ds = self.dataset
-        refs = [GroupRef(idx=idx, task_name=task, epoch=self.epoch,
-                         fingerprint=fingerprint(ds[idx]) if ds is not None else None)
-                for idx, task in rows]
+        prompts' fingerprints and the dataset size: `takes.py`, which refuses what it says),
+        diverted into the reserve with `divert`."""
+        refs = self.takes.refs(batch, self.epoch)
         loader_state = self.loader.state_dict() if self.loader is not None else None
+        ds = self.dataset
         size = len(ds) if ds is not None and hasattr(ds, "__len__") else None
 
         def fill(tx: Transaction) -> list[int]:
+            self.takes.live.refuse_retaken(self.journal, refs)
             gids = tx.taken(refs, loader_state=loader_state, dataset_size=size)
+            self.takes.live.note(refs, gids)
             if divert:
                 tx.diverted(gids)
             return gids
         return fill
+
+    def check_version(self, group_id: int, g, policy_version: int | None, what: str) -> None:
+        """Warn, once per session, of `what` (a seal, a prefix, a group's rows) recorded for
+        group `group_id` (`g`: its record, None when unknown) with no policy version, neither
+        its own nor its admission's: after a crash, work made after the checkpoint is kept only
+        when the weights that made it are known."""
+        if policy_version is not None or self._unversioned_warned or g is None or g.policy_version is not None:
+            return
+        self._unversioned_warned = True
+        warnings.warn(JournalWarning(
+            f"journal {self.journal.path}: {what} of group {group_id} has no policy_version, and the "
+            "group was admitted without one: after a crash, nothing made after the last checkpoint "
+            "can be kept (the restore cannot tell which weights made it). Pass policy_version= (the "
+            "version of the weights generating) to admit(); seals and prefixes without one take the "
+            "admission's. Warned once per session"), stacklevel=4)
 
     def seal_fill(self, group_id: int, index: int, attempt: int, locator: str,
                   policy_version: int | None) -> Fill:
         """`rollout_sealed`, and `finished` in the same commit when it is the group's last seal."""
         def fill(tx: Transaction) -> None:
             g = self.journal.group(group_id)  # as of the last commit: the transaction holds the lock
+            self.check_version(group_id, g, policy_version, f"the seal of rollout {index}")
             tx.rollout_sealed([RolloutRef(group_id, index, attempt, locator)], policy_version=policy_version)
             r = g.rollouts if g is not None else None
             if r is not None and 0 <= index < r.n and r.sealed | (1 << index) == (1 << r.n) - 1 \
@@ -273,6 +315,8 @@ class Core:
                       turn: int | None, policy_version: int | None) -> Fill:
         """`rollout_progress` of the prefix at `locator`."""
         def fill(tx: Transaction) -> None:
+            self.check_version(group_id, self.journal.group(group_id), policy_version,
+                               f"the prefix of rollout {index}")
             tx.rollout_progress(RolloutRef(group_id, index, attempt, locator), tokens=tokens, turn=turn,
                                 policy_version=policy_version)
         return fill
@@ -380,26 +424,45 @@ class Core:
         with self._reclaim_lock:
             self._reclaim = rows + self._reclaim
 
+    def committed_again(self, step: int) -> int | None:
+        """The begin LSN of the checkpoint of `step` when it is the one committed last (or
+        restored) and nothing was trained since: `checkpoint(step)` then has nothing to save, as
+        a run's final checkpoint called again after a restart. None otherwise."""
+        return self._step_lsn if step == self.step and not self._trained_since else None
+
     def retry_of(self, step: int) -> "Begun | None":
-        """The begun checkpoint whose `save()` failed, when `checkpoint(step)` saves it again:
-        the same step, with nothing trained since (the weights still match its state). None
-        when no save failed. Any other checkpoint cannot commit in this process (the journal
-        refuses a begin while one is uncommitted): SessionError."""
+        """The begun checkpoint whose `save()` failed, when `checkpoint(step)` saves it again
+        (nothing can be trained meanwhile: `check_trained`); None when no save failed. Another
+        checkpoint cannot begin while that one is uncommitted: `CheckpointUnsaved`."""
         b = self._unsaved
-        if b is None or (b.step == step and not b.trained_since):
+        if b is None or b.step == step:
             return b
-        why = ("groups were trained since, so the weights no longer match its state"
-               if b.trained_since else f"checkpoint({step}) is another step")
-        raise SessionError(f"journal {self.journal.path}: the step-{b.step} checkpoint begun at LSN "
-                           f"{b.lsn} failed to save and {why}: no checkpoint can commit in this "
-                           f"process. Restart the trainer (it restores the last committed checkpoint)")
+        raise CheckpointUnsaved(f"checkpoint({step}) in journal {self.journal.path}: {self._unsaved_now()}")
+
+    def _unsaved_now(self) -> str:
+        b = self._unsaved
+        restored = f"step {self.step}" if self.step is not None else "the empty state"
+        return (f"the step-{b.step} checkpoint begun at LSN {b.lsn} failed to save, and nothing else can "
+                f"commit before it: call s.checkpoint({b.step}, save=...) again (it saves and commits that "
+                f"checkpoint), or restart the trainer (it restores the last committed checkpoint, {restored})")
 
     def save_failed(self, begun: "Begun") -> None:
         self._unsaved = begun
 
-    def note_trained(self) -> None:
+    def check_trained(self, step: int) -> None:
+        """Refuse `trained(step=step)` (nothing written) while a begun checkpoint's save()
+        failed (it must commit with the weights it was begun for), and for a step below the
+        committed checkpoint's (whose weights cannot hold a later training step)."""
         if self._unsaved is not None:
-            self._unsaved.trained_since = True
+            raise CheckpointUnsaved(f"trained(step={step}) in journal {self.journal.path}: {self._unsaved_now()}")
+        if self.step is not None and step < self.step:
+            raise StepBeforeCheckpoint(
+                f"trained(step={step}) in journal {self.journal.path}: the checkpoint of step {self.step} is "
+                f"committed, and a training step after it is a later one: pass the step this update "
+                f"makes, above {self.step} (a restarted trainer counts on from s.step)")
+
+    def note_trained(self) -> None:
+        self._trained_since = True
 
     def sweep(self) -> int:
         """Delete the rows that the journal's live state does not name (at open, before any
@@ -411,11 +474,11 @@ class Core:
         gone = [loc for loc in dp.locators() if loc not in keep]
         return dp.delete(gone) if gone else 0
 
-    def after_checkpoint(self, step: int) -> None:
-        """A committed checkpoint: the step, the rows it frees are gone, and once `compact_every` checkpoints passed since
+    def after_checkpoint(self, step: int, lsn: int) -> None:
+        """A committed checkpoint (begun at `lsn`): the step, the rows it frees are gone, and once `compact_every` checkpoints passed since
         the last compaction began, a compaction in the background (retiring the segments the
         cut covers); one at a time, the next as soon as the last finished."""
-        self.step, self._unsaved = step, None
+        self.step, self._step_lsn, self._unsaved, self._trained_since = step, lsn, None, False
         self._checkpoints += 1
         if self._compactor is None or self._checkpoints - self._compacted_at < self._compact_every:
             return
@@ -452,14 +515,22 @@ class Core:
 
     # -- batches and stats ---------------------------------------------------------------------
 
-    def batches(self):
+    def batches(self, epochs: int | None = None):
         """The loader's batches, pass after pass from where the restore left it, counting the
-        passes (`epoch`, recorded with every `take`). Ends only when two passes in a row yield
-        nothing (an empty dataset)."""
+        passes (`epoch`, recorded with every `take`). `epochs=N` ends them once `epoch` reaches
+        N: passes count from the run's start, so after a restart they go on to the end of the
+        same N (a run that finished yields none). Without it they never end (but for a loader
+        that yields nothing two passes in a row): end the run by a step count of your own."""
         if self.loader is None:
             raise SessionError("batches() needs the loader: pass Session.open(..., loader=dl)")
+        if epochs is not None and (type(epochs) is not int or epochs < 0):
+            raise SessionError(f"batches(epochs={epochs!r}): the number of passes over the loader the run "
+                               "makes (an int >= 0), or None for no end")
+        return self._passes(epochs)
+
+    def _passes(self, epochs: int | None):
         empty = 0
-        while empty < 2:
+        while empty < 2 and (epochs is None or self.epoch < epochs):
             yielded = False
             for batch in self.loader:
                 yielded = True
@@ -473,6 +544,7 @@ class Core:
             return self._closed_stats
         self._collect_compaction()
         j, r = self.journal, self.restored
+        rec = r.restored if not r.first_start else None
         kept = sum(1 for g in r.admitted + r.replay for x in g.rollouts or () if x.sealed)
         regenerated = sum(len(g.pending) for g in r.admitted)
         prefixes = [x.progress for g in r.admitted for x in g.pending if x.progress is not None]
@@ -492,6 +564,12 @@ class Core:
                          "rollouts_regenerated": regenerated, "rollouts_newer_weights": len(r.newer_weights),
                          "prefixes_continued": len(prefixes), "prefix_tokens_continued": sum(p.tokens for p in prefixes),
                          "prefixes_newer_weights": len(r.newer_progress),
+                         "max_policy_lag": r.max_policy_lag, "beyond_lag": len(r.beyond_lag),
+                         "kept_by_lead": {lead: dataclasses.asdict(w) for lead, w in r.kept_by_lead.items()},
+                         # as `journal-inspect restores` shows this restore (None on a first start)
+                         "crash_lsn": rec.crash_lsn if rec else None, "dropped": dict(rec.dropped) if rec else {},
+                         "regenerate": rec.regenerate if rec else 0,
+                         "seconds_lost": rec.seconds_lost if rec else None,
                          "identity": r.identity_check},
             "rows_reclaimed": self._reclaimed, "rows_awaiting_reclaim": waiting,
             "compactions": self._compactions, "compaction_error": self._compaction_error,

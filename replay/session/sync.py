@@ -8,6 +8,7 @@ from typing import Any, Callable
 from journal import RolloutRef
 
 from .core import Begun, Core, Fill, RowStep
+from .fence import refuse_progress
 
 
 class Session(Core):
@@ -38,7 +39,8 @@ class Session(Core):
              salvage: bool = True, must_exist: bool = False, replica: Any = None,
              replica_options: dict | None = None, compact_every: int | None = 10,
              key: Callable | None = None, on_row_changed: str = "error",
-             identity: dict | None = None, on_identity_changed: str = "error") -> "Session":
+             identity: dict | None = None, on_identity_changed: str = "error",
+             max_policy_lag: int = 0) -> "Session":
         """Open (or start) the run whose journal is `journal_dir`, doing what a restart needs,
         in order: `replay.restore` of the latest committed checkpoint (salvaging work finished
         after it when a data plane is given), `load_weights(step)` (only when a checkpoint was
@@ -58,13 +60,19 @@ class Session(Core):
         tensors) is compared at the restore point (`replay.restore(identity=,
         on_identity_changed=)`: a change raises `replay.IdentityChanged` by default) and recorded
         in the journal when it differs from the one recorded (`s.restored.identity_check` says
-        what the restore found)."""
+        what the restore found). `max_policy_lag=k`: the trainer's own off-policy bound in
+        steps (its staleness limit): a restore to step S also keeps the sealed rollouts,
+        finished groups and prefixes that weights up to S + k made after the checkpoint (they
+        train k steps off-policy, as any sample k steps old; each says how it was made:
+        `policy_span`, `lead`); 0 keeps nothing newer than S. It needs a data plane. For it
+        to keep anything, the versions must be known: pass `policy_version=` to `admit` (a
+        seal or a prefix without one is read as made by its admission's weights)."""
         return cls._start(journal_dir, dataset=dataset, loader=loader, collate_fn=collate_fn,
                           data_plane=data_plane, load_weights=load_weights, sync=sync,
                           salvage=salvage, must_exist=must_exist, replica=replica,
                           replica_options=replica_options, compact_every=compact_every, key=key,
                           on_row_changed=on_row_changed, identity=identity,
-                          on_identity_changed=on_identity_changed)
+                          on_identity_changed=on_identity_changed, max_policy_lag=max_policy_lag)
 
     def _commit(self, fill: Fill) -> Any:
         with self.journal.transaction() as tx:
@@ -103,7 +111,8 @@ class Session(Core):
         its latest prefix (`RolloutWork.progress`) for the next attempt to continue from; the
         prefix it supersedes is deleted (see `replay/session/core.py`). A prefix of an
         attempt that was given up raises `journal.StaleAttempt`, of a sealed rollout
-        `journal.RolloutEnded`, and its rows are deleted."""
+        `journal.RolloutEnded`, before its rows are written (`fence.py`)."""
+        refuse_progress(self.journal, group_id, index, attempt, tokens, turn, policy_version)
         return self._store_and_commit(self.progress_step(group_id, index, attempt, tokens, turn, policy_version),
                                       rows)
 
@@ -131,6 +140,7 @@ class Session(Core):
     def finish(self, group_id: int, rows: Any, *, policy_version: int | None = None) -> str:
         """For a group admitted without `rollouts=`: store its rows durably in the data plane,
         then journal it finished (ready to train). Returns the rows' locator."""
+        self.check_version(group_id, self.journal.group(group_id), policy_version, "the rows")
         locator = self.plane().put(group_id, rows)
         self.journal.finished([group_id], policy_version=policy_version, locators=[locator])
         return locator
@@ -170,8 +180,12 @@ class Session(Core):
         return [dp.get(loc) for loc in self.locators_of(group_id)]
 
     def trained(self, group_ids: list[int], *, step: int) -> None:
-        """Record that training step `step` consumed these finished groups (before the
-        checkpoint that saves the weights it updated begins)."""
+        """Record that training step `step` consumed these finished groups: call it once the
+        optimizer step that used their rows is done, before the checkpoint that saves those
+        weights begins. Refused, writing nothing: a step below the committed checkpoint's
+        (`StepBeforeCheckpoint`), and any while a checkpoint's save() has failed
+        (`CheckpointUnsaved`: save it again first)."""
+        self.check_trained(step)
         self.note_left(self._commit(self.leaving_fill(
             group_ids, lambda tx: tx.trained(group_ids, step=step))))
         self.note_trained()
@@ -180,12 +194,17 @@ class Session(Core):
         """Checkpoint step `step`: journal that it begins (the state at that LSN is what the
         weights saw), `save()` your weights durably, journal it committed; then delete the
         rows no restore can need and, every `compact_every` checkpoints, compact in the
-        background. Returns the begin LSN.
+        background. Returns the begin LSN. The step committed last (or restored), with nothing
+        trained since, is checkpointed already: its begin LSN comes back and nothing is saved
+        (a run's final checkpoint is safe to call again after a restart).
 
         If `save()` raises, the checkpoint stays uncommitted and the exception propagates: call
-        `checkpoint(step, save=...)` again before training more to save and commit it, or
-        restart (the restart restores the previous checkpoint); any other checkpoint in this
-        process raises `SessionError`."""
+        `checkpoint(step, save=...)` again to save and commit it (`trained` and any other
+        checkpoint raise `CheckpointUnsaved` until then), or restart (the restart restores the
+        previous checkpoint)."""
+        again = self.committed_again(step)
+        if again is not None:
+            return again
         begun = self.retry_of(step)
         if begun is None:
             rows, held = self.take_reclaimable()
@@ -205,7 +224,7 @@ class Session(Core):
         self.pin(begun)
         if begun.rows:
             self._reclaimed += self.plane().delete(begun.rows)
-        self.after_checkpoint(step)
+        self.after_checkpoint(step, begun.lsn)
         return begun.lsn
 
     def close(self) -> None:

@@ -37,6 +37,10 @@ class Work:
     target_step: int | None
     policy_version: int | None
     rollouts: list[RolloutWork] | None
+    # the versions that made its kept work (oldest, newest) and newest minus the restored step
+    # (`RecoveredGroup`'s; each rollout has its own)
+    policy_span: tuple[int, int] | None = None
+    lead: int | None = None
 
     @property
     def pending(self) -> list[RolloutWork]:
@@ -45,10 +49,8 @@ class Work:
 
 
 def _work(kind: str, g: RecoveredGroup) -> Work:
-    rollouts = None if g.rollouts is None else [
-        RolloutWork(r.index, r.attempt, r.sealed, r.locator, r.policy_version, r.progress) for r in g.rollouts]
     return Work(kind, g.group_id, g.idx, g.task_name, g.epoch, g.prompt, g.target_step,
-                g.policy_version, rollouts)
+                g.policy_version, None if g.rollouts is None else list(g.rollouts), g.policy_span, g.lead)
 
 
 def _by_step(g: RecoveredGroup) -> tuple[int, int]:

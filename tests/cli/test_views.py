@@ -289,7 +289,7 @@ def test_help_on_every_subcommand_has_examples(runs):
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert set(sub.choices) == {"summary", "log", "group", "state", "cuts", "verify", "audit", "export",
-                                "steps", "timeline", "rescue"}  # timeline: the alias of steps
+                                "steps", "timeline", "restores", "rescue"}  # timeline: the alias of steps
     for name, p in sub.choices.items():
         text = p.format_help()
         assert "examples:" in text and "--json" in text and "--mode" in text, name

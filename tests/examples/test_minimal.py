@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from journal import CheckpointBegun, Reader
 from tests.support.cli_run import cli_json
 from examples import minimal_trainer
 
@@ -131,19 +132,86 @@ def test_minimal_trainer_rerun_after_the_end_changes_nothing(fast_tmp):
     assert minimal_trainer.weights_path(str(run_dir), 12) in r.stderr
 
 
-def test_readme_opening_snippet_runs_on_a_first_start_and_a_restart(fast_tmp):
-    """Every name the README's first code block uses is defined: it runs as it is, twice."""
+def test_a_kill_at_the_announced_checkpoint_save_lands_after_its_begin_and_resumes_cleanly(fast_tmp):
+    """The trainer prints `checkpoint N saving` inside a checkpoint (docs/testing.md: kill at the
+    moments a trainer announces): SIGKILLed on reading it, the checkpoint was begun, and the
+    restart resumes at it (its commit won the race) or at the one before, then finishes; every
+    step trained one full batch, none twice."""
+    run_dir = fast_tmp / "run"
+    cmd = [sys.executable, "-m", "examples.minimal_trainer", str(run_dir), "--steps", "15"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in proc.stdout:
+        if line.strip() == f"checkpoint {2 * minimal_trainer.CKPT_EVERY} saving":
+            proc.send_signal(signal.SIGKILL)
+            break
+    assert proc.wait(120) == -signal.SIGKILL
+    proc.stdout.close()
+    begun = {ev.step for r in Reader(str(run_dir / "journal")).records() for ev in r.commit.events
+             if type(ev) is CheckpointBegun}
+    assert 2 * minimal_trainer.CKPT_EVERY in begun
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    resumed = int(r.stdout.split()[3])
+    assert resumed in (minimal_trainer.CKPT_EVERY, 2 * minimal_trainer.CKPT_EVERY), r.stdout[:200]
+    totals = cli_json("audit", str(run_dir / "journal"))["totals"]
+    assert totals["trained_more_count"] == 0 and totals["trained_once"] == 15 * minimal_trainer.BATCH, totals
+
+
+def _readme_snippet(directory) -> str:
+    """The README's first code block, written into `directory` as snippet.py."""
     readme = open(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "README.md")).read()
     snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    (fast_tmp / "snippet.py").write_text(snippet)
+    (directory / "snippet.py").write_text(snippet)
+    return str(directory / "snippet.py")
+
+
+def _snippet_audit(directory) -> dict:
+    totals = cli_json("audit", str(directory / "run" / "journal"))["totals"]
+    assert totals["trained_more_count"] == 0 and totals["lost_count"] == 0, totals
+    return totals
+
+
+SNIPPET_ROWS = 8 * 2   # its dataset's 8 rows, in each of its 2 passes
+
+
+def test_readme_opening_snippet_runs_on_a_first_start_and_a_restart(fast_tmp):
+    """Every name the README's first code block uses is defined: it runs as it is, twice. The
+    first run trains both passes and checkpoints its last step; the restart restores that step,
+    takes nothing more and calls the final checkpoint again."""
+    snippet = _readme_snippet(fast_tmp)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    warned = []
+    warned, restored = [], []
     for _ in range(2):
-        r = subprocess.run([sys.executable, "snippet.py"], cwd=fast_tmp, capture_output=True, text=True,
+        r = subprocess.run([sys.executable, snippet], cwd=fast_tmp, capture_output=True, text=True,
                            env=env, timeout=120)
         assert r.returncode == 0, r.stderr[-3000:]
-        warned.append("FirstStartWarning" in r.stderr and "first start" in r.stderr)
+        warned.append("FirstStartWarning" in r.stderr and str(fast_tmp / "run" / "journal") in r.stderr)
+        restored.append(r.stdout.splitlines()[0])
     assert warned == [True, False]   # the first start says so; the restart restores quietly
-    totals = cli_json("audit", str(fast_tmp / "run" / "journal"))["totals"]
-    # the restart went on with the loader's next batch: two batches of two, each trained once
-    assert totals["rows_taken"] == 4 and totals["trained_once"] == 4, totals
+    assert restored[0].startswith("restored: {'step': None") and restored[1].startswith("restored: {'step': 8,")
+    totals = _snippet_audit(fast_tmp)
+    assert totals["rows_taken"] == SNIPPET_ROWS and totals["trained_once"] == SNIPPET_ROWS, totals
+
+
+def test_readme_opening_snippet_killed_after_each_open_goes_on_exactly_once(fast_tmp):
+    """The snippet SIGKILLed a moment after it reports its restore (the moment its kill window
+    starts: docs/testing.md), twice, then run to its end: every row of both passes is
+    trained once."""
+    snippet = _readme_snippet(fast_tmp)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    rng = random.Random("readme-snippet-kills")
+    killed = 0
+    with open(fast_tmp / "stderr.log", "w") as stderr:
+        for delay in [rng.uniform(0.0, 1.2) for _ in range(2)] + [None]:
+            proc = subprocess.Popen([sys.executable, snippet], cwd=fast_tmp, stdout=subprocess.PIPE,
+                                    stderr=stderr, text=True, env=env)
+            assert proc.stdout.readline().startswith("restored: ")   # Session.open returned
+            if delay is not None:
+                time.sleep(delay)
+                proc.send_signal(signal.SIGKILL)
+            rc = proc.wait(120)
+            proc.stdout.close()
+            killed += rc == -signal.SIGKILL
+    assert rc == 0 and killed >= 1
+    totals = _snippet_audit(fast_tmp)
+    assert totals["trained_once"] == SNIPPET_ROWS, totals

@@ -1,9 +1,10 @@
 """The example trainer prints no warning on stderr.
 
 torchdata's `StatefulDataLoader` calls the deprecated `torch.set_vital` in its constructor
-(`UserWarning: 'set_vital' is deprecated`); the trainer silences exactly that warning around
-the one construction, not process-wide. Each check runs a fresh interpreter with `-W default`
-(every warning shown), as a user's terminal would.
+(`UserWarning: 'set_vital' is deprecated`); importing `replay` silences exactly that message from
+torchdata's modules (replay/session/silenced.py), and building a trainer changes no filter. Each
+check runs a fresh interpreter with `-W default` (every warning shown), as a user's terminal
+would.
 """
 
 from __future__ import annotations
@@ -41,3 +42,21 @@ def test_a_short_trainer_run_prints_no_warning(tmp_path):
                    "--ckpt-save-seconds", "0")
     assert "DONE" in p.stdout
     assert "Warning" not in p.stderr and "set_vital" not in p.stderr, p.stderr
+
+
+def test_a_session_user_sees_no_torchdata_noise_and_a_first_start_naming_the_absolute_path(tmp_path):
+    """A trainer written as the README says (its own `StatefulDataLoader`, built after importing
+    `replay`): the library silences torchdata's `set_vital` deprecation, which no caller can act
+    on; a first start still warns, naming the journal's absolute path and the `Session.open`
+    option that makes it an error."""
+    p = run_python("-c", """if True:
+        import os, sys
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        from replay import LocalDataPlane, Session
+        os.chdir(sys.argv[1])
+        dl = StatefulDataLoader(list(range(4)), batch_size=2)
+        Session.open("run/../run/journal", loader=dl, data_plane=LocalDataPlane("run/rows")).close()
+    """, str(tmp_path))
+    assert "set_vital" not in p.stderr, p.stderr
+    assert "FirstStartWarning" in p.stderr and str(tmp_path / "run" / "journal") + ":" in p.stderr, p.stderr
+    assert "Session.open(..., must_exist=True)" in p.stderr, p.stderr

@@ -28,7 +28,7 @@ import pytest
 
 import replay
 from journal import Reader
-from tests.support.trl_events import audit_events, next_segment, read_events
+from tests.support.trl_events import audit_events, next_segment, read_events, trained_past_resume
 from tests.support.zygote import Zygote
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -52,13 +52,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _reached(events_path: str, segment: int, steps_past_resume: int) -> bool:
-    events = [e for e in read_events(events_path) if e["seg"] == segment]
-    start = next((e for e in events if e["ev"] == "start"), None)
-    return start is not None and any(e["ev"] == "trained" and e["step"] >= start["resumed_at"] + steps_past_resume
-                                     for e in events)
-
-
 def run_segment(z: Zygote, run, argv: list[str], *, steps_past_resume: int | None = None,
                 delay: float | None = None) -> int:
     """One training process; SIGKILLed `delay` s after it trained `steps_past_resume` steps past
@@ -70,7 +63,7 @@ def run_segment(z: Zygote, run, argv: list[str], *, steps_past_resume: int | Non
     if delay is not None:
         deadline = time.monotonic() + RUN_TIMEOUT
         while (steps_past_resume is not None and _alive(pid) and time.monotonic() < deadline
-               and not _reached(events_path, segment, steps_past_resume)):
+               and not trained_past_resume(events_path, segment, steps_past_resume)):
             time.sleep(0.01)
         time.sleep(delay)
         if _alive(pid):

@@ -14,7 +14,7 @@ import pytest
 
 from journal import GroupRef, Journal, Reader, RolloutRef, Taken
 from journal.ever import attempts_used, max_group_id
-from journal import format as fmt
+from journal import format as fmt, layout
 from tests.support.crash_oracle import attempts_on_disk
 from tests.support.segment_reads import scan_max_group_id, spy_segment_reads
 
@@ -107,3 +107,22 @@ def test_attempts_used_reads_only_segments_since_the_lowest_group_was_taken(fast
                 and s.header.next_group_id <= gids[0]]
     before = {covering[i] for i in range(len(covering) - 1)}  # wholly before the groups existed
     assert before and not before & read
+
+
+def test_a_plain_reopen_never_hands_out_an_id_a_mark_counted(fast_tmp):
+    """A rotation plans its segment with the ids of the commits folded before it, durable or
+    not: the writer died after that segment's header reached the disk and before the commit
+    that took ids 2..49 did. Those ids count as used (docs/format.md, "Marks"): the next
+    plain reopen of the one timeline allocates above them."""
+    path = str(fast_tmp / "j")
+    with Journal.open(path) as j:
+        j.taken([GroupRef(idx=0), GroupRef(idx=1)])
+    r = Reader(path)
+    (seg,) = r.segments
+    last = list(r.records())[-1]
+    header = seg.header._replace(first_lsn=last.commit.lsn + 1, chain_seed=last.chain,
+                                 group_mark=fmt.group_mark(50))
+    with open(os.path.join(path, layout.segment_name(seg.timeline, last.commit.lsn + 1)), "wb") as f:
+        f.write(fmt.encode_header(header).ljust(fmt.HEADER_SIZE, b"\0"))
+    with Journal.open(path) as j:
+        assert j.taken([GroupRef(idx=2)]) == [50]

@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 
+import pytest
 import zstandard
 
 from tests.support.faultfs import FaultFS
@@ -174,3 +175,33 @@ def test_compact_removes_the_same_leftovers_under_its_lock(fast_tmp):
         j.taken([GroupRef(idx=1)])
         compact(path, journal=j, at="end")
     assert not any(os.path.exists(p) for p in junk.values())
+
+
+def _unpublished(path: str) -> list[str]:
+    return [n for n in os.listdir(path) if n.endswith(layout.SEGMENT_SUFFIX + layout.UNPUBLISHED_SUFFIX)]
+
+
+def test_the_unpublished_segment_of_a_resume_that_hit_a_full_disk_goes_at_the_next_open(tmp_path):
+    """A resume on a full disk: its branch's first segment (`*.wal.new`) got its header, its
+    first commit did not (ENOSPC): the open raises and the file stays. Only the writer that made
+    such a file ever publishes it, in the same open, so the next open that succeeds removes it,
+    also one that does not resume (an in-place resume at the same point replaces it anyway)."""
+    import errno
+
+    from journal import JournalError
+    from replay import restore
+
+    path = str(tmp_path / "journal")
+    with Journal.open(path) as j:
+        j.taken([GroupRef(idx=1)])
+        j.begin_checkpoint(step=1)
+        j.commit_checkpoint(step=1)
+        j.taken([GroupRef(idx=2)])   # the dead tail a resume branches away from
+    fs = FaultFS(root=path)
+    fs.inject("write", nth=2, error=errno.ENOSPC, persistent=True, path_contains=layout.UNPUBLISHED_SUFFIX)
+    with pytest.raises(JournalError):
+        Journal.open(path, resume=restore(path), fs=fs)
+    assert len(_unpublished(path)) == 1
+    with Journal.open(path) as j:   # space again
+        assert j.lsn == 4
+    assert _unpublished(path) == []

@@ -46,11 +46,19 @@ def _rollouts(draw, n: int) -> Rollouts:
     locators = tuple(f"dp/{i}/{attempts[i]}" if sealed >> i & 1 else None for i in range(n))
     versions = tuple(draw(st.integers(0, 9)) if sealed >> i & 1 else None for i in range(n))
     prefixes = tuple(None if sealed >> i & 1 or not draw(st.booleans()) else
-                     Progress(f"dp/{i}/{attempts[i]}/p", draw(st.integers(0, 1 << 40)),
-                              draw(st.none() | st.integers(0, 99)), draw(st.none() | st.integers(0, 9)))
-                     for i in range(n))
+                     _prefix(draw, f"dp/{i}/{attempts[i]}/p") for i in range(n))
+    # a sealed rollout that older weights began: the oldest version of its tokens
+    since = tuple(draw(st.none() | st.integers(0, versions[i] - 1)) if sealed >> i & 1 and versions[i] else None
+                  for i in range(n))
     return Rollouts(attempts, sealed, locators, versions,
-                    prefixes if any(p is not None for p in prefixes) else None)
+                    prefixes if any(p is not None for p in prefixes) else None,
+                    since if any(v is not None for v in since) else None)
+
+
+def _prefix(draw, locator: str) -> Progress:
+    version = draw(st.none() | st.integers(0, 9))
+    since = draw(st.none() | st.integers(0, version - 1)) if version else None
+    return Progress(locator, draw(st.integers(0, 1 << 40)), draw(st.none() | st.integers(0, 99)), version, since)
 
 
 @st.composite

@@ -8,19 +8,19 @@ import threading
 import warnings
 
 import pytest
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from journal import JournalWarning, Owner, Reader, StaleAttempt
 from journal.events import Finished, RolloutSealed
 from replay import AsyncSession, LocalDataPlane
 
 from tests.replay.test_session import DATASET, collate
-from examples.loader import stateful_loader
 
 
 async def _open(root, **kw) -> AsyncSession:
     loaded = []
     opts = dict(dataset=DATASET, collate_fn=collate, data_plane=LocalDataPlane(str(root / "rows")),
-                loader=stateful_loader(DATASET, batch_size=5, collate_fn=collate), load_weights=loaded.append)
+                loader=StatefulDataLoader(DATASET, batch_size=5, collate_fn=collate), load_weights=loaded.append)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JournalWarning)
         s = await AsyncSession.open(str(root / "journal"), **{**opts, **kw})

@@ -22,6 +22,7 @@ from journal import Group, GroupRef, Journal, Owner, Reader, RolloutRef
 from replay import (InvalidLocator, LocalDataPlane, ObjectStoreDataPlane, RowConflict, RowsCorrupt,
                     RowsNotFound, RowsNotStorable, restore)
 from snapshot import DataPlane, compact, row_locators
+from snapshot.data_plane import cut_rows
 from tests.support import packs
 from tests.support.equality import deep_equal
 from tests.support.s3_support import S3, options
@@ -191,8 +192,9 @@ def test_pickled_data_plane_reaches_the_same_rows(store):
 
 def _journal_with_rows(path: str, dp) -> tuple[int, dict[str, object]]:
     """REPLAY: a group-level group and a group whose two rollouts are sealed; ADMITTED: a group
-    with one of two rollouts sealed (a late result of its given-up attempt lies beside it) and a
-    group-level one; a trained group's rows. The checkpoint's LSN and every row put."""
+    with one of two rollouts sealed (a late result of its given-up attempt lies beside it) and
+    the other holding a prefix, and a group-level one; a trained group's rows. The checkpoint's
+    LSN and every row put."""
     rows = {}
 
     def put(loc_fn, *args):
@@ -212,6 +214,7 @@ def _journal_with_rows(path: str, dp) -> tuple[int, dict[str, object]]:
     put(dp.put_rollout, half, 0, 0)                                 # given up: attempt 1 sealed
     j.rollout_failed([RolloutRef(half, 0, 0)], reason="deadline")
     j.rollout_sealed([RolloutRef(half, 0, 1, put(dp.put_rollout, half, 0, 1))])
+    j.rollout_progress(RolloutRef(half, 1, 0, put(dp.put_progress, half, 1, 0, 1)), tokens=7)
     lsn = j.begin_checkpoint(step=1)
     j.commit_checkpoint(step=1)
     j.close()
@@ -223,8 +226,8 @@ def test_a_cut_carries_the_rows_restore_needs_and_import_cut_brings_them_back(st
     lsn, rows = _journal_with_rows(path, store.dp)
     live = Reader(path).fold().live
     needed = sorted(loc for g in live.values() if g.owner in (Owner.REPLAY, Owner.ADMITTED)
-                    for loc in row_locators(g))
-    assert len(needed) == 4   # plain, whole's two rollouts, half's attempt 1 (not attempt 0)
+                    for loc, _ in cut_rows(g))
+    assert len(needed) == 5   # plain, whole's two rollouts, half's attempt 1 (not attempt 0), half's prefix
     compact(path, at=lsn, into=cut, data_plane=store.dp, retention=None)
     assert sorted(os.listdir(os.path.join(cut, "data_plane"))) == needed
     fresh = store.fresh("-node2")                                  # the node that resumes
@@ -234,9 +237,10 @@ def test_a_cut_carries_the_rows_restore_needs_and_import_cut_brings_them_back(st
     assert sorted(fresh.locators()) == needed
     assert all(deep_equal(fresh.get(loc), rows[loc]) for loc in needed)
     state = restore(cut, data_plane=fresh)
-    assert state.demoted == [] and state.lost_rollouts == []
+    assert state.demoted == [] and state.lost_rollouts == [] and state.lost_progress == []
     restored = {loc for g in state.replay + state.admitted
-                for loc in ([g.locator] if g.rollouts is None else [r.locator for r in g.rollouts])
+                for loc in ([g.locator] if g.rollouts is None else
+                            [r.locator if r.sealed else r.progress and r.progress.locator for r in g.rollouts])
                 if loc is not None}
     assert restored == set(needed)
 
@@ -271,3 +275,25 @@ def test_save_refuses_to_leave_a_gap_and_import_refuses_other_or_damaged_rows(st
         fresh.import_cut(str(tmp_path / "cut"))
     assert list(fresh.locators()) == []
     assert fresh.import_cut(str(tmp_path / "nothing")) == 0
+
+
+def test_a_prefix_whose_row_was_reclaimed_is_left_out_of_a_cut(store, tmp_path):
+    """A trainer may reclaim a prefix's row the state at a checkpoint still names (superseded by
+    a newer one): the cut of that state leaves it out instead of failing, and a restore from the
+    cut alone regenerates the rollout, reporting the prefix lost."""
+    path, cut = str(tmp_path / "journal"), str(tmp_path / "ckpt" / "ownership")
+    j = Journal.open(path, sync="none")
+    (g,) = j.taken([GroupRef(idx=0)])
+    j.admitted([g], target_step=1, rollouts=1)
+    loc = store.dp.put_progress(g, 0, 0, 1, {"tokens": torch.arange(3)})
+    j.rollout_progress(RolloutRef(g, 0, 0, loc), tokens=3)
+    lsn = j.begin_checkpoint(step=1)
+    j.commit_checkpoint(step=1)
+    j.close()
+    store.dp.delete([loc])
+    compact(path, at=lsn, into=cut, data_plane=store.dp, retention=None)
+    assert loc not in os.listdir(os.path.join(cut, "data_plane"))
+    fresh = store.fresh("-node3")
+    fresh.import_cut(cut)
+    state = restore(cut, data_plane=fresh)
+    assert state.lost_progress == [(g, 0)] and state.admitted[0].rollouts[0].progress is None

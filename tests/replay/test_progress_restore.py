@@ -29,7 +29,8 @@ def run(fast_tmp):
     0 holds prefix a0 (weights S), 1 holds b0 (weights S), 2 holds c0 by newer weights (S+1),
     3 holds d0 whose row is lost later, 4 and 5 hold nothing. On the dead tail: 1 goes on to
     b1 (weights S: salvaged), 0 goes on to a1 by newer weights (dropped; a0 kept), 4 records
-    e1 without weights (not salvaged), 5 records f1 and is then failed (the failure ends it)."""
+    e1 without weights (those that admitted the group: salvaged), 5 records f1 and is then
+    failed (the failure ends it)."""
     path = str(fast_tmp / "j")
     dp = FakeDataPlane()
     with Journal.open(path, sync="none") as j:
@@ -59,9 +60,9 @@ def test_each_rollout_continues_from_the_prefix_the_rules_keep(run):
         Progress("b1", 300, 3, S),         # salvaged from the tail
         None,                              # c0 by newer weights: dropped
         None,                              # d0's row is gone
-        None,                              # e1: unknown weights are not salvaged, none at the point
+        Progress("e1", 300, None, S),      # recorded without weights: the admission's, salvaged
         None]                              # f1 ended with its failure
-    assert sorted(state.salvaged_progress) == [(g, 1)]
+    assert sorted(state.salvaged_progress) == [(g, 1), (g, 4)]
     assert sorted(state.newer_progress) == [(g, 0), (g, 2)]
     assert state.lost_progress == [(g, 3)]
     assert all(r.attempt == 1 for r in rg.rollouts[:5]) and rg.rollouts[5].attempt == 2

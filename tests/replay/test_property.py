@@ -111,10 +111,11 @@ class Recovered:
 
 
 def recovered_by_the_rules(want: dict, tail: list[tuple[int, tuple]], rows: set[str], step: int | None,
-                           max_gid: int, admitted_ever: set[int]) -> Recovered:
+                           max_gid: int, admitted_ever: set[int], lag: int = 0) -> Recovered:
     """The recovery rules (docs/recovery.md, "Restoring" steps 5 and 6) for groups admitted without
     rollouts=, written again from the model's view at the checkpoint (`want`) and its log of the
-    dead tail (`tail`): salvage, demotion, reissue, adoption, in that order; fresh ids above `max_gid`."""
+    dead tail (`tail`): salvage, demotion, reissue, adoption, in that order; fresh ids above `max_gid`;
+    work by weights up to `step + lag` kept (`max_policy_lag`)."""
     live = {gid: dict(zip(FIELDS, t)) for gid, t in want["live"].items()}
     rec = Recovered(live, want["loader"])
     if step is None:  # no checkpoint: the empty state, nothing kept
@@ -132,7 +133,7 @@ def recovered_by_the_rules(want: dict, tail: list[tuple[int, tuple]], rows: set[
         pv, loc = finished.get(gid, (None, None))
         pv = pv if pv is not None else g["policy_version"]
         if (g["owner"] == Owner.ADMITTED and gid in finished and gid not in dropped and pv is not None
-                and pv <= step and loc in rows):
+                and pv <= step + lag and loc in rows):
             g.update(owner=Owner.REPLAY, policy_version=pv, locator=loc)
             rec.log.append(("finish", [gid], pv, [loc]))
     for gid in sorted(live):
@@ -145,14 +146,17 @@ def recovered_by_the_rules(want: dict, tail: list[tuple[int, tuple]], rows: set[
             rec.new_ids.append(new)
             rec.log += [("discard", [gid]), ("take", [_taken(g, new)], None),
                         ("admit", [new], g["target_step"], g["policy_version"], gid)]
-    _reissue(rec, admitted_ever, fresh)
-    _adopt(rec, want, tail, rows, step, fresh)
+    waiting = {gid: _row(g) for gid, g in live.items() if g["owner"] in (Owner.RESERVED, Owner.SPARE)}
+    _reissue(rec, admitted_ever, fresh, _tail_work(tail, waiting),
+             lambda w, new: _follow(w, new, want, rows, step + lag, {}))
+    _adopt(rec, want, tail, rows, step + lag, fresh)
     return rec
 
 
-def _reissue(rec: Recovered, admitted_ever: set[int], fresh) -> None:
+def _reissue(rec: Recovered, admitted_ever: set[int], fresh, work: dict | None = None, follow=None) -> None:
     """Rule 3 for the groups waiting at the point (reserved, then spare, each by id): one that
-    any history admitted comes back under a fresh id where it was."""
+    any history admitted comes back under a fresh id, where it was, or (with the dead tail's
+    `work`) as the tail admitted it, where its work there allows (`follow`)."""
     for owner in (Owner.RESERVED, Owner.SPARE):
         for gid in sorted(g for g, v in rec.live.items() if v["owner"] == owner and g in admitted_ever):
             new = next(fresh)
@@ -160,8 +164,54 @@ def _reissue(rec: Recovered, admitted_ever: set[int], fresh) -> None:
             rec.reissued_from.append(gid)
             rec.new_ids.append(new)
             rec.log += [("discard", [gid]), ("take", [_taken(rec.live[new], new)], None)]
-            if owner == Owner.SPARE:
+            w = (work or {}).get(gid)
+            if w is not None and "admit" in w:
+                fields, log = follow(w, new)
+                rec.live[new].update(fields)
+                rec.log += log
+            elif owner == Owner.SPARE:
                 rec.log.append(("divert", [new]))
+
+
+def _tail_work(tail: list[tuple[int, tuple]], waiting: dict[int, tuple]) -> dict[int, dict]:
+    """What the tail did with each group waiting at the point (`waiting`: id -> row), under its
+    id or under a re-take of its row (a take without a loader state in the commit that dropped
+    it): its admission (target step, policy version, replaces) and its finish (policy version,
+    locator)."""
+    work: dict[int, dict] = {}
+    alias, dropped = {}, {}  # re-take -> waiting group; (lsn, row) -> the group dropped then
+    for lsn, op in tail:
+        if op[0] == "discard":
+            dropped.update(((lsn, waiting[g]), g) for g in op[1] if g in waiting)
+        elif op[0] == "take" and op[2] is None:
+            alias.update((g["group_id"], dropped[(lsn, _row(g))]) for g in op[1] if (lsn, _row(g)) in dropped)
+        if op[0] not in ("admit", "finish"):
+            continue
+        for i, gid in enumerate(op[1]):
+            gid = alias.get(gid, gid)
+            if gid not in waiting:
+                continue
+            w = work.setdefault(gid, {})
+            if op[0] == "admit":
+                w["admit"] = op[2:]
+            elif "admit" in w:
+                w["finish"] = (op[2] if op[2] is not None else w["admit"][1], op[3][i] if op[3] else None)
+    return work
+
+
+def _follow(w: dict, new: int, want: dict, rows: set[str], bound: int, new_ids: dict) -> tuple[dict, list]:
+    """A group the dead tail admitted (`w`: its work there), back under id `new`: the fields it
+    gets and the log of its readmission (its finish kept when within `bound` with its row)."""
+    ts, pv, rep = w["admit"]
+    rep = new_ids.get(rep, rep if rep in want["taken"] else None)
+    fields = {"owner": Owner.ADMITTED, "target_step": ts, "policy_version": pv, "replaces": rep}
+    fpv, loc = w.get("finish", (None, None))
+    if fpv is not None and fpv <= bound and loc in rows:
+        fields.update(owner=Owner.REPLAY, policy_version=fpv, locator=loc)
+    log = [("admit", [new], ts, fields["policy_version"], rep)]
+    if fields["owner"] == Owner.REPLAY:
+        log.append(("finish", [new], fpv, [loc]))
+    return fields, log
 
 
 def restored(want: dict, admitted_ever: set[int], max_gid: int) -> dict:
@@ -172,7 +222,7 @@ def restored(want: dict, admitted_ever: set[int], max_gid: int) -> dict:
     return {**want, "live": rec.view()}
 
 
-def _adopt(rec: Recovered, want: dict, tail: list[tuple[int, tuple]], rows: set[str], step: int,
+def _adopt(rec: Recovered, want: dict, tail: list[tuple[int, tuple]], rows: set[str], bound: int,
            fresh) -> None:
     """Rule 4: the loader's takes of the tail up to the last with a loader state (a take without
     one of a row its commit dropped is a demotion's re-take, not the loader's), under fresh ids,
@@ -212,15 +262,9 @@ def _adopt(rec: Recovered, want: dict, tail: list[tuple[int, tuple]], rows: set[
         w, new = work[g["group_id"]], new_ids[g["group_id"]]
         n = _taken(g, new)
         if "admit" in w:
-            ts, pv, rep = w["admit"]
-            rep = new_ids.get(rep, rep if rep in want["taken"] else None)
-            n.update(owner=Owner.ADMITTED, target_step=ts, policy_version=pv, replaces=rep)
-            fpv, loc = w.get("finish", (None, None))
-            if fpv is not None and fpv <= step and loc in rows:
-                n.update(owner=Owner.REPLAY, policy_version=fpv, locator=loc)
-            admissions.append(("admit", [new], ts, n["policy_version"], rep))
-            if n["owner"] == Owner.REPLAY:
-                admissions.append(("finish", [new], fpv, [loc]))
+            fields, log = _follow(w, new, want, rows, bound, new_ids)
+            n.update(fields)
+            admissions += log
         elif w.get("diverted"):
             n["owner"] = Owner.SPARE
             spares.append(new)
@@ -376,10 +420,11 @@ class Run:
         _equal(recovered_view(restore(self.path, step=s0)), restored(want, self.admitted_ever, self.max_gid))
         self.rows -= self.data.draw(st.sets(st.sampled_from(sorted(self.rows)), max_size=1)
                                     if self.rows else st.just(set()), label="rows lost")
-        state = restore(self.path, step=s0, salvage=True, data_plane=_DataPlane(self.rows))
+        lag = self.data.draw(st.integers(0, 2), label="max_policy_lag")
+        state = restore(self.path, step=s0, salvage=True, data_plane=_DataPlane(self.rows), max_policy_lag=lag)
         l0 = want["lsn"]
         rec = recovered_by_the_rules(want, [e for e in m.log if e[0] > l0], self.rows, s0, self.max_gid,
-                                     self.admitted_ever)
+                                     self.admitted_ever, lag)
         _equal(recovered_view(state), {**want, "live": rec.view(), "loader": rec.loader})
         assert [g.adopted_from for g in state.adopted] == rec.adopted_from
         assert [g.replaces for g in state.demoted] == rec.demoted_from
@@ -403,9 +448,20 @@ class Run:
         recommit = sorted((s for s in back.pending if s in m.committed), key=back.pending.get)
         assert sorted(state.recommit) == sorted(recommit)
         assert bool(state.first_commit) == bool(recommit or rec.log)
+        # the resume writes its first commit, with the restore's record, when it has events or
+        # branches: unless what it would abandon is only the checkpoint_committed markers it
+        # writes again (then the history goes on at its end)
+        tail = set(range(l0 + 1, m.lsn + 1))
+        marks = {s for s, at in m.committed_at.items() if at in tail}
+        rewrites = not rec.log and tail <= set(m.committed_at.values()) and marks == set(recommit)
         self.j = Journal.open(self.path, sync="none", segment_bytes=4096, resume=state, fs=NOSYNC)
         self.m = back
-        if state.first_commit:
+        if rewrites:
+            back.lsn = m.lsn
+            for s in recommit:
+                back.committed[s] = back.pending.pop(s)
+                back.committed_at[s] = m.committed_at[s]
+        elif state.first_commit or tail:
             back.lsn += 1
             for s in recommit:
                 back.committed[s] = back.pending.pop(s)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import replay
-from journal import Journal, Owner, Reader, Taken
+from journal import Journal, Owner, Reader, Restored, Taken
 from replay import restore
 from tests.support.equality import deep_equal
 from tests.support.replay_support import (assert_same, locator_of, make_dataset, recovered_view, ref_of,
@@ -171,11 +171,15 @@ def test_no_committed_checkpoint_restores_the_empty_state(tmp_path):
     assert state.loader_state is None and state.lsn == 0 and state.step is None
     assert (state.reserved, state.admitted, state.replay, state.spare) == ([], [], [], [])
     assert set(state.counts.values()) == {0}
+    end = restore(path, at="end").lsn
     with Journal.open(path, sync="none", resume=state) as j:   # a restart runs the same code
-        assert j.lsn == 0
+        assert j.lsn == 1  # the new branch's first commit: the restore's record, nothing else
         (g,) = j.taken([ref_of(DS[0])], loader_state={"pos": 1})
         assert g > max(used)
-    assert restore(path, at="end").lsn == 1
+    (first, _) = [rec.commit for rec in Reader(path).records()]
+    (record,) = first.events
+    assert (type(record), record.point, record.step, record.crash_lsn) == (Restored, 0, None, end)
+    assert restore(path, at="end").lsn == 2
 
 
 def test_restore_from_a_cut_alone_then_resume_into_a_fresh_journal(tmp_path):

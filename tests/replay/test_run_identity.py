@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from journal import GroupRef, Journal, JournalWarning, Owner, RolloutRef
 from journal.identity import IdentityChanges, digests
@@ -21,7 +22,6 @@ from journal.layout import MANIFEST_NAME
 from replay import (IdentityChanged, LocalDataPlane, RestoreError, Session, audit, restore)
 from snapshot import compact, read_cut
 
-from examples.loader import stateful_loader
 from tests.support.cli_run import cli, cli_json
 
 OLD = {"tokenizer": "tiny-bpe-v3", "temperature": 0.7, "top_p": 0.95, "reward": "exact-v1"}
@@ -193,7 +193,7 @@ def _session(root, identity, **kw) -> Session:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JournalWarning)  # the first start warns
         return Session.open(str(root / "journal"), dataset=DATASET, collate_fn=_collate,
-                            loader=stateful_loader(DATASET, batch_size=2, collate_fn=_collate),
+                            loader=StatefulDataLoader(DATASET, batch_size=2, collate_fn=_collate),
                             data_plane=LocalDataPlane(str(root / "rows")), identity=identity, **kw)
 
 

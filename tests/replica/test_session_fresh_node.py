@@ -7,19 +7,20 @@ from __future__ import annotations
 import shutil
 import warnings
 
+from torchdata.stateful_dataloader import StatefulDataLoader
+
 from journal import JournalWarning
 from replay import ObjectStoreDataPlane, Session
 from tests.replica.test_replica import SHIP
 from tests.replay.test_session import DATASET, collate
 from tests.support.s3_support import S3, options
-from examples.loader import stateful_loader
 
 
 def _open(node, url, opts) -> Session:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JournalWarning)
         return Session.open(str(node / "journal"), dataset=DATASET, collate_fn=collate,
-                            loader=stateful_loader(DATASET, batch_size=2, collate_fn=collate),
+                            loader=StatefulDataLoader(DATASET, batch_size=2, collate_fn=collate),
                             data_plane=ObjectStoreDataPlane(url, opts), replica=url,
                             replica_options=opts)
 

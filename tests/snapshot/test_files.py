@@ -76,7 +76,7 @@ def test_files_load_weights_only_and_match_the_manifest(fast_tmp):
                                                      POSITION_FILE}
     for name, data in files.items():
         assert manifest["files"][name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    assert manifest["format"] == "ownership-journal-cut" and manifest["schema_version"] == 4
+    assert manifest["format"] == "ownership-journal-cut" and manifest["schema_version"] == 5
     assert manifest["lsn"] == result.lsn and manifest["next_group_id"] == 61
     assert manifest["checkpoint_step"] is None and manifest["committed_checkpoints"] == {
         "1": 7, "2": 15, "3": 23}

@@ -57,7 +57,7 @@ def test_a_cut_of_a_rollout_history_reads_back_the_fold(tmp_path_factory, data):
         assert cut.state.same_as(j.state_copy())
         for name in ("rollout_recovery.pt", "replay_buffer_metadata.pt"):
             table = torch.load(os.path.join(cut.path, name), weights_only=True)
-            assert table["format_version"] == 4 and "rollout_table" in table and "progress_table" in table
+            assert table["format_version"] == 5 and "rollout_table" in table and "progress_table" in table
 
 
 def _cut_with_rollouts(tmp_path) -> str:

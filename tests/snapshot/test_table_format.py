@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import replay
+import replay.cli
 from journal import GroupRef, Journal, RolloutRef
 from journal.layout import STATE_FILE
 from replay import restore
@@ -87,7 +88,7 @@ def test_each_table_names_its_own_format_and_nemo_rl_rejects_it(cut):
         assert table["format"] == fmt and table["format_version"] == SCHEMA_VERSION
         assert "schema_version" not in table
         assert not nemo_rl_accepts(table), f"NeMo-RL's loader would take {name} for its own"
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
 
 
 @pytest.mark.parametrize("mutate, words", [
@@ -109,12 +110,26 @@ def test_a_table_of_another_format_is_refused_naming_it(cut, mutate, words):
         restore(cut)
 
 
+def test_tables_of_schema_4_without_spans_still_read(cut):
+    """A cut of schema 4 (the last before policy spans): no since columns, nothing spans."""
+    want = restore(cut)
+    for name in TABLES:
+        def unspan(t):
+            del t["rollout_table"]["since_at"], t["rollout_table"]["since"]
+            t["format_version"] = 4
+        _rewrite(cut, name, unspan, manifest_schema=4)
+    got = restore(cut)
+    assert [(g.group_id, g.owner, g.rollouts) for g in got.groups] == \
+        [(g.group_id, g.owner, g.rollouts) for g in want.groups]
+    assert read_cut(cut).state.live[got.groups[1].group_id].rollouts is not None
+
+
 def test_tables_of_schema_3_without_progress_still_read(cut):
     """A cut of schema 3 (the last before progress): no progress_table, no rollout has progress."""
     want = restore(cut)
     for name in TABLES:
         def untable(t):
-            del t["progress_table"]
+            del t["progress_table"], t["rollout_table"]["since_at"], t["rollout_table"]["since"]
             t["format_version"] = 3
         _rewrite(cut, name, untable, manifest_schema=3)
     got = restore(cut)
@@ -133,9 +148,10 @@ def test_a_schema_3_table_with_an_unsealed_rollout_holding_a_locator_is_corrupt(
     cut = compact(path, at="end", retention=None).cut_path
 
     def untable(t):
-        del t["progress_table"]
+        del t["progress_table"], t["rollout_table"]["since_at"], t["rollout_table"]["since"]
         t["format_version"] = 3
-    _rewrite(cut, "rollout_recovery.pt", untable, manifest_schema=3)
+    for name in ("rollout_recovery.pt", "replay_buffer_metadata.pt"):   # the tables this cut has
+        _rewrite(cut, name, untable, manifest_schema=3)
     assert read_cut(cut).state.live[g].rollouts.locators == (None, "dp/1")
     _rewrite(cut, "rollout_recovery.pt", lambda t: t["rollout_table"].update(sealed=torch.tensor([False, False])))
     with pytest.raises(replay.CorruptRecord, match=f"group {g} has an unsealed rollout with a locator"):
@@ -148,10 +164,39 @@ def test_tables_written_before_the_tag_still_read(cut):
     _drop_state_file(cut)  # the tables are what is read
     for name in TABLES:
         def untag(t):
-            del t["format"], t["format_version"]
+            del t["format"], t["format_version"], t["rollout_table"]["since_at"], t["rollout_table"]["since"]
             t["schema_version"] = 2
         _rewrite(cut, name, untag, manifest_schema=2)
     got = restore(cut)
     assert [(g.group_id, g.owner, g.locator, g.rollouts) for g in got.groups] == \
         [(g.group_id, g.owner, g.locator, g.rollouts) for g in want.groups]
     assert got.groups[1].rollouts is not None  # schema 2 carried the rollout table
+
+
+def _journal_of(cut: str) -> str:
+    return os.path.dirname(os.path.dirname(cut))
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+@pytest.mark.parametrize("mutate, words", [
+    (lambda t: t.update(schema_version=99), "schema_version 99"),   # NeMo-RL's key, as a foreign writer sets it
+    (lambda t: t.update(format_version=3), "format_version 3"),    # readable, but not the manifest's schema
+])
+def test_a_table_stating_another_schema_than_the_manifest_fails_verify_and_cuts(cut, name, mutate, words,
+                                                                                capsys):
+    """Each table's own version is checked against the manifest's schema version, not only
+    against the versions this code reads: `verify` and `journal-inspect cuts` report the cut as
+    failing check 5, naming the file and what it states (the sha256 in the manifest matches)."""
+    journal = _journal_of(cut)
+    assert replay.verify(journal).clean
+    _rewrite(cut, name, mutate)
+    with pytest.raises(replay.SchemaMismatch) as info:
+        read_cut(cut)
+    message = str(info.value)
+    assert name in message and words in message and f"schema version {SCHEMA_VERSION}" in message, message
+    report = replay.verify(journal)
+    assert not report.clean and any(name in str(p) for p in report.problems), report.to_dict()
+    assert replay.cli.main(["cuts", journal, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["cuts"]
+    assert (entry["status"], entry["check"], entry["error"]) == ("invalid", 5, "SchemaMismatch"), entry
+    assert words in entry["reason"]

@@ -149,14 +149,17 @@ class Run:
         self._acked(j, key)
         return j.lsn
 
-    def resumed(self, j: Journal, branch_lsn: int, reconcile: list | None = None, loaders: list = ()) -> None:
-        """`j` was just opened with resume= at `branch_lsn`; `reconcile` is the events of its
-        first commit (re-marking the restored checkpoint) when there is one, `loaders` the
-        loader states of its `taken` events."""
-        self.branches.append((self.mark(), j.timeline, branch_lsn, bool(reconcile)))
-        if reconcile:
+    def resumed(self, j: Journal, rs, reconcile: list | None = None, loaders: list = ()) -> None:
+        """`j` was just opened with resume=`rs` (a restore at `rs.lsn`); `reconcile` is the events
+        of its first commit (re-marking the restored checkpoint, the rules' events) when there
+        is one, `loaders` the loader states of its `taken` events. The writer adds the
+        restore's record (`rs.restored`) to that commit, or writes it alone when it branched."""
+        branch_lsn = rs.lsn
+        first = list(reconcile or []) + ([rs.restored] if j.lsn == branch_lsn + 1 else [])
+        self.branches.append((self.mark(), j.timeline, branch_lsn, bool(first)))
+        if first:
             assert j.lsn == branch_lsn + 1
-            self._done(j, reconcile, list(loaders))
+            self._done(j, first, list(loaders))
         else:
             assert j.lsn == branch_lsn
 
@@ -305,7 +308,7 @@ def w_resume(run: Run) -> None:
     j.close()
     rs = restore(run.root)
     j = run.open(resume=rs)
-    run.resumed(j, rs.lsn, [CheckpointCommitted(2)])
+    run.resumed(j, rs, [CheckpointCommitted(2)])
     g3 = run.taken(j, [3, 4], loader(2))
     assert min(g3) > max(g2), "a group id of the dead tail was reused"
     run.call(j, "admitted", g3, target_step=3)
@@ -320,7 +323,7 @@ def w_resume_retired(run: Run) -> None:
     _compaction(run, "delete")
     rs = restore(run.root)
     j = run.open(resume=rs)
-    run.resumed(j, rs.lsn, [CheckpointCommitted(rs.step)])
+    run.resumed(j, rs, [CheckpointCommitted(rs.step)])
     g = run.taken(j, [900, 901], loader(90))
     run.call(j, "admitted", g, target_step=5)
     run.call(j, "begin_checkpoint", step=5)
@@ -448,7 +451,7 @@ def w_rollouts(run: Run) -> None:
     rs = restore(run.root)
     first = resume_first_commit(run, rs)
     j = run.open(resume=rs)
-    run.resumed(j, rs.lsn, first)
+    run.resumed(j, rs, first)
     pending = [(g.group_id, r.index, r.attempt) for g in rs.admitted for r in g.pending]
     gid, index, attempt = pending[0]
     try:
@@ -471,16 +474,21 @@ def dead_tail_of_takes(run: Run) -> list[int]:
     """A crashed run whose dead tail holds takes (their loader states with a blob), admissions,
     seals by the checkpoint's weights and newer ones (of a group admitted at the checkpoint too:
     salvaged and fenced), a finish, a training, a drop and a diversion; a group finished before
-    the checkpoint without a locator (demoted). Returns the ids of the tail's takes."""
+    the checkpoint without a locator (demoted); a group waiting at the checkpoint that the tail
+    admits (reissued), one of its rollouts sealed without a policy version (its admission's),
+    another with a prefix of newer weights. Returns the ids of the tail's takes."""
     j = run.open()
-    a, b = run.taken(j, [0, 1], loader(0))
+    a, b, w = run.taken(j, [0, 1, 7], loader(0))
     run.call(j, "admitted", [a], target_step=1, policy_version=0, rollouts=3)
     run.call(j, "admitted", [b], target_step=1, policy_version=0)
     run.call(j, "finished", [b], policy_version=0)  # no locator: the restore regenerates it
     run.call(j, "rollout_sealed", [RolloutRef(a, 0, 0, f"dp/{a}/0")], policy_version=0)
     run.call(j, "begin_checkpoint", step=1)
     run.call(j, "commit_checkpoint", step=1)
-    c, d, e = run.taken(j, [2, 3, 4], loader(1))       # the dead tail
+    run.call(j, "admitted", [w], target_step=2, policy_version=1, rollouts=3)  # the dead tail
+    run.call(j, "rollout_sealed", [RolloutRef(w, 0, 0, f"dp/{w}/0")])
+    run.call(j, "rollout_progress", RolloutRef(w, 1, 0, f"dp/{w}/1/p1"), tokens=12, policy_version=2)
+    c, d, e = run.taken(j, [2, 3, 4], loader(1))
     run.call(j, "admitted", [c, d], target_step=2, policy_version=1, rollouts=2)
     run.transaction(j, [("rollout_sealed", ([RolloutRef(c, 0, 0, f"dp/{c}/0"), RolloutRef(c, 1, 0, f"dp/{c}/1"),
                                               RolloutRef(d, 0, 0, f"dp/{d}/0")],), {"policy_version": 1}),
@@ -520,7 +528,7 @@ def w_adopt(run: Run) -> None:
     assert [g.adopted_from for g in rs.adopted] == tail and len(rs.demoted) == 1
     first, loaders = adopting_first_commit(run, rs)
     j = run.open(resume=rs)
-    run.resumed(j, rs.lsn, first, loaders)
+    run.resumed(j, rs, first, loaders)
     for g in rs.admitted:
         gid = g.group_id
         if g.rollouts is None:
@@ -637,14 +645,16 @@ def check_restore(path: str, model: Model, step: int | None) -> None:
     if rs.fold_state is not None and rs.fold_state.next_group_id < model.next_gid:
         raise Violation(f"next group id {rs.fold_state.next_group_id} < model's {model.next_gid}")
     used = attempts_on_disk(path)
+    # a seal or prefix recorded without a version is read as the group's (the fold's at the point)
+    versions = {gid: g.policy_version for gid, g in rs.fold_state.live.items()}
     for g in rs.groups:
         have = None if g.rollouts is None else [
             (r.index, r.attempt, r.sealed, r.locator, r.policy_version) for r in g.rollouts]
-        if have != model.recovered_rollouts(g.group_id, used):
-            raise Violation(f"restored rollouts of group {g.group_id} {have} != model "
-                            f"{model.recovered_rollouts(g.group_id, used)}")
+        want_rollouts = model.recovered_rollouts(g.group_id, used, versions.get(g.group_id))
+        if have != want_rollouts:
+            raise Violation(f"restored rollouts of group {g.group_id} {have} != model {want_rollouts}")
         if g.rollouts is not None and [r.progress for r in g.rollouts] != \
-                [model.recovered_progress(g.group_id, r.index, step) for r in g.rollouts]:
+                [model.recovered_progress(g.group_id, r.index, step, versions.get(g.group_id)) for r in g.rollouts]:
             raise Violation(f"restored prefixes of group {g.group_id} {[r.progress for r in g.rollouts]} "
                             "!= the model's (the checkpoint's, unless by newer weights)")
     fenced = [[(r.group_id, r.index, r.attempt) for r in e.rollouts] for e in rs.first_commit
@@ -653,9 +663,9 @@ def check_restore(path: str, model: Model, step: int | None) -> None:
         raise Violation(f"the resume would fence rollouts {fenced}, the model's rounds are "
                         f"{model.fence_rounds(used)}")
     carried = [e for e in rs.first_commit if type(e) is RolloutProgress]
-    if carried != model.carried_progress(used, step):
+    if carried != model.carried_progress(used, step, versions):
         raise Violation(f"the resume would record prefixes {carried}, the model "
-                        f"{model.carried_progress(used, step)}")
+                        f"{model.carried_progress(used, step, versions)}")
 
 
 class WrittenRows:
@@ -685,10 +695,11 @@ def _max_gid_on_disk(path: str) -> int:
     return max([-1] + [_max_gid(rec.commit.events) for t in reader.timelines for rec in reader.timeline_records(t)])
 
 
-def expected_salvage(path: str, run: Run, keys: list, at: Model, step: int, rs) -> Expected:
-    """What `rs`, the restore with salvage of the directory `path` (the workload `run`'s active
-    history `keys`, `at` the model at its latest committed checkpoint of `step`), must be, by the
-    recovery rules (`recovery_model`); the fresh ids are `rs`'s, checked to be fresh here."""
+def expected_salvage(path: str, run: Run, keys: list, at: Model, step: int, rs, lag: int = 0) -> Expected:
+    """What `rs`, the restore with salvage (and `max_policy_lag=lag`) of the directory `path` (the
+    workload `run`'s active history `keys`, `at` the model at its latest committed checkpoint of
+    `step`), must be, by the recovery rules (`recovery_model`); the fresh ids are `rs`'s, checked
+    to be fresh here."""
     live = set(at.live())
     new_ids = sorted(g.group_id for g in rs.groups if g.group_id not in live)
     top = _max_gid_on_disk(path)
@@ -696,16 +707,17 @@ def expected_salvage(path: str, run: Run, keys: list, at: Model, step: int, rs) 
         raise Violation(f"the groups restore demoted or adopted got ids {new_ids}: not consecutive ids "
                         f"above every id on disk (up to {top})")
     return expected_recovery(at, [run.expected[k] for k in keys], at.lsn, step, WrittenRows(run).has,
-                             attempts_on_disk(path), admitted_on_disk(path), new_ids)
+                             attempts_on_disk(path), admitted_on_disk(path), new_ids, lag)
 
 
-def check_salvage_restore(path: str, run: Run, keys: list, at: Model, step: int | None) -> None:
-    """The restore a crashed run resumes from (salvage, the workload's data plane) follows the
-    recovery rules: salvage, completion, demotion, fences, adoption of the dead tail's takes."""
+def check_salvage_restore(path: str, run: Run, keys: list, at: Model, step: int | None, lag: int = 0) -> None:
+    """The restore a crashed run resumes from (salvage, the workload's data plane, the trainer's
+    `max_policy_lag=lag`) follows the recovery rules: salvage, completion, demotion, fences,
+    adoption of the dead tail's takes, work of weights up to `lag` steps newer kept."""
     if step is None:
         return  # the empty state, as `check_restore` checked: nothing is kept
-    rs = restore(path, salvage=True, data_plane=WrittenRows(run))
-    want = expected_salvage(path, run, keys, at, step, rs)
+    rs = restore(path, salvage=True, data_plane=WrittenRows(run), max_policy_lag=lag)
+    want = expected_salvage(path, run, keys, at, step, rs, lag)
     got = {g.group_id: g.owner for g in rs.groups}
     if got != want.owners:
         raise Violation(f"salvage restore owners {sorted(got.items())} != rules {sorted(want.owners.items())}")
@@ -800,7 +812,9 @@ def check_journal(path: str, run: Run, point: int | None = None, *, reopen: bool
             raise Violation(f"the acknowledged branch to timeline {t} at LSN {b} is gone")
     full, at_ckpt, step = model_at(run, keys)
     check_restore(path, at_ckpt, step)
-    check_salvage_restore(path, run, keys, at_ckpt, step)
+    # every crash state's salvage restore under one of the lags 0-2 (the workloads' tails hold
+    # work of weights up to two steps newer than their checkpoints)
+    check_salvage_restore(path, run, keys, at_ckpt, step, lag=point % 3)
     snaps = os.path.join(path, SNAPSHOTS_DIR)
     cuts = 0
     if os.path.isdir(snaps):

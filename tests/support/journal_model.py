@@ -5,8 +5,10 @@ id, the LSN and the checkpoint markers, with the transition table written out
 again. Tests compare the library (writer state, `Reader` folds) against it.
 
 Rollouts (groups admitted with rollouts=N) are a dict gid -> [attempts, {index: (locator,
-policy_version)} of the sealed ones], kept while the group is live; their prefixes a dict
-(gid, index) -> (locator, tokens, turn, policy_version) of the unsealed ones that hold one.
+policy_version, since)} of the sealed ones], kept while the group is live; their prefixes a dict
+(gid, index) -> (locator, tokens, turn, policy_version, since) of the unsealed ones that hold
+one. `since`: the oldest version of the tokens when older than `policy_version` (a prefix spans
+the one it supersedes; a seal the prefix it completes), else None.
 
 Events are plain tuples:
     ("taken", [gid, ...], loader_state_or_None)
@@ -14,11 +16,12 @@ Events are plain tuples:
     ("admitted", [gid, ...], replaces_or_None)      or, with rollouts=N,
     ("admitted", [gid, ...], replaces_or_None, N)
     ("finished", [gid, ...], locators_or_None)
-    ("sealed", [[gid, index, attempt, locator], ...], policy_version_or_None)
+    ("sealed", [[gid, index, attempt, locator], ...], policy_version_or_None[, since_version])
     ("failed", [[gid, index, attempt], ...])
-    ("progress", [gid, index, attempt, locator], tokens, turn_or_None, policy_version_or_None)
+    ("progress", [gid, index, attempt, locator], tokens, turn_or_None, policy_version_or_None[, since_version])
     ("begin" | "commit", step)
     ("identity", {key: fingerprint})                 (the run identity; moves no group)
+    ("restored", point, step)                        (a restore's record; moves no group)
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from __future__ import annotations
 import os
 
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
-                     GroupRef, IdentityRecorded, Owner, Progress, RolloutFailed, RolloutProgress, RolloutRef,
-                     RolloutSealed, Taken, Trained)
+                     GroupRef, IdentityRecorded, Owner, Progress, Restored, RolloutFailed, RolloutProgress,
+                     RolloutRef, RolloutSealed, Taken, Trained)
 
 from tests.support.loader_states import loader_state
 
@@ -102,35 +105,42 @@ class Model:
         (gid, index) -> highest attempt, as read off the disk)."""
         return max(self.rollouts[gid][0][index], used.get((gid, index), 0)) + 1
 
-    def recovered_rollouts(self, gid: int, used: dict) -> list[tuple] | None:
+    def recovered_rollouts(self, gid: int, used: dict, version: int | None = None) -> list[tuple] | None:
         """What restore hands back for `gid`'s rollouts: (index, attempt, sealed, locator,
-        policy_version), an unsealed rollout of an ADMITTED group with its attempt fenced."""
+        policy_version), an unsealed rollout of an ADMITTED group with its attempt fenced; a
+        seal recorded without a version read as made by `version` (the group's)."""
         if gid not in self.rollouts:
             return None
         attempts, sealed = self.rollouts[gid]
         admitted = self.owners[gid] == A
-        return [(i, a, True, *sealed[i]) if i in sealed else
+        return [(i, a, True, sealed[i][0], _or(sealed[i][1], version)) if i in sealed else
                 (i, self.fenced_attempt(gid, i, used) if admitted else a, False, None, None)
                 for i, a in enumerate(attempts)]
 
-    def recovered_progress(self, gid: int, index: int, step: int | None) -> Progress | None:
+    def recovered_progress(self, gid: int, index: int, step: int | None,
+                           version: int | None = None) -> Progress | None:
         """The prefix restore (without a data plane) hands back for an unsealed rollout of an
         ADMITTED group at this state, the checkpoint's `step`: the one it holds, unless
-        weights newer than `step` made it."""
+        weights newer than `step` made it (one recorded without a version: `version`'s, the
+        group's)."""
         p = self.progress.get((gid, index))
-        if p is None or self.owners.get(gid) != A or (p[3] is not None and (step is None or p[3] > step)):
+        if p is None or self.owners.get(gid) != A:
             return None
-        return Progress(*p)
+        p = Progress(*p[:3], _or(p[3], version), p[4])
+        if p.policy_version is not None and (step is None or p.policy_version > step):
+            return None
+        return p
 
-    def carried_progress(self, used: dict, step: int | None) -> list:
+    def carried_progress(self, used: dict, step: int | None, versions: dict | None = None) -> list:
         """The `rollout_progress` events a resume at this state writes after its fences: each
-        prefix handed back, under the rollout's fenced attempt, by gid and index."""
+        prefix handed back, under the rollout's fenced attempt, by gid and index (`versions`:
+        each group's, for prefixes recorded without one)."""
         out = []
         for g, i, _ in self.unsealed():
-            p = self.recovered_progress(g, i, step)
+            p = self.recovered_progress(g, i, step, (versions or {}).get(g))
             if p is not None:
                 out.append(RolloutProgress(RolloutRef(g, i, self.fenced_attempt(g, i, used), p.locator),
-                                           p.tokens, p.turn, p.policy_version))
+                                           p.tokens, p.turn, p.policy_version, p.since))
         return out
 
     def fence_rounds(self, used: dict) -> list[list[tuple[int, int, int]]]:
@@ -190,8 +200,8 @@ class Model:
         elif kind == "sealed":
             seen: set = set()
             for ref in ev[1]:
-                self._rollout(kind, ref, seen)[1][ref[1]] = (ref[3], ev[2])
-                self.progress.pop((ref[0], ref[1]), None)  # a seal ends the prefix
+                before = self.progress.pop((ref[0], ref[1]), None)  # a seal ends the prefix
+                self._rollout(kind, ref, seen)[1][ref[1]] = (ref[3], ev[2], _since(ev[2], ev[3:], before))
         elif kind == "failed":
             seen = set()
             for ref in ev[1]:
@@ -200,7 +210,8 @@ class Model:
         elif kind == "progress":
             ref = ev[1]
             self._rollout(kind, ref, set())
-            self.progress[(ref[0], ref[1])] = (ref[3], ev[2], ev[3], ev[4])  # the newer supersedes
+            before = self.progress.get((ref[0], ref[1]))  # the newer supersedes, spanning it
+            self.progress[(ref[0], ref[1])] = (ref[3], ev[2], ev[3], ev[4], _since(ev[4], ev[5:], before))
         elif kind == "begin":
             if ev[1] in self.committed:
                 raise Illegal("step already committed")
@@ -217,6 +228,8 @@ class Model:
             self.committed[ev[1]] = self.pending.pop(ev[1])
         elif kind == "identity":
             self.identity = dict(ev[1])
+        elif kind == "restored":  # a restore's record: no group moves
+            pass
         else:
             raise ValueError(kind)
 
@@ -227,6 +240,18 @@ class Model:
         for ev in events:
             m.event(ev, m.lsn)
         return m
+
+
+def _or(recorded, fallback):
+    return recorded if recorded is not None else fallback
+
+
+def _since(newest, given: tuple, before: tuple | None):
+    """The oldest version below `newest` among `given` (an event's since_version, if it has
+    one) and the versions of `before`, the prefix the work extends; None when there is none."""
+    older = [*given, *((before[4], before[3]) if before is not None else ())]
+    older = [v for v in older if v is not None and newest is not None and v < newest]
+    return min(older) if older else None
 
 
 def events_of(commit) -> list[tuple]:
@@ -250,19 +275,21 @@ def events_of(commit) -> list[tuple]:
             out.append(("discarded", list(ev.groups)))
         elif t is RolloutSealed:
             out.append(("sealed", [[r.group_id, r.index, r.attempt, r.locator] for r in ev.rollouts],
-                        ev.policy_version))
+                        ev.policy_version, *(() if ev.since_version is None else (ev.since_version,))))
         elif t is RolloutFailed:
             out.append(("failed", [[r.group_id, r.index, r.attempt] for r in ev.rollouts]))
         elif t is RolloutProgress:
             r = ev.rollout
             out.append(("progress", [r.group_id, r.index, r.attempt, r.locator], ev.tokens, ev.turn,
-                        ev.policy_version))
+                        ev.policy_version, *(() if ev.since_version is None else (ev.since_version,))))
         elif t is CheckpointBegun:
             out.append(("begin", ev.step))
         elif t is CheckpointCommitted:
             out.append(("commit", ev.step))
         elif t is IdentityRecorded:
             out.append(("identity", dict(ev.digests)))
+        elif t is Restored:
+            out.append(("restored", ev.point, ev.step))
         else:
             raise AssertionError(f"unknown event {ev!r}")
     return out
@@ -311,8 +338,8 @@ def assert_state_matches(st, model: Model) -> None:
         attempts, sealed = model.rollouts[g]
         assert list(r.attempts) == attempts, f"group {g} attempts"
         assert {i for i in range(r.n) if r.is_sealed(i)} == set(sealed), f"group {g} sealed"
-        assert [(r.locators[i], r.versions[i]) for i in range(r.n)] == \
-            [sealed.get(i, (None, None)) for i in range(r.n)], f"group {g} locators and versions"
+        assert [(r.locators[i], r.versions[i], r.since_of(i)) for i in range(r.n)] == \
+            [sealed.get(i, (None, None, None)) for i in range(r.n)], f"group {g} locators, versions and spans"
         assert [r.progress_of(i) for i in range(r.n)] == \
             [Progress(*p) if (p := model.progress.get((g, i))) else None for i in range(r.n)], \
             f"group {g} prefixes"

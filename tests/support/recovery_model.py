@@ -44,8 +44,9 @@ class Facts:
     locator: str | None = None
     diverted: bool = False
     finished: tuple | None = None          # (pv, locator) of a `finished` on the dead tail
-    sealed: dict = field(default_factory=dict)  # index -> (pv, locator) of seals on the dead tail
+    sealed: dict = field(default_factory=dict)  # index -> (pv, locator, since) of seals on the dead tail
     progress: dict = field(default_factory=dict)  # index -> the tail's latest Progress no seal or failure ended
+    ended: set = field(default_factory=set)  # indices whose prefix at the point the tail ended
 
 
 @dataclass
@@ -88,8 +89,10 @@ def _facts(commits: list) -> dict[int, Facts]:
 
 
 class _Rules:
-    def __init__(self, at: Model, commits: list, point: int, step: int, has, used: dict, new_ids: list):
+    def __init__(self, at: Model, commits: list, point: int, step: int, has, used: dict, new_ids: list,
+                 lag: int = 0):
         self.at, self.point, self.step, self.has, self.used = at, point, step, has, used
+        self.bound = step + lag  # the newest policy version kept (`max_policy_lag`)
         self.facts = _facts(commits[:point])
         self.tail = commits[point:]
         self.fresh = iter(new_ids)
@@ -98,15 +101,33 @@ class _Rules:
         self.dropped: set[int] = set()
 
     def usable(self, entry) -> bool:
-        return entry is not None and entry[0] is not None and entry[0] <= self.step \
+        return entry is not None and entry[0] is not None and entry[0] <= self.bound \
             and entry[1] is not None and self.has(entry[1])
 
     def read_tail(self) -> None:
-        """The tail's results for the groups live at L."""
+        """The tail's results for the groups live at L; what it did with a group waiting at L
+        that it admitted, under its id or a re-take of its row (`self.waiting`)."""
         live = self.at.live()
-        for events, _ in self.tail:
+        rows = {gid: (f.row.epoch, f.row.task_name, f.row.idx) for gid, f in self.facts.items()}
+        self.waiting: dict[int, Facts] = {}
+        alias: dict[int, int] = {}  # a re-take's id -> the waiting group whose row it took
+        for events, loaders in self.tail:
+            dropped = {rows[gid]: gid for ev in events if type(ev) is Discarded for gid in ev.groups
+                       if gid in rows}
             for ev in events:
                 t = type(ev)
+                if t is Taken and ev.loader_state is None:
+                    alias.update((g.group_id, dropped[(g.epoch, g.task_name, g.idx)]) for g in ev.groups
+                                 if (g.epoch, g.task_name, g.idx) in dropped)
+                elif t is Admitted:
+                    for gid in ev.groups:
+                        at = alias.get(gid, gid)
+                        if live.get(at) in (Owner.RESERVED, Owner.SPARE):
+                            w = self.waiting[at] = Facts(self.facts[at].row)
+                            w.target_step, w.admitted_pv, w.replaces, w.n = (
+                                ev.target_step, ev.policy_version, ev.replaces, ev.rollouts)
+                            alias[gid] = at
+                _follow_event(self.waiting, alias, ev)
                 if t is Finished:
                     for i, gid in enumerate(ev.groups):
                         if live.get(gid) == A:
@@ -116,36 +137,44 @@ class _Rules:
                 elif t is RolloutSealed or t is RolloutFailed:
                     for r in ev.rollouts:
                         if live.get(r.group_id) == A:
-                            _ended(self.facts[r.group_id], ev, r)
+                            _ended(self.facts[r.group_id], ev, r, self.at_point(r.group_id, r.index))
                 elif t is RolloutProgress:
-                    if live.get(ev.rollout.group_id) == A:
-                        _prefix(self.facts[ev.rollout.group_id], ev)
+                    r = ev.rollout
+                    if live.get(r.group_id) == A:
+                        _prefix(self.facts[r.group_id], ev, self.at_point(r.group_id, r.index))
                 elif t is Discarded:
                     self.dropped.update(ev.groups)
 
     def prefix(self, gid: int, index: int, f: Facts) -> Progress | None:
         """Rule 5: what an unsealed rollout continues from: the tail's latest under the
-        salvage rule, else the one at L while its row is there; never one by newer weights."""
+        salvage rule, else the one at L while its row is there; never one beyond the bound."""
         later = f.progress.get(index) if gid not in self.dropped else None
         if later is not None and self.usable((later.policy_version, later.locator)):
             return later
-        at = self.at.progress.get((gid, index))
-        if at is None or (at[3] is not None and at[3] > self.step) or not self.has(at[0]):
+        at = self.at_point(gid, index)
+        if at is None or at.policy_version is not None and at.policy_version > self.bound or not self.has(at.locator):
             return None
-        return Progress(*at)
+        return at
+
+    def at_point(self, gid: int, index: int) -> Progress | None:
+        """The prefix rollout `index` of `gid` held at L (recorded without a version: its group's)."""
+        at = self.at.progress.get((gid, index))
+        return None if at is None else Progress(at[0], at[1], at[2], _version(at[3], self.facts[gid].pv), at[4])
 
     def live_group(self, gid: int, owner: Owner) -> None:
         f = self.facts[gid]
         rollouts = None
         if gid in self.at.rollouts:
             attempts, sealed = self.at.rollouts[gid]
-            rollouts = {i: [a, i in sealed, *(sealed.get(i, (None, None))), None] for i, a in enumerate(attempts)}
+            # [attempt, sealed, locator, version, prefix, since]
+            rollouts = {i: [a, True, sealed[i][0], _version(sealed[i][1], f.pv), None, sealed[i][2]] if i in sealed
+                        else [a, False, None, None, None, None] for i, a in enumerate(attempts)}
         if owner == A and rollouts is not None:
             for i, r in rollouts.items():
                 entry = f.sealed.get(i)
                 if not r[1] and self.usable(entry) and gid not in self.dropped:
-                    r[1:4] = [True, entry[1], entry[0]]
-                    self.keep.append(RolloutSealed([RolloutRef(gid, i, r[0], entry[1])], entry[0]))
+                    r[1:4], r[5] = [True, entry[1], entry[0]], entry[2]
+                    self.keep.append(RolloutSealed([RolloutRef(gid, i, r[0], entry[1])], entry[0], entry[2]))
                 elif not r[1]:
                     r[4] = self.prefix(gid, i, f)
         if self.rows_lost(f, owner, rollouts):
@@ -175,20 +204,26 @@ class _Rules:
         self.demotions += [Discarded([old], ROWS_LOST),
                            Taken([TakenGroup(new, f.row.idx, f.row.task_name, f.row.epoch, f.row.fingerprint)]),
                            Admitted([new], f.target_step, f.pv, old, f.n)]
-        self.demotions += [RolloutSealed([RolloutRef(new, i, 0, r[2])], r[3]) for i, r in kept.items()]
+        self.demotions += [RolloutSealed([RolloutRef(new, i, 0, r[2])], r[3], r[5]) for i, r in kept.items()]
         self.out.owners[new] = A
         self.out.rollouts[new] = None if rollouts is None else {
-            i: [0, True, *kept[i][2:4], None] if i in kept else [0, False, None, None, None if r[1] else r[4]]
-            for i, r in rollouts.items()}
+            i: [0, True, *kept[i][2:4], None, kept[i][5]] if i in kept else
+            [0, False, None, None, None if r[1] else r[4], None] for i, r in rollouts.items()}
         self.demotions += _carried(new, self.out.rollouts[new])
 
     def reissue(self, admitted_ever: set) -> None:
+        """Rule 3 for the waiting groups: a fresh id each; one the dead tail admitted, where its
+        work there allows (`follow`), else where it was."""
         for old in reissued_order(self.out.owners, admitted_ever):
             new, row = next(self.fresh), self.facts[old].row
             self.out.owners[new], self.out.rollouts[new] = self.out.owners.pop(old), self.out.rollouts.pop(old)
             self.demotions += [Discarded([old], REISSUED),
                                Taken([TakenGroup(new, row.idx, row.task_name, row.epoch, row.fingerprint)])]
-            if self.out.owners[new] == Owner.SPARE:
+            w = self.waiting.get(old)
+            if w is not None:
+                rep = w.replaces if w.replaces in self.facts else None
+                self.demotions += follow(self, self.out, w, new, rep)
+            elif self.out.owners[new] == Owner.SPARE:
                 self.demotions.append(Diverted([new]))
 
     def fence(self) -> list:
@@ -204,21 +239,91 @@ class _Rules:
                 for k in range(rounds)] + [e for gid, rollouts in self.fenced for e in _carried(gid, rollouts)]
 
 
-def _ended(f: Facts, ev, ref) -> None:
-    """A seal or a failure of the tail: it ends the rollout's prefix; a seal's result is kept."""
+def _version(recorded, admitted_by):
+    """A result's policy version: the one recorded, else that of the weights that admitted its group."""
+    return recorded if recorded is not None else admitted_by
+
+
+def _before(f: Facts, index: int, at_point: Progress | None) -> Progress | None:
+    """The prefix a tail's event on rollout `index` extends: the tail's latest, else the one at
+    the point (`at_point`) unless the tail ended it."""
+    p = f.progress.get(index)
+    return p if p is not None or index in f.ended else at_point
+
+
+def _oldest(version, given, before: Progress | None):
+    """The oldest version below `version` among `given` and the span of `before` (None: none)."""
+    older = [v for v in (given, *((before.since, before.policy_version) if before is not None else ()))
+             if v is not None and version is not None and v < version]
+    return min(older) if older else None
+
+
+def _ended(f: Facts, ev, ref, at_point: Progress | None = None) -> None:
+    """A seal or a failure of the tail: it ends the rollout's prefix; a seal's result is kept,
+    spanning the prefix it completes."""
+    before = _before(f, ref.index, at_point)
     f.progress.pop(ref.index, None)
+    f.ended.add(ref.index)
     if type(ev) is RolloutSealed:
-        f.sealed[ref.index] = (ev.policy_version, ref.locator)
+        v = _version(ev.policy_version, f.admitted_pv)
+        f.sealed[ref.index] = (v, ref.locator, _oldest(v, ev.since_version, before))
 
 
-def _prefix(f: Facts, ev: RolloutProgress) -> None:
+def _prefix(f: Facts, ev: RolloutProgress, at_point: Progress | None = None) -> None:
     r = ev.rollout
-    f.progress[r.index] = Progress(r.locator, ev.tokens, ev.turn, ev.policy_version)
+    v = _version(ev.policy_version, f.admitted_pv)
+    f.progress[r.index] = Progress(r.locator, ev.tokens, ev.turn, v,
+                                   _oldest(v, ev.since_version, _before(f, r.index, at_point)))
+
+
+def _follow_event(work: dict, alias: dict, ev) -> None:
+    """A result, prefix or finish of the tail for a group whose work it follows (`work`, by the
+    id the work is kept under; `alias`: the ids the tail named it by)."""
+    t = type(ev)
+    if t is RolloutSealed or t is RolloutFailed:
+        for r in ev.rollouts:
+            f = work.get(alias.get(r.group_id, r.group_id))
+            if f is not None:
+                _ended(f, ev, r)
+    elif t is RolloutProgress:
+        f = work.get(alias.get(ev.rollout.group_id, ev.rollout.group_id))
+        if f is not None:
+            _prefix(f, ev)
+    elif t is Finished:
+        for i, gid in enumerate(ev.groups):
+            f = work.get(alias.get(gid, gid))
+            if f is not None:
+                f.finished = (_version(ev.policy_version, f.admitted_pv),
+                              ev.locators[i] if ev.locators is not None else None)
+
+
+def follow(rules: "_Rules", out: Expected, f: Facts, gid: int, rep) -> list:
+    """A group the dead tail admitted (`f`: its work there) back under the fresh id `gid`,
+    replacing `rep`, where that work allows (`out` gets its owner and rollouts); the events
+    that readmit it."""
+    owner, pv, loc = A, f.admitted_pv, None
+    if f.n is not None:
+        kept = {i: f.sealed[i] for i in range(f.n) if rules.usable(f.sealed.get(i))}
+        prefixes = {i: p for i, p in f.progress.items() if rules.usable((p.policy_version, p.locator))}
+        out.rollouts[gid] = {i: [0, True, kept[i][1], kept[i][0], None, kept[i][2]] if i in kept else
+                             [0, False, None, None, prefixes.get(i), None] for i in range(f.n)}
+        owner = P if len(kept) == f.n else A
+    elif rules.usable(f.finished):
+        owner, (pv, loc) = P, f.finished
+    out.owners[gid] = owner
+    events = [Admitted([gid], f.target_step, pv, rep, f.n)]
+    events += [RolloutSealed([RolloutRef(gid, i, 0, r[2])], r[3], r[5])
+               for i, r in (out.rollouts[gid] or {}).items() if r[1]]
+    events += _carried(gid, out.rollouts[gid])
+    if owner == P:
+        events.append(Finished([gid]) if f.n is not None else Finished([gid], pv, [loc]))
+    return events
 
 
 def _carried(gid: int, rollouts: dict | None) -> list:
     """The prefixes a resume records again for `gid`'s pending rollouts, under their attempt."""
-    return [RolloutProgress(RolloutRef(gid, i, r[0], r[4].locator), r[4].tokens, r[4].turn, r[4].policy_version)
+    return [RolloutProgress(RolloutRef(gid, i, r[0], r[4].locator), r[4].tokens, r[4].turn, r[4].policy_version,
+                            r[4].since)
             for i, r in sorted((rollouts or {}).items()) if not r[1] and r[4] is not None]
 
 
@@ -291,33 +396,18 @@ def _adopt(rules: _Rules, known: set[int]) -> None:
             if f.diverted:
                 spares.append(gid)
             continue
-        rep = new.get(f.replaces, f.replaces if f.replaces in known else None)
-        owner, pv, loc = A, f.admitted_pv, None
-        if f.n is not None:
-            kept = {i: f.sealed[i] for i in range(f.n) if rules.usable(f.sealed.get(i))}
-            prefixes = {i: p for i, p in f.progress.items() if rules.usable((p.policy_version, p.locator))}
-            out.rollouts[gid] = {i: [0, True, *kept[i][::-1], None] if i in kept else
-                                 [0, False, None, None, prefixes.get(i)] for i in range(f.n)}
-            owner = P if len(kept) == f.n else A
-        elif rules.usable(f.finished):
-            owner, (pv, loc) = P, f.finished
-        out.owners[gid] = owner
-        readmit.append(Admitted([gid], f.target_step, pv, rep, f.n))
-        readmit += [RolloutSealed([RolloutRef(gid, i, 0, r[2])], r[3])
-                    for i, r in (out.rollouts[gid] or {}).items() if r[1]]
-        readmit += _carried(gid, out.rollouts[gid])
-        if owner == P:
-            readmit.append(Finished([gid]) if f.n is not None else Finished([gid], pv, [loc]))
+        readmit += follow(rules, out, f, gid, new.get(f.replaces, f.replaces if f.replaces in known else None))
     out.first_commit += events + ([Diverted(spares)] if spares else []) + readmit
     out.loader, out.has_loader = loader, True
 
 
 def expected_recovery(at: Model, commits: list, point: int, step: int, has, used: dict,
-                      admitted_ever: set, new_ids: list[int]) -> Expected:
-    """What `restore(salvage=True, data_plane=...)` at the committed checkpoint of `step`, whose
-    `checkpoint_begun` is LSN `point`, hands back; `at` is the model at `point`, `commits` the
-    active history (LSN 1 first), `used` the attempts any history dispatched, `admitted_ever` the groups any history admitted."""
-    rules = _Rules(at, commits, point, step, has, used, new_ids)
+                      admitted_ever: set, new_ids: list[int], lag: int = 0) -> Expected:
+    """What `restore(salvage=True, data_plane=..., max_policy_lag=lag)` at the committed
+    checkpoint of `step`, whose `checkpoint_begun` is LSN `point`, hands back; `at` is the model
+    at `point`, `commits` the active history (LSN 1 first), `used` the attempts any history
+    dispatched, `admitted_ever` the groups any history admitted."""
+    rules = _Rules(at, commits, point, step, has, used, new_ids, lag)
     rules.read_tail()
     for gid, owner in sorted(at.live().items()):
         rules.live_group(gid, owner)
@@ -327,6 +417,6 @@ def expected_recovery(at: Model, commits: list, point: int, step: int, has, used
     out.loader, out.has_loader = at.loader, at.has_loader
     _adopt(rules, set(rules.facts))
     for gid, rollouts in out.rollouts.items():
-        if rollouts is not None:
-            out.rollouts[gid] = [(i, *r) for i, r in sorted(rollouts.items())]
+        if rollouts is not None:  # without the spans (r[5]), which the first commit carries
+            out.rollouts[gid] = [(i, *r[:5]) for i, r in sorted(rollouts.items())]
     return out

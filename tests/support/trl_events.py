@@ -37,14 +37,24 @@ def read_events(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.endswith("\n")]
 
 
+def trained_past_resume(path: str, segment: int, steps: int) -> bool:
+    """Whether `segment` trained a step at least `steps` past the step it resumed at."""
+    events = [e for e in read_events(path) if e["seg"] == segment]
+    start = next((e for e in events if e["ev"] == "start"), None)
+    return start is not None and any(e["ev"] == "trained" and e["step"] >= start["resumed_at"] + steps
+                                     for e in events)
+
+
 def next_segment(path: str) -> int:
     return 1 + max((e["seg"] for e in read_events(path)), default=-1)
 
 
-def audit_events(path: str, dataset_size: int) -> dict:
+def audit_events(path: str, dataset_size: int, run_occurrences: int | None = None) -> dict:
     """trained_twice: occurrences whose training counted more than once; lost: occurrences
-    dispatched, never counted as trained nor dropped, below the highest one trained; never_taken:
-    occurrences below it never dispatched at all; regenerated: occurrences dispatched again."""
+    dispatched, never counted as trained nor dropped, below the highest one trained (below
+    `run_occurrences`, the epochs times the dataset size, for a run that went to its end);
+    never_taken: occurrences below it never dispatched at all; regenerated: occurrences
+    dispatched again."""
     events = read_events(path)
     segments = sorted({e["seg"] for e in events})
     resumed_at = {e["seg"]: e["resumed_at"] for e in events if e["ev"] == "start"}
@@ -65,7 +75,7 @@ def audit_events(path: str, dataset_size: int) -> dict:
                 trained += [where[g] for g in e["gids"]]
     counts = collections.Counter(trained)
     flat = lambda p: p[0] * dataset_size + p[1]  # noqa: E731
-    high = max(map(flat, counts), default=-1)
+    high = run_occurrences if run_occurrences is not None else max(map(flat, counts), default=-1)
     lost = sorted(p for p in dispatched if p not in counts and p not in dropped and flat(p) < high)
     seen = {flat(p) for p in dispatched}
     return {"segments": len(segments), "trained_occurrences": len(trained), "distinct_trained": len(counts),

@@ -125,11 +125,23 @@ def op_compact(mode: str):
     return op
 
 
+def _expect_first_commit(run: Run, rs, first: list, loaders: list = ()) -> None:
+    """The timeline a resume from `rs` creates (or any a retry creates after a failed one) holds
+    `first` and the restore's record as its first commit: complete once that commit is there,
+    acknowledged or not (a failed open)."""
+    top = max(Reader(run.root).timelines)
+    for t in range(top + 1, top + 4):
+        run.expected[(t, rs.lsn + 1)] = (list(first) + [rs.restored], list(loaders))
+        run.branches.append((float("inf"), t, rs.lsn, True))
+
+
 def op_resume(run: Run) -> None:
     rs = restore(run.root)
+    first = [CheckpointCommitted(rs.step)] if rs.step is not None else []
+    _expect_first_commit(run, rs, first)
     j = run.open(resume=rs)
     try:
-        run.resumed(j, rs.lsn, [CheckpointCommitted(rs.step)] if rs.step is not None else None)
+        run.resumed(j, rs, first)
     finally:
         j.close()
 
@@ -139,13 +151,10 @@ def op_resume_adopting(run: Run) -> None:
     state's blob written into the new branch's first segment)."""
     rs = restore(run.root, salvage=True, data_plane=WrittenRows(run))
     first, loaders = adopting_first_commit(run, rs)
-    top = max(Reader(run.root).timelines)
-    for t in range(top + 1, top + 4):  # the timeline a resume creates holds `first` first
-        run.expected[(t, rs.lsn + 1)] = (first, loaders)
-        run.branches.append((float("inf"), t, rs.lsn, True))
+    _expect_first_commit(run, rs, first, loaders)
     j = run.open(resume=rs)
     try:
-        run.resumed(j, rs.lsn, first, loaders)
+        run.resumed(j, rs, first, loaders)
     finally:
         j.close()
 
@@ -197,13 +206,10 @@ def op_rollouts(run: Run) -> None:
     compact(run.root, keep_cuts=1, retention="archive", fs=run.fs)
     rs = restore(run.root)
     first = resume_first_commit(run, rs)
-    top = max(Reader(run.root).timelines)
-    for t in range(top + 1, top + 4):  # the timeline a resume creates holds `first` first
-        run.expected[(t, rs.lsn + 1)] = (first, [])
-        run.branches.append((float("inf"), t, rs.lsn, True))
+    _expect_first_commit(run, rs, first)
     j = run.open(resume=rs)
     try:
-        run.resumed(j, rs.lsn, first)
+        run.resumed(j, rs, first)
     finally:
         j.close()
 
@@ -263,7 +269,6 @@ def sweep(name: str, scratch: str) -> tuple[int, int, int, list[str]]:
         for n in range(1, MAX_N + 1):
             root = os.path.join(scratch, f"{'p' if persistent else 'o'}{n}")
             run = fork(base, root)
-            _expect_resume_commits(run)
             fault = run.fs.inject(None, nth=n, error=errno.EIO, persistent=persistent)
             where = f"{name} {'persistent' if persistent else 'one-shot'} N={n}"
             error = None
@@ -308,22 +313,6 @@ def sweep(name: str, scratch: str) -> tuple[int, int, int, list[str]]:
         print(f"{name}: the operation completed although one of its I/O operations failed at: "
               + "; ".join(swallowed))
     return points, raised, completed, failures
-
-
-def _expect_resume_commits(run: Run) -> None:
-    """A resume writes, as the first commit of the timeline it creates, checkpoint_committed of
-    the restored step; any timeline a retry may create is allowed to hold it."""
-    begun = {}
-    for (t, lsn), (evs, _) in run.expected.items():
-        for e in evs:
-            if type(e).__name__ == "CheckpointBegun":
-                begun[e.step] = lsn
-    top = max((t for (t, _) in run.expected), default=1)
-    for step, lsn in begun.items():
-        for t in range(top + 1, top + 4):
-            run.expected.setdefault((t, lsn + 1), ([CheckpointCommitted(step)], []))
-            # not acknowledged (a failed open), but complete once its first commit is there
-            run.branches.append((float("inf"), t, lsn, True))
 
 
 @pytest.fixture(scope="module", autouse=True)
