@@ -92,7 +92,8 @@ def test_after_a_crash_resume_work_continues_from_the_prefix(fast_tmp):
     try:
         (w,) = s.resume_work
         r0, r1 = w.rollouts
-        assert (w.kind, r0.attempt, r0.progress) == ("generate", 1, Progress(later, 3, None, 1))
+        # the prefix continued the version-0 one: its tokens span versions 0 and 1
+        assert (w.kind, r0.attempt, r0.progress) == ("generate", 1, Progress(later, 3, None, 1, 0))
         assert r1.progress is None and s.restored.salvaged_progress == [(g, 0)]
         restored = s.stats()["restored"]
         assert (restored["prefixes_continued"], restored["prefix_tokens_continued"]) == (1, 3)

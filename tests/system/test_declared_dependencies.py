@@ -1,7 +1,9 @@
 """Every third-party module the tests need is declared in pyproject.toml.
 
 `pip install -e '.[test]'` in a fresh environment must give the tests everything they
-import: the scan covers every import statement (module level and inside functions) of
+import (verl excepted: the README's test command installs it with `pip install --no-deps`,
+since its metadata asks for a transformers older than TRL's pin; what verl imports is in the
+test extra): the scan covers every import statement (module level and inside functions) of
 tests/*.py and of the project's packages those files import (transitively), and requires
 each third-party module to be declared in `dependencies` or the `test` extra. An import
 inside a `try` that handles ImportError is optional (e.g. matplotlib for `--png`) and
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +28,8 @@ else:  # pragma: no cover - Python 3.10
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 # import name -> distribution name, where they differ
-DISTRIBUTION_OF = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn", "straw": "straw-queue"}
+DISTRIBUTION_OF = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn", "straw": "straw-queue",
+                   "hydra": "hydra-core"}
 
 
 def _normalize(name: str) -> str:
@@ -86,8 +90,13 @@ def scan_test_imports() -> dict[str, set[str]]:
 
 
 def declared_for_tests(pyproject: dict) -> set[str]:
+    """The distributions `dependencies` and the `test` extra declare, and those the README's
+    test command installs on its own with `pip install --no-deps NAME==VERSION`."""
     project = pyproject["project"]
-    return _requirement_names(project["dependencies"] + project["optional-dependencies"]["test"])
+    command = subprocess.run([str(ROOT / ".ci" / "quickstart-test-command"), str(ROOT / "README.md")],
+                             capture_output=True, text=True, check=True).stdout
+    no_deps = re.findall(r"pip install --no-deps ([A-Za-z0-9._-]+)==", command)
+    return _requirement_names(project["dependencies"] + project["optional-dependencies"]["test"] + no_deps)
 
 
 def undeclared(needed: dict[str, set[str]], declared: set[str]) -> dict[str, set[str]]:
