@@ -10,8 +10,9 @@ from typing import Any, Callable
 
 from journal import AsyncJournal, RolloutRef
 
-from .core import Begun, Core, Fill, RowStep
+from .core import Begun, Core, Fill
 from .fence import refuse_progress
+from .row_steps import RowStep, progress_step, seal_step
 from .sync import Session
 
 
@@ -49,13 +50,13 @@ class AsyncSession(Core):
 
     async def seal(self, group_id: int, index: int, attempt: int, rows: Any, *,
                    policy_version: int | None = None) -> str:
-        return await self._store_and_commit(self.seal_step(group_id, index, attempt, policy_version), rows)
+        return await self._store_and_commit(seal_step(self, group_id, index, attempt, policy_version), rows)
 
     async def progress(self, group_id: int, index: int, attempt: int, rows: Any, *, tokens: int,
                        turn: int | None = None, policy_version: int | None = None) -> str:
         refuse_progress(self.journal, group_id, index, attempt, tokens, turn, policy_version)
         return await self._store_and_commit(
-            self.progress_step(group_id, index, attempt, tokens, turn, policy_version), rows)
+            progress_step(self, group_id, index, attempt, tokens, turn, policy_version), rows)
 
     async def _store_and_commit(self, step: RowStep, rows: Any) -> str:
         if self.row_commits is not None:

@@ -38,15 +38,14 @@ from journal.reader import list_segments
 from journal.replica.store import Location
 from snapshot import BackgroundCompactor
 from snapshot.data_plane import prefix_locators, row_locators
-from snapshot.errors import DataPlaneError
 
-from ..data_plane import names
 from ..data_plane.base import RowStore
 from ..recovered_state import RecoveredState
 from ..restore import restore
 from .batch import Key
 from .errors import CheckpointUnsaved, LoadWeightsFailed, RowsRegeneratedWarning, SessionError, StepBeforeCheckpoint
 from .row_commits import RowCommits
+from .row_steps import drop_rows
 from .stats import MeasuredFileSystem
 from .takes import Takes
 from .work import RolloutWork, Work, resume_work
@@ -124,19 +123,6 @@ def _warn_regenerated(journal_dir: str, state: RecoveredState, data_plane) -> No
 
 
 @dataclass
-class RowStep:
-    """A call that stores rows, then commits the locator they are stored under: `put(rows)`
-    stores them (the locator), `fill(locator)` is the commit naming them, `after()` the rows
-    to delete once it is durable. `locator` is known before the put when the session stores
-    and commits as one step (`RowCommits`)."""
-
-    put: Callable[[Any], str]
-    locator: str | None
-    fill: Callable[[str], Fill]
-    after: Callable[[], list[str]]
-
-
-@dataclass
 class Begun:
     """A checkpoint begun at `lsn`, and the rows to delete once it is committed."""
 
@@ -189,7 +175,8 @@ class Core:
                                               if p is not None}
         self._pinned: set[str] = {loc for held in self._prefixes.values() for loc in held.values()}
         # seals and prefixes with their rows as one durable step, when the data plane batches
-        self.row_commits = (RowCommits(self.journal, data_plane, refused=self.refused, drop=self.drop_superseded)
+        self.row_commits = (RowCommits(self.journal, data_plane, refused=self.refused,
+                                       drop=lambda superseded, refused: drop_rows(self, superseded, refused))
                             if isinstance(data_plane, RowStore) and data_plane.BATCHES else None)
 
     @classmethod
@@ -288,29 +275,6 @@ class Core:
                 tx.finished([group_id], policy_version=policy_version)
         return fill
 
-    def seal_step(self, group_id: int, index: int, attempt: int, policy_version: int | None) -> RowStep:
-        """`seal`: the rollout's rows, then `seal_fill`; the prefix the seal ends is deleted."""
-        plane = self.plane()
-        return RowStep(lambda rows: plane.put_rollout(group_id, index, attempt, rows),
-                       names.rollout_locator(group_id, index, attempt) if self.row_commits else None,
-                       lambda loc: self.seal_fill(group_id, index, attempt, loc, policy_version),
-                       lambda: self.prefix_moved(group_id, index, None))
-
-    def progress_step(self, group_id: int, index: int, attempt: int, tokens: int, turn: int | None,
-                      policy_version: int | None) -> RowStep:
-        """`progress`: the prefix's rows (its attempt's next part), then `progress_fill`; the
-        prefix it supersedes is deleted."""
-        plane = self.plane()
-        part = self.next_part(group_id, index, attempt)
-        located: list[str] = []   # the locator the commit named (the put's)
-
-        def fill(loc: str) -> Fill:
-            located.append(loc)
-            return self.progress_fill(group_id, index, attempt, loc, tokens, turn, policy_version)
-        return RowStep(lambda rows: plane.put_progress(group_id, index, attempt, part, rows),
-                       names.progress_locator(group_id, index, attempt, part) if self.row_commits else None,
-                       fill, lambda: self.prefix_moved(group_id, index, located[0]))
-
     def progress_fill(self, group_id: int, index: int, attempt: int, locator: str, tokens: int,
                       turn: int | None, policy_version: int | None) -> Fill:
         """`rollout_progress` of the prefix at `locator`."""
@@ -346,22 +310,9 @@ class Core:
         open's sweep removes it if nothing names it)."""
         return isinstance(exc, (StaleAttempt, RolloutEnded))
 
-    def drop_superseded(self, superseded: list[str], refused: list[str]) -> None:
-        """Delete the rows durable commits stopped naming (superseded prefixes; counted as
-        reclaimed) and those of refused commits. A failure leaves them as storage only, which
-        the next open's sweep deletes: warned, not raised (the commits are durable)."""
-        plane = self.plane()
-        try:
-            if refused:
-                plane.delete(refused)
-            gone = plane.delete(superseded) if superseded else 0
-        except DataPlaneError as exc:
-            warnings.warn(JournalWarning(f"data plane {plane!r}: rows no commit names could not be "
-                                         f"deleted ({exc}); they only take storage until the next "
-                                         "Session.open deletes them"), stacklevel=2)
-            return
+    def count_reclaimed(self, rows: int) -> None:
         with self._reclaim_lock:
-            self._reclaimed += gone
+            self._reclaimed += rows
 
     def next_part(self, group_id: int, index: int, attempt: int) -> int:
         """The part number of the next prefix of this rollout attempt (1, 2, ...): its locator

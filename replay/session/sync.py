@@ -7,8 +7,9 @@ from typing import Any, Callable
 
 from journal import RolloutRef
 
-from .core import Begun, Core, Fill, RowStep
+from .core import Begun, Core, Fill
 from .fence import refuse_progress
+from .row_steps import RowStep, progress_step, seal_step
 
 
 class Session(Core):
@@ -100,7 +101,7 @@ class Session(Core):
         then journal it sealed; the group's last seal also journals it finished (ready to
         train). Returns the rows' locator. A late result of an attempt that was given up
         raises `journal.StaleAttempt` and its rows are deleted."""
-        return self._store_and_commit(self.seal_step(group_id, index, attempt, policy_version), rows)
+        return self._store_and_commit(seal_step(self, group_id, index, attempt, policy_version), rows)
 
     def progress(self, group_id: int, index: int, attempt: int, rows: Any, *, tokens: int,
                  turn: int | None = None, policy_version: int | None = None) -> str:
@@ -113,7 +114,7 @@ class Session(Core):
         attempt that was given up raises `journal.StaleAttempt`, of a sealed rollout
         `journal.RolloutEnded`, before its rows are written (`fence.py`)."""
         refuse_progress(self.journal, group_id, index, attempt, tokens, turn, policy_version)
-        return self._store_and_commit(self.progress_step(group_id, index, attempt, tokens, turn, policy_version),
+        return self._store_and_commit(progress_step(self, group_id, index, attempt, tokens, turn, policy_version),
                                       rows)
 
     def _store_and_commit(self, step: RowStep, rows: Any) -> str:
