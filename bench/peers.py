@@ -29,9 +29,9 @@ medians over rounds):
    Target without payloads: <= 1/20 of straw's (`peers_bytes_vs_straw`; ratio straw / ours).
 6. with N groups in flight (`--concurrency`, default 1, 8, 64 and 256; 1 always runs, the
    figures above): each side at its best (`bench/peers_lifecycles.py`, its second table):
-   ours N worker threads on one `Session` (take, admit and trained once per N; each worker
-   writes its group's prefix and seals its rollouts; their commits share fsyncs, their rows
-   the data plane's syncs), straw its batch calls on one thread (one submit, acquire and
+   ours N coroutines on one `AsyncSession` (take, admit and trained once per N; each
+   coroutine writes its group's prefix and seals its rollouts; the seals in flight share one
+   write and sync of their rows and one fsync of their commits), straw its batch calls on one thread (one submit, acquire and
    publish_many per N, a completion per group, the consumer's state once per step), sqlite3
    with straw's batching. groups/s of each, with and without payloads, alternating slices as
    above (every call runs a step of N groups); targets at N = 64: >= 5x straw without payloads
@@ -404,7 +404,7 @@ def _concurrency_figures(report: Report, r: Rounds, n: int, straw: str) -> None:
         "groups/s", value=c + "ours", reference=c + "straw",
         reference_label=f"{straw}, its batch calls, alternating slices",
         target=Target(min_ratio=TARGETS["groups"]) if target else None,
-        note=f"ours: {n} worker threads on one Session, take/admit/trained once per {n}; straw: "
+        note=f"ours: {n} coroutines on one AsyncSession, take/admit/trained once per {n}; straw: "
              f"submit_tasks, acquire, publish_many (+ save_task_progress_many) once per {n}, "
              "complete_task per group, consumer state once per step"))
     report.add(median_round(
