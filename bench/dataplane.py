@@ -156,7 +156,7 @@ class Lifecycle:
         self.step += 1
         gids = s.take({"idx": list(range(self.next_idx, self.next_idx + self.groups))})
         self.next_idx += self.groups
-        s.admit(gids, step=self.step, rollouts=ROLLOUTS)
+        s.admit(gids, step=self.step, policy_version=self.step - 1, rollouts=ROLLOUTS)
         seals = [self.pool.submit(s.seal, gid, i, 0, self.row) for gid in gids for i in range(ROLLOUTS)]
         for f in seals:
             f.result()
