@@ -23,7 +23,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
                                  "peak RSS vs the 300 MB target"),
     "recovery": ("bench.recovery", "generation-seconds lost per crash, prompts lost and trained twice: "
                                    "loader position only, NeMo-RL's ledger, Megatron-LM's rollout bank, "
-                                   "per-rollout seals, seals + progress; calibrated against verl RFC #7579"),
+                                   "verl RFC #7579's durable buffer, per-rollout seals and seals + progress "
+                                   "at max_policy_lag 0..6; calibrated against verl RFC #7579"),
     "peers": ("bench.peers", "the same group lifecycle on this library's Session and on straw-queue 0.1.6 "
                              "(slime's queue), sqlite3 beside: groups/s with and without payloads, syncs "
                              "and bytes per group, reopen time and RSS after 1x/10x/100x history"),

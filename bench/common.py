@@ -79,7 +79,9 @@ class Figure:
 
     `times_less`: the ratio is reference / value (how many times less the value is), for
     figures where less is better and the target is a minimum factor. `not_run`: why the figure
-    could not be measured (no value, no ratio; printed NOT RUN instead of PASS/MISS)."""
+    could not be measured (no value, no ratio; printed NOT RUN instead of PASS/MISS).
+    `calibration`: the figure's inputs were chosen to meet its target (a calibration against a
+    reference, not a result): printed "calibrated" when it does, MISS when it does not."""
 
     name: str                      # stable id for JSON consumers, e.g. "limit"
     label: str                     # what was measured, for humans
@@ -93,6 +95,7 @@ class Figure:
     reference_samples: list[float] = field(default_factory=list)  # per round
     times_less: bool = False
     not_run: str = ""
+    calibration: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -113,7 +116,7 @@ class Figure:
     def verdict(self) -> str:
         if self.not_run:
             return "NOT RUN"
-        return {None: "info", True: "PASS", False: "MISS"}[self.passed]
+        return {None: "info", True: "calibrated" if self.calibration else "PASS", False: "MISS"}[self.passed]
 
     def as_dict(self) -> dict:
         t = self.target

@@ -10,22 +10,23 @@ Ours run through the library's own code: a real `journal.Journal` (sync="none", 
 there is one) is fed the run's transitions in order (`JournalPolicy`); at a crash its directory
 is copied as the crash leaves it (every commit written, nothing after: a SIGKILLed writer
 leaves the same bytes; the writer itself goes on, so one pass serves every crash), and
-`replay.restore(copy, salvage=True, data_plane=...)` decides what is kept.
+`replay.restore(copy, salvage=True, data_plane=..., max_policy_lag=k)` decides what is kept,
+once for each trainer lag bound k the bench prices (restore only reads the copy).
 
 * **seals** (this library): every rollout sealed as it lands, every group finished, trained,
   checkpointed, as the run does it. Restore returns to the checkpoint's LSN (DESIGN 3) and, with
-  salvage, keeps what was done after it under the salvage rule (weights no newer than the
-  checkpoint's, rows still in the data plane): rollouts sealed later of the groups live at it,
-  and those of the prompts the loader handed out after it, which it adopts under fresh group
-  ids with the loader state after them (`RecoveredGroup.adopted_from` names the run's group).
+  salvage, keeps what was done after it: sealed rollouts and finished groups whose weights are
+  at most S + k (DESIGN 14: the trainer's own off-policy bound; k = 0 is the checkpoint's
+  weights only) and whose rows the data plane still has, of the groups live at the checkpoint
+  and of the prompts the loader handed out after it, which it adopts under fresh group ids
+  with the loader state after them.
 * **progress** (DESIGN 12): the same, plus `rollout_progress` every K tokens of each running
   rollout (`record_progress`); the restore's `RecoveredRollout.progress.tokens` of an unsealed
-  rollout is the prefix kept (`kept_prefix_seconds`); those two functions are the only code
-  that names the API. Run only when `journal.Journal` has `rollout_progress`
-  (`PROGRESS_AVAILABLE`); never modelled. The peers it answers: slime's straw queue ("Returned
-  partial groups are persisted for continuation", docs/en/advanced/straw.md) and NeMo-RL's
-  turn-level checkpoint (PR #4117, open: "unfinished rollouts can continue from their last
-  durable turn instead of restarting from the original prompt").
+  rollout is the prefix kept (`kept_prefix_seconds`), under the same bound; those two
+  functions are the only code that names the API. The peers it answers: slime's straw queue
+  ("Returned partial groups are persisted for continuation", docs/en/advanced/straw.md) and
+  NeMo-RL's turn-level checkpoint (PR #4117, open: "unfinished rollouts can continue from their
+  last durable turn instead of restarting from the original prompt").
 
 The peers' rules run through small models of the rule, on the run's own record:
 
@@ -49,6 +50,22 @@ The peers' rules run through small models of the rule, on the run's own record:
   trained into the restored weights; a group still generating loses all its rollouts (PR
   #6768, open: "each in-flight group can lose up to `G - 1` finished rollouts"). The PR says
   nothing of where prompts resume, so its prompts lost and twice are not modelled (n/a).
+* **durable buffer** (verl RFC #7579, "A crash-durable replay buffer for the V1 trainer, behind
+  TransferQueue", https://github.com/verl-project/verl/issues/7579, open): every trajectory
+  is stored as it is produced, and a metadata journal snapshots the buffer every 2 seconds ("a
+  2-second journal"); on restart "the journal restores the trajectory groups that had finished
+  but not yet been trained as of its last snapshot, along with the list of prompts that were
+  still generating (those start over on resume, since partial generations are not saved). The
+  model and optimizer come back from their own checkpoint", whatever weights generated the
+  trajectories ("the surviving inventory", its author's reply on trajectories from newer
+  policy versions); "the current design doesn't retain consumed trajectories for replay", so
+  what the dead run trained after the checkpoint is gone. Kept: every group finished by the
+  last snapshot (a multiple of `RFC_SNAPSHOT_SECONDS` at or before the crash) and not trained
+  by then, whatever its weights; a prompt still generating starts over, its finished
+  trajectories with it, as the reply says. The RFC stores trajectories one by one, so a
+  reading that keeps those too is priced beside it (`per_trajectory`, the `*_rfc_per_trajectory`
+  figures: it keeps the most a reading of the RFC can keep). Where the loader resumes for the
+  consumed prompts is not said: prompts lost and twice not modelled (n/a).
 """
 
 from __future__ import annotations
@@ -64,8 +81,43 @@ from replay import restore
 
 from .recovery_workload import Run, Shape, Transition
 
-PROGRESS_AVAILABLE = hasattr(Journal, "rollout_progress")
-PROGRESS_MISSING = "not measured: journal.Journal.rollout_progress is not in this build"
+RFC = "verl RFC #7579"
+# name -> (label, what it is, as its project ships it)
+PEERS = {
+    "loader": ("loader position only", "most frameworks: the checkpoint's weights and loader position"),
+    "ledger": ("NeMo-RL ledger at checkpoints", "NeMo-RL #3480/#3923/#3924: saved with the checkpoints"),
+    "bank": ("Megatron-LM rollout bank", "Megatron-LM #6352: one durable record per finished group, "
+             "whatever its weights (where prompts resume: not said)"),
+    "rfc": ("verl RFC #7579 durable buffer", f"{RFC}: finished untrained groups of any version, a 2 s "
+            "journal; prompts still generating start over (where prompts resume: not said)"),
+}
+# priced beside the peers, never the best peer: a reading of a peer's rule that keeps more than it says
+READINGS = {
+    "rfc_per_trajectory": ("verl RFC #7579 read per trajectory", f"{RFC}, the finished trajectories of "
+                           "prompts still generating kept too"),
+}
+OURS = {
+    "seals": ("per-rollout seals (ours)", "this library: Journal + replay.restore(salvage=True, "
+              "max_policy_lag=k), which adopts the takes after the checkpoint"),
+    "progress": ("seals + progress every K tokens (ours)", "DESIGN 12: rollout_progress every K tokens; "
+                 "restored the same way"),
+}
+
+
+def ours(mode: str, k: int) -> str:
+    """The name of our policy `mode` restored with max_policy_lag `k`."""
+    return f"{mode}_k{k}"
+
+
+def label(name: str) -> str:
+    """A policy's label, ours with its lag bound."""
+    if name in PEERS or name in READINGS:
+        return {**PEERS, **READINGS}[name][0]
+    mode, k = name.rsplit("_k", 1)
+    return f"{OURS[mode][0]}, k = {k}"
+
+
+RFC_SNAPSHOT_SECONDS = 2.0   # verl RFC #7579's journal: "a 2-second journal"
 
 
 @dataclass(frozen=True)
@@ -99,9 +151,10 @@ class Price:
     trained at the crash (the work the verl RFC prices); of it, `lost_in_flight` of rollouts
     still generating at the crash and `lost_taken_after_checkpoint` of groups the loader handed
     out after the restored checkpoint. Of `lost` again, by what could keep it:
-    `lost_newer_weights` of rollouts generated by weights newer than the checkpoint's (no restore
-    keeps them, in flight or not: DESIGN 12), `lost_in_flight_checkpoint_weights` of rollouts in
-    flight at the crash on weights no newer than the checkpoint's (what progress can save);
+    `lost_newer_weights` of rollouts generated by weights newer than the checkpoint's (what a
+    restore with max_policy_lag 0 never keeps, DESIGN 12; with k > 0 it keeps those of weights up
+    to S + k, DESIGN 14), `lost_in_flight_checkpoint_weights` of rollouts in flight at the crash
+    on weights no newer than the checkpoint's (what progress saves at any bound);
     `lost_other` the rest. `lost_retrained`: those of groups trained after the checkpoint (the steps
     the restored weights redo). A prompt the resumed run serves neither
     from the restored weights, nor from what the policy hands back, nor from the loader is
@@ -184,6 +237,22 @@ def rollout_bank(run: Run, crash: Crash) -> Outcome:
     return out
 
 
+def durable_buffer(run: Run, crash: Crash, *, per_trajectory: bool = False) -> Outcome:
+    """verl RFC #7579's restore: the groups finished and not trained at its last snapshot, of
+    any weights; `per_trajectory`: also the finished trajectories of groups still generating."""
+    snapshot = crash.time - crash.time % RFC_SNAPSHOT_SECONDS
+    out = Outcome(loader_position=None)
+    for g in run.groups.values():
+        consumed = g.trained_at is not None and g.trained_at <= snapshot
+        if consumed or (g.trained_step is not None and g.trained_step <= crash.step):
+            continue
+        finished = [r for r in g.rollouts if r.end is not None and r.end <= snapshot]
+        if finished and (per_trajectory or len(finished) == len(g.rollouts)):
+            out.handed_back.add(g.group_id)
+            out.kept.update({(g.group_id, r.index): r.seconds for r in finished})
+    return out
+
+
 class WrittenRows:
     """The trainer's data plane as restore sees it: every row the run put, each before the
     journal names it, none deleted. Restore asks it only `has`."""
@@ -244,17 +313,18 @@ def kept_prefix_seconds(recovered_rollout, shape: Shape) -> float:
 
 class JournalPolicy:
     """Ours: the run's transitions fed to a real `Journal` in `directory`, priced at crashes in
-    time order (`at`)."""
+    time order (`at`), restored once for each lag bound in `lags`."""
 
-    def __init__(self, run: Run, directory: str, *, progress: bool):
-        if progress and not PROGRESS_AVAILABLE:
-            raise RuntimeError(PROGRESS_MISSING)
-        self.run, self.directory, self.progress = run, directory, progress
+    def __init__(self, run: Run, directory: str, *, progress: bool, lags: list[int]):
+        self.run, self.directory, self.progress, self.lags = run, directory, progress, lags
         self.journal = Journal.open(os.path.join(directory, "journal"), sync="none")
         self.rows = WrittenRows()
         self.feed = calls(run, progress=progress)
         self.next_call: tuple[float, object] | None = None  # drawn from the feed, not applied yet
         self.crashes = 0
+        # the run's group of each loader row (one pass: a row is one group); a recovered group
+        # is known by its row, whatever id restore gave it (adopted, reissued)
+        self.group_of_row = {g.idx: g for g in run.groups.values()}
 
     def _apply(self, item) -> None:
         if isinstance(item, Transition):
@@ -285,8 +355,9 @@ class JournalPolicy:
         else:
             j.commit_checkpoint(step=a[0])
 
-    def at(self, crash: Crash) -> Outcome:
-        """Feed everything before `crash`, copy the journal as the crash leaves it, restore."""
+    def at(self, crash: Crash) -> dict[int, Outcome]:
+        """Feed everything before `crash`, copy the journal as the crash leaves it, restore the
+        copy with each lag bound: the outcome by bound."""
         while True:
             if self.next_call is None:
                 self.next_call = next(self.feed, None)
@@ -297,9 +368,11 @@ class JournalPolicy:
         self.crashes += 1
         copy = os.path.join(self.directory, f"crash-{self.crashes}")
         shutil.copytree(self.journal.path, copy)
-        state = restore(copy, salvage=True, data_plane=self.rows)
-        shutil.rmtree(copy)
-        return self._outcome(state)
+        try:
+            return {k: self._outcome(restore(copy, salvage=True, data_plane=self.rows, max_policy_lag=k))
+                    for k in self.lags}
+        finally:
+            shutil.rmtree(copy)
 
     def _outcome(self, state) -> Outcome:
         if state.demoted:
@@ -308,14 +381,14 @@ class JournalPolicy:
         loader = state.loader_state
         out = Outcome(loader_position=loader["next"] if loader else 0)
         for g in state.groups:
-            gid = g.adopted_from if g.adopted_from is not None else g.group_id  # the run's group
-            out.handed_back.add(gid)
+            run_group = self.group_of_row[g.idx]
+            out.handed_back.add(run_group.group_id)
             for r in g.rollouts or ():
-                rollout = self.run.groups[gid].rollouts[r.index]
+                rollout = run_group.rollouts[r.index]
                 if r.sealed:
-                    out.kept[(gid, r.index)] = rollout.seconds
+                    out.kept[(run_group.group_id, r.index)] = rollout.seconds
                 elif self.progress:
-                    out.kept[(gid, r.index)] = kept_prefix_seconds(r, self.run.shape)
+                    out.kept[(run_group.group_id, r.index)] = kept_prefix_seconds(r, self.run.shape)
         return out
 
     def close(self) -> None:

@@ -145,6 +145,14 @@ class Run:
         """The loader's position at transition `seq`: the rows it had handed out before it."""
         return sum(1 for g in self.groups.values() if g.taken_seq < seq)
 
+    def staleness(self) -> int:
+        """The lag the trainer trains at: the median, over the rollouts it trained, of the steps
+        between the weights that generated one and the weights that trained it (step t trains
+        on the weights of step t - 1)."""
+        lags = sorted(g.trained_step - 1 - r.version for g in self.groups.values() if g.trained_step is not None
+                      for r in g.rollouts)
+        return lags[len(lags) // 2] if lags else 0
+
     @property
     def slot_utilization(self) -> float:
         return self.busy_slot_seconds / (self.shape.slots * self.end) if self.end else 0.0

@@ -112,6 +112,7 @@ class Options:
     batch_size: int = 16
     ckpt_every: int = 4
     progress_every: int = 0           # the trainer's --progress-every (rollout-level with the journal)
+    max_policy_lag: int = 0           # the trainer's --max-policy-lag (restores keep newer weights' work)
     baseline: bool = False
     group_level: bool = False
     ray: bool = False
@@ -145,6 +146,8 @@ def _trainer_cmd(o: Options, out: str) -> list[str]:
         cmd.append("--group-level")
     if o.progress_every:
         cmd += ["--progress-every", str(o.progress_every)]
+    if o.max_policy_lag:
+        cmd += ["--max-policy-lag", str(o.max_policy_lag)]
     if o.ray:
         cmd += ["--ray", "--deadline-ms", str(RAY_DEADLINE_MS)]
     if o.replica is not None:
@@ -485,6 +488,7 @@ def run(o: Options, cluster=None) -> dict:
     ledger = read_ledger(os.path.join(out, "ledger.log"))
     summary = {"mode": "baseline" if o.baseline else "journal", "level": level, "out": out, "seed": o.seed,
                "rollouts_per_group": o.rollouts, "progress_every": o.progress_every,
+               "max_policy_lag": o.max_policy_lag,
                "epochs": o.epochs, "dataset_size": o.dataset_size,
                "kills": len(kills), "kills_by_phase": dict(Counter(k.landed for k in kills)),
                "kills_aimed": dict(Counter(k.aim for k in kills)), "restarts": len(runs) - 1}
@@ -507,7 +511,9 @@ def run(o: Options, cluster=None) -> dict:
     for key, field_name in (("regenerated_groups", "admitted"), ("regenerated_rollouts", "regenerated"),
                             ("continued_rollouts", "continued"), ("kept_tokens", "kept_tokens"),
                             ("salvaged_groups", "salvaged"), ("salvaged_rollouts", "salvaged_rollouts"),
-                            ("demoted_groups", "demoted"), ("lost_rollouts", "lost_rollouts")):
+                            ("demoted_groups", "demoted"), ("lost_rollouts", "lost_rollouts"),
+                            ("kept_newer_rollouts", "kept_newer_rollouts"),
+                            ("kept_newer_prefixes", "kept_newer_prefixes"), ("kept_newer_groups", "kept_newer_groups")):
         summary[key] = sum(int(r.get(field_name, 0)) for r in resumed)
     summary.update(generation_report(ledger_report, len(kills)))
     summary["restores"] = len(resumed)
@@ -592,6 +598,11 @@ def _generation_lines(s: dict) -> list[str]:
                      f"{s['continued_rollouts']} rollouts continued, {s['kept_tokens']} tokens kept")
     elif s["level"] == "rollout-level" and s["mode"] == "journal":
         lines.append("  progress          off (--progress-every K: restores continue rollouts from a prefix)")
+    if s["mode"] == "journal":
+        k = s["max_policy_lag"]
+        lines.append(f"  newer weights     --max-policy-lag {k}: {s['kept_newer_rollouts']} rollouts, "
+                     f"{s['kept_newer_prefixes']} prefixes, {s['kept_newer_groups']} groups kept" if k else
+                     "  newer weights     none kept (--max-policy-lag K keeps work up to K steps newer)")
     lines.append(f"  and discarded     {s['generation_seconds_wasted']:.2f} s by failed groups and late results")
     if s["level"] == "rollout-level":
         lines.append(f"late results        {s['fenced_late_results']} fenced by the journal (rows deleted); "
@@ -714,6 +725,11 @@ def parse_args(argv=None) -> tuple[Options, bool]:
                    help="the trainer records a rollout's durable prefix every this many tokens and "
                         "every turn of a multi-turn rollout; a restore continues from it (0: off; "
                         f"rollout-level with the journal only) (default {DEFAULT_PROGRESS_EVERY})")
+    p.add_argument("--max-policy-lag", type=int, default=0,
+                   help="the trainer's off-policy bound: each restore to the checkpoint of step S keeps "
+                        "the work of weights up to S + K (sealed rollouts, finished groups, prefixes; "
+                        "DESIGN 14), which the trainer's loss weighs by its tokens' behaviour "
+                        "log-probabilities (default 0: nothing newer than the checkpoint; the journal only)")
     p.add_argument("--ray", action="store_true",
                    help="rollout workers as Ray actors on a local 3-node cluster (loopback only), "
                         "also killing actors and replacing a node; needs the ray extra")
@@ -739,10 +755,15 @@ def parse_args(argv=None) -> tuple[Options, bool]:
         a.progress_every = 0   # no rollout_progress without rollout-level groups in the journal
     if a.replica is not None and a.baseline:
         p.error("--replica ships the journal: the baseline has none")
+    if a.max_policy_lag < 0:
+        p.error(f"--max-policy-lag must be >= 0, not {a.max_policy_lag}")
+    if a.max_policy_lag and a.baseline:
+        p.error("--max-policy-lag bounds what a restore keeps: the baseline has no restore")
     replica_options = parse_replica_options(p, a)
     o = Options(out=a.out, seed=a.seed, epochs=a.epochs, kills=a.kills, workers=a.workers,
                 failure_rate=a.failure_rate, dataset_size=a.dataset_size, batch_size=a.batch_size,
-                ckpt_every=a.ckpt_every, progress_every=a.progress_every, baseline=a.baseline,
+                ckpt_every=a.ckpt_every, progress_every=a.progress_every, max_policy_lag=a.max_policy_lag,
+                baseline=a.baseline,
                 group_level=a.group_level, rollouts=a.rollouts,
                 ray=a.ray, kill_kinds=a.kill_kinds, replica=a.replica, replica_options=replica_options,
                 timeout=a.timeout, verbose=not (a.quiet or a.json))

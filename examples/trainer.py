@@ -36,7 +36,15 @@ The shape is the one of an async RL framework (NeMo-RL, verl, ...):
   missed deadline, and a restarted trainer takes over the actors of the one that died
   (group-level and the baseline too: there the row is read back and the group's rows
   written once all are in);
-* a tiny policy trains on each step's groups with a GRPO loss;
+* a tiny policy trains on each step's groups with a GRPO loss in AReaL's decoupled form: each
+  rollout's row carries its tokens' behaviour log-probabilities and the versions of the weights
+  that sampled them (`examples.generation`), and every token (and answer) is weighed by the
+  importance weight of the weights being trained over its behaviour policy, clamped at
+  IW_CLAMP;
+* `--max-policy-lag K`: the trainer's off-policy bound. A restore to the checkpoint of step S
+  keeps the sealed rollouts, finished groups and prefixes of weights up to S + K (DESIGN 14),
+  which the loss weighs as any off-policy sample; a continued prefix keeps its tokens'
+  versions, the tokens after it are the restored weights';
 * every `--ckpt-every` steps a checkpoint: `begin_checkpoint` when the state is captured,
   weights (and an ownership cut) written and fsynced, then `commit_checkpoint`;
   background compaction with retention runs after each commit.
@@ -44,7 +52,8 @@ The shape is the one of an async RL framework (NeMo-RL, verl, ...):
 Every ownership change is journaled *before* the trainer acts on it, through the public
 API only (`Journal`, `AsyncJournal`, `replay.restore`, `snapshot.compact`,
 `BackgroundCompactor`). On start the trainer restores (the same code for a first start and
-a restart): `replay.restore(journal, dataset=, collate_fn=, data_plane=, salvage=True)`,
+a restart): `replay.restore(journal, dataset=, collate_fn=, data_plane=, salvage=True,
+max_policy_lag=K)`,
 `Journal.open(journal, resume=state)`, `dataloader.load_state_dict(state.loader_state)`,
 then it redispatches the admitted groups (only their pending rollouts, with the attempts
 restore gives them; sealed ones are read back from the data plane), re-admits the reserved
@@ -100,17 +109,18 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from journal import AsyncJournal, GroupRef, Journal, OwnershipError, RolloutRef, StaleAttempt
 from journal.vfs import DEFAULT_FS
 from journal.reader import list_segments
-from replay import FirstStartWarning, LocalDataPlane, fingerprint, restore
+from replay import FirstStartWarning, KeptWork, LocalDataPlane, fingerprint, restore
 from snapshot import BackgroundCompactor, compact
 
 from .bookkeeping import Ledger
 from .dataset import ANSWERS, PROMPT_TOKENS, VOCAB, PromptDataset, collate_fn
 from .environments import environment_for
 from .extras import require
-from .generation import LENGTH_MEDIAN, MAX_TOKENS, Rollout, rollout_key, rollout_length
+from .generation import BOS, LENGTH_MEDIAN, MAX_TOKENS, TOKEN_KEYS, Rollout, rollout_key, rollout_length
 from .replica_options import add_replica_arguments, parse_replica_options
 
 RESERVED, ADMITTED, REPLAY, SPARE, TRAINED, DROPPED = "RESERVED", "ADMITTED", "REPLAY", "SPARE", "TRAINED", "DROPPED"
+IW_CLAMP = 2.0               # the behaviour importance weight's cap (AReaL's decoupled objective)
 CKPT_NAME = re.compile(r"^step_(\d{8})$")
 TMP = ".tmp-"
 LATENCY_SIGMA = 0.8          # log-normal spread of a Ray actor's rollout latency: a long tail
@@ -146,6 +156,7 @@ class Config:
     failure_rate: float = 0.02
     latency_ms: float = 3.0       # median rollout latency (LENGTH_MEDIAN tokens)
     progress_every: int = 0       # a progress row every this many tokens (multi-turn: every turn); 0 off
+    max_policy_lag: int = 0       # restores keep work of weights up to this many steps newer (DESIGN 14)
     slow_rate: float = 0.01       # probability that a rollout's worker is slow (misses the deadline)
     deadline_ms: float = 50.0     # a rollout not delivered by then is given up
     max_attempts: int = 3         # attempts of one rollout before its group is discarded
@@ -218,6 +229,15 @@ class TinyPolicy(torch.nn.Module):
         """One decoding step: logits of the token after `prev` (`base`: `prefill`'s)."""
         return torch.addmv(base, self.out.weight, self.token.weight[prev])
 
+    def token_logprobs(self, tokens: torch.Tensor, trace: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities, under these weights, of the policy tokens at `positions` of a
+        rollout's `trace` of the prompt `tokens` (each after the token before it, as
+        `next_logits` decodes them): every step of the decoding at once."""
+        base = self.out(self.encode(tokens[None])[0])
+        prev = torch.where(positions > 0, trace[(positions - 1).clamp_min(0)], BOS)
+        logits = base + self.token.weight[prev] @ self.out.weight.T
+        return torch.log_softmax(logits, -1).gather(1, trace[positions][:, None])[:, 0]
+
 
 class MomentumSGD:
     """SGD with momentum, with `state_dict`/`load_state_dict` like `torch.optim` (whose first use
@@ -248,16 +268,47 @@ class MomentumSGD:
             b.copy_(saved)
 
 
-def grpo_loss(policy: TinyPolicy, rows: list[dict]) -> torch.Tensor:
-    """Group-relative advantages, clipped importance ratio against the generating policy."""
+def _decoupled(logp: torch.Tensor, behaviour: torch.Tensor, adv: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """AReaL's decoupled objective, per token: the importance weight of the proximal policy
+    (these weights before the update) over the behaviour policy (the weights that sampled the
+    token: older ones, or weights that died with a crashed run whose work a restore kept),
+    clamped at IW_CLAMP, times the policy gradient term; and how many weights the clamp cut.
+    One update per batch: the proximal ratio is 1 at the update, so PPO's clip of it never
+    binds and is left out."""
+    proximal = logp.detach()
+    weight = torch.exp(proximal - behaviour)
+    return -(weight.clamp(max=IW_CLAMP) * torch.exp(logp - proximal) * adv), int((weight > IW_CLAMP).sum())
+
+
+def grpo_loss(policy: TinyPolicy, rows: list[dict]) -> tuple[torch.Tensor, int]:
+    """Group-relative advantages; every answer and every policy token of the rollouts' traces
+    weighed against the policy that sampled it (`_decoupled`, with the behaviour
+    log-probabilities the rows carry). Returns the loss and how many importance weights the
+    clamp cut."""
     tokens = torch.stack([r["tokens"] for r in rows])                 # G x T
     answers = torch.stack([r["answers"] for r in rows])               # G x R
     old_logp = torch.stack([r["old_logprobs"] for r in rows])         # G x R
     rewards = torch.stack([r["rewards"] for r in rows])               # G x R
     adv = (rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)
     logp = torch.log_softmax(policy(tokens), -1).gather(1, answers)   # G x R
-    ratio = torch.exp(logp - old_logp)
-    return -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
+    answer_terms, clamped = _decoupled(logp, old_logp, adv)
+    terms = [answer_terms.flatten()]
+    for g, row in enumerate(rows):
+        for i, t in enumerate(row["rollout_tokens"]):
+            if t is not None and len(t["token_positions"]):
+                token_logp = policy.token_logprobs(row["tokens"], t["trace"], t["token_positions"])
+                token_terms, cut = _decoupled(token_logp, t["token_logprobs"], adv[g, i])
+                terms.append(token_terms)
+                clamped += cut
+    return torch.cat(terms).mean(), clamped
+
+
+def staleness(groups: list["Work"], weights_version: int) -> int:
+    """How many steps the oldest policy token of `groups` is behind the weights of step
+    `weights_version` that train it (from the versions its row carries; 0 without tokens)."""
+    versions = [int(t["token_versions"].min()) for w in groups for t in w.token_rows
+                if t is not None and len(t["token_versions"])]
+    return max(0, weights_version - min(versions)) if versions else 0
 
 
 # -- prompt groups in memory -------------------------------------------------------------------
@@ -268,11 +319,14 @@ class Work:
 
     `attempts` and `sealed` (per rollout: the attempt dispatched now, the locator of the sealed
     row) are None for a group admitted without rollouts= (all-or-nothing). The result slots
-    (`answers`, `old_logprobs`, `rewards`, `seconds`: generation time) hold the rollouts done."""
+    (`answers`, `old_logprobs`, `rewards`, `seconds`: generation time, `versions`: the newest
+    weights in the rollout, `token_rows`: its tokens with their behaviour log-probabilities and
+    versions, None for a rollout generated without them) hold the rollouts done."""
 
     __slots__ = ("gid", "idx", "epoch", "task", "tokens", "answer", "status", "target_step",
                  "policy_version", "locator", "failed", "done", "answers", "old_logprobs",
-                 "rewards", "seconds", "attempts", "sealed", "prefix", "progress", "trace", "lock")
+                 "rewards", "seconds", "versions", "token_rows", "attempts", "sealed", "prefix", "progress",
+                 "lock")
 
     def __init__(self, gid: int, idx: int, epoch: int, task: str, tokens: torch.Tensor, answer: int,
                  status: str):
@@ -283,9 +337,9 @@ class Work:
         self.locator = None
         self.failed = False
         self.done = 0
-        self.answers = self.old_logprobs = self.rewards = self.seconds = None
+        self.answers = self.old_logprobs = self.rewards = self.seconds = self.versions = None
+        self.token_rows = None
         self.attempts = self.sealed = self.prefix = self.progress = None
-        self.trace = None
         self.lock = asyncio.Lock()   # orders the journal commits of one group's rollouts
 
     @property
@@ -298,18 +352,26 @@ class Work:
         self.failed, self.done = False, 0
         self.answers = torch.zeros(n, dtype=torch.long)
         self.old_logprobs, self.rewards, self.seconds = torch.zeros(n), torch.zeros(n), torch.zeros(n)
+        self.versions, self.token_rows = torch.full((n,), -1, dtype=torch.long), [None] * n
         self.attempts, self.sealed = ([0] * n, [None] * n) if rollout_level else (None, None)
         self.prefix, self.progress = ([None] * n, [None] * n) if rollout_level else (None, None)
 
-    def keep(self, i: int, result: tuple[int, float, float], seconds: float) -> None:
+    def keep(self, i: int, result: tuple[int, float, float], seconds: float, version: int,
+             tokens: dict | None) -> None:
         self.answers[i], self.old_logprobs[i], self.rewards[i] = result
-        self.seconds[i] = seconds
+        self.seconds[i], self.versions[i], self.token_rows[i] = seconds, version, tokens
         self.done += 1
 
-    def group_rows(self) -> dict[str, torch.Tensor]:
+    @property
+    def newest_version(self) -> int:
+        """The newest weights in the group: of its rollouts done and of the weights generating
+        it now; what the journal records the finished group by."""
+        return max(int(self.versions.max()), self.policy_version)
+
+    def group_rows(self) -> dict:
         return {"tokens": self.tokens, "answers": self.answers, "old_logprobs": self.old_logprobs,
-                "rewards": self.rewards, "seconds": self.seconds,
-                "policy_version": torch.tensor(self.policy_version)}
+                "rewards": self.rewards, "seconds": self.seconds, "versions": self.versions,
+                "rollout_tokens": self.token_rows, "policy_version": torch.tensor(self.newest_version)}
 
     def row_locators(self) -> list[str]:
         """Where this group's rows are in the data plane."""
@@ -319,6 +381,13 @@ class Work:
 
 
 # -- ownership: the journal, or nothing (baseline) -----------------------------------------------
+
+
+def _since(span: tuple[int | None, int | None]) -> int | None:
+    """The journal's `since_version` of work made by the weights of `span` (oldest, newest):
+    the oldest when older than the newest, else None."""
+    since, newest = span
+    return since if since is not None and newest is not None and since < newest else None
 
 
 class JournalOwnership:
@@ -343,26 +412,28 @@ class JournalOwnership:
     async def finished(self, gid, policy_version, locator):
         await self.aj.finished([gid], policy_version=policy_version, locators=[locator])
 
-    async def rollout_sealed(self, gid, index, attempt, locator, policy_version, finish: bool):
-        """Seal one rollout; with `finish` (it is the group's last) its group finishes in the same
-        commit. `StaleAttempt` if `attempt` was given up."""
+    async def rollout_sealed(self, gid, index, attempt, locator, span, finished_version):
+        """Seal one rollout made by the weights of `span` (oldest, newest version); with
+        `finished_version` (it is the group's last: the newest weights in the group) its group
+        finishes in the same commit. `StaleAttempt` if `attempt` was given up."""
         ref = RolloutRef(gid, index, attempt, locator)
-        if not finish:
-            await self.aj.rollout_sealed([ref], policy_version=policy_version)
+        since, newest = _since(span), span[1]
+        if finished_version is None:
+            await self.aj.rollout_sealed([ref], policy_version=newest, since_version=since)
             return
 
         def commit():
             with self.j.transaction() as tx:
-                tx.rollout_sealed([ref], policy_version=policy_version)
-                tx.finished([gid], policy_version=policy_version)
+                tx.rollout_sealed([ref], policy_version=newest, since_version=since)
+                tx.finished([gid], policy_version=finished_version)
         await asyncio.to_thread(commit)
 
     async def rollout_failed(self, gid, index, attempt, reason):
         await self.aj.rollout_failed([RolloutRef(gid, index, attempt)], reason=reason)
 
-    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, policy_version):
+    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, span):
         await self.aj.rollout_progress(RolloutRef(gid, index, attempt, locator), tokens=tokens, turn=turn,
-                                       policy_version=policy_version)
+                                       policy_version=span[1], since_version=_since(span))
 
     async def trained(self, gids, step):
         self.acked(await self.aj.trained(gids, step=step))
@@ -407,13 +478,13 @@ class NoOwnership:
     async def finished(self, gid, policy_version, locator):
         pass
 
-    async def rollout_sealed(self, gid, index, attempt, locator, policy_version, finish: bool):
+    async def rollout_sealed(self, gid, index, attempt, locator, span, finished_version):
         pass
 
     async def rollout_failed(self, gid, index, attempt, reason):
         pass
 
-    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, policy_version):
+    async def rollout_progress(self, gid, index, attempt, locator, tokens, turn, span):
         pass
 
     async def trained(self, gids, step):
@@ -459,15 +530,25 @@ def _restored_rows(g) -> list[str]:
 
 
 def _rollout_row(result: tuple[int, float, float], seconds: float, policy_version: int,
-                 trace: list[int] | None = None) -> dict:
-    """One rollout's row in the data plane (`trace`: its tokens, when generated here)."""
+                 tokens: dict | None = None) -> dict:
+    """One rollout's row in the data plane (`tokens`: its trace with each policy token's
+    behaviour log-probability and version, `Rollout.token_rows`, when generated here)."""
     answer, logprob, reward = result
-    row = {"answer": torch.tensor(answer), "old_logprob": torch.tensor(logprob),
-           "reward": torch.tensor(reward), "seconds": torch.tensor(seconds),
-           "policy_version": torch.tensor(policy_version)}
-    if trace is not None:
-        row["trace"] = torch.tensor(trace, dtype=torch.long)
-    return row
+    return {"answer": torch.tensor(answer), "old_logprob": torch.tensor(logprob),
+            "reward": torch.tensor(reward), "seconds": torch.tensor(seconds),
+            "policy_version": torch.tensor(policy_version), **(tokens or {})}
+
+
+def _token_rows(row: dict) -> dict | None:
+    """The per-token part of a rollout's row (None: generated without it, by a Ray actor)."""
+    return {k: row[k] for k in TOKEN_KEYS} if "trace" in row else None
+
+
+def _kept_newer(state) -> KeptWork:
+    """What the restore `state` kept of work by weights newer than its checkpoint's (within the
+    run's --max-policy-lag): its `kept_by_lead` summed over the leads above 0."""
+    newer = [k for lead, k in state.kept_by_lead.items() if lead > 0]
+    return KeptWork(*(sum(getattr(k, f) for k in newer) for f in ("groups", "rollouts", "prefixes", "tokens")))
 
 
 def _us(seconds: float) -> int:
@@ -574,7 +655,8 @@ class Trainer:
             # the node is new (or its disk was lost): the bucket alone has the history
             source = "replica"
             state = restore(cfg.replica, replica_options=cfg.replica_options, dataset=self.ds,
-                            collate_fn=collate_fn, data_plane=self.dp, salvage=True, identity=RUN_IDENTITY)
+                            collate_fn=collate_fn, data_plane=self.dp, salvage=True, identity=RUN_IDENTITY,
+                            max_policy_lag=cfg.max_policy_lag)
         elif journal_exists or not ckpts:
             os.makedirs(jdir, exist_ok=True)
             source = "journal"
@@ -582,14 +664,14 @@ class Trainer:
                 if not journal_exists:  # a run directory with nothing in it: the first start is meant
                     warnings.simplefilter("ignore", FirstStartWarning)
                 state = restore(jdir, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True,
-                                identity=RUN_IDENTITY)
+                                identity=RUN_IDENTITY, max_policy_lag=cfg.max_policy_lag)
         else:
             # the journal is gone: resume from the ownership cut the newest checkpoint carries
             source = "cut"
             cut = os.path.join(ckpts[0][1], "ownership")
             self.dp.import_cut(cut)
             state = restore(cut, dataset=self.ds, collate_fn=collate_fn, data_plane=self.dp, salvage=True,
-                            identity=RUN_IDENTITY)
+                            identity=RUN_IDENTITY, max_policy_lag=cfg.max_policy_lag)
         replica = {} if cfg.replica is None else {
             "replica": cfg.replica, "replica_options": cfg.replica_options, "ship_interval": cfg.ship_interval}
         self.journal = Journal.open(jdir, resume=state, segment_bytes=cfg.segment_bytes, identity=RUN_IDENTITY,
@@ -641,7 +723,9 @@ class Trainer:
         for g in state.spare:
             self.spares.append(work(g, SPARE))
         prefixes = [p for w, _ in redispatch for p in (w.prefix or ()) if p is not None]
-        counts = {"regenerated_groups": len(redispatch),
+        newer = _kept_newer(state)
+        counts = {"regenerated_groups": len(redispatch), "kept_newer_rollouts": newer.rollouts,
+                  "kept_newer_prefixes": newer.prefixes, "kept_newer_groups": newer.groups,
                   "regenerated_rollouts": sum(len(todo) for _, todo in redispatch),
                   "continued_rollouts": len(prefixes), "kept_tokens": sum(int(p["generated"]) for p in prefixes),
                   "salvaged_groups": len(state.salvaged), "salvaged_rollouts": len(state.salvaged_rollouts),
@@ -654,6 +738,8 @@ class Trainer:
                  f"salvaged={len(state.salvaged)}", f"demoted={len(state.demoted)}",
                  f"regenerated={counts['regenerated_rollouts']}", f"continued={len(prefixes)}",
                  f"kept_tokens={counts['kept_tokens']}", f"salvaged_rollouts={len(state.salvaged_rollouts)}",
+                 f"kept_newer_rollouts={newer.rollouts}", f"kept_newer_prefixes={newer.prefixes}",
+                 f"kept_newer_groups={newer.groups}",
                  f"lost_rollouts={len(state.lost_rollouts)}", f"skipped_cuts={len(state.skipped)}",
                  f"rollouts={cfg.rollouts}", f"mode={'rollout' if cfg.rollout_level else 'group'}",
                  f"base={state.base_cut or '-'}")
@@ -681,13 +767,15 @@ class Trainer:
             if g.locator is not None:   # REPLAY: its rows; ADMITTED: regenerates, nothing kept
                 rows = self.dp.get(g.locator)
                 w.answers, w.old_logprobs = rows["answers"], rows["old_logprobs"]
-                w.rewards, w.seconds, w.done = rows["rewards"], rows["seconds"], n
+                w.rewards, w.seconds, w.versions = rows["rewards"], rows["seconds"], rows["versions"]
+                w.token_rows, w.done = rows["rollout_tokens"], n
             return
         for r in g.rollouts:
             w.attempts[r.index] = r.attempt
             if r.sealed:
                 row = self.dp.get(r.locator)
-                w.keep(r.index, (row["answer"], row["old_logprob"], row["reward"]), float(row["seconds"]))
+                w.keep(r.index, (row["answer"], row["old_logprob"], row["reward"]), float(row["seconds"]),
+                       int(row["policy_version"]), _token_rows(row))
                 w.sealed[r.index] = r.locator
             elif r.progress is not None:   # its next attempt continues from this prefix
                 w.prefix[r.index] = self.dp.get(r.progress.locator)
@@ -894,7 +982,9 @@ class Trainer:
         args = (self.policies[w.policy_version], w.tokens, w.idx, rollout_key(*key), rollout_length(*key),
                 environment_for(w.idx))
         prefix = w.prefix[i] if w.prefix is not None else None
-        return Rollout.start(*args) if prefix is None else Rollout.resumed(*args, prefix)
+        if prefix is None:
+            return Rollout.start(*args, version=w.policy_version)
+        return Rollout.resumed(*args, prefix, version=w.policy_version)
 
     def _token_us(self, rng: random.Random, r: Rollout) -> float:
         """Generation microseconds per token of this attempt: the median rollout takes
@@ -970,18 +1060,18 @@ class Trainer:
                 await self._tokens(r, CHUNK_TOKENS, token_us)
         finally:
             self._settled(r, rejected=True)
-        await self._late(w, i, attempt, result, r.us / 1e6)
+        await self._late(w, i, attempt, result, r.us / 1e6, r.newest_version)
 
     async def _progress(self, w: Work, i: int, attempt: int, r: Rollout) -> None:
         """The prefix of rollout `i` of `w` durable in the data plane, then `rollout_progress`
         (while the trainer still waits for this attempt); the progress it supersedes goes."""
-        loc = await asyncio.to_thread(self.dp.put_progress, w.gid, i, attempt, r.generated,
-                                      r.progress_row(w.policy_version))
+        loc = await asyncio.to_thread(self.dp.put_progress, w.gid, i, attempt, r.generated, r.progress_row())
         async with w.lock:
             if not self._wanted(w, i, attempt):
                 await asyncio.to_thread(self.dp.delete, [loc])
                 return
-            await self.own.rollout_progress(w.gid, i, attempt, loc, r.generated, r.turn, w.policy_version)
+            await self.own.rollout_progress(w.gid, i, attempt, loc, r.generated, r.turn,
+                                            (r.oldest_version, r.newest_version))
             old, w.progress[i] = w.progress[i], loc
         self.stats["progress_rows"] += 1
         if old is not None:
@@ -1067,12 +1157,12 @@ class Trainer:
         row = await asyncio.to_thread(self.dp.get, loc)
         result = (int(row["answer"]), float(row["old_logprob"]), float(row["reward"]))
         if w.attempts is not None:
-            await self._seal(w, i, attempt, loc, result, seconds)
+            await self._seal(w, i, attempt, loc, result, seconds, (w.policy_version, w.policy_version), None)
             return
         # group-level: the result joins its group, whose rows are written once all are in
         await asyncio.to_thread(self.dp.delete, [loc])
         if self._wanted(w, i, attempt):
-            await self._keep_group_result(w, i, result, seconds)
+            await self._keep_group_result(w, i, result, seconds, w.policy_version, None)
 
     async def _fence_handover(self, results) -> None:
         """Results the actors finished for a controller that died: each is offered to the
@@ -1112,18 +1202,17 @@ class Trainer:
             w.failed = True   # its other rollouts stop; the main loop discards and replaces it
             self.events.put_nowait(("failed", w))
 
-    async def _deliver(self, w: Work, i: int, attempt: int, result: tuple, seconds: float,
-                       r: Rollout | None = None) -> None:
+    async def _deliver(self, w: Work, i: int, attempt: int, result: tuple, seconds: float, r: Rollout) -> None:
         """A rollout done in time (`r`: its tokens): rollout-level, its row into the data plane,
         then sealed (the last one finishes the group in the same commit); group-level, the
         group's rows go to the data plane once all are done, then `finished`."""
+        span, tokens = (r.oldest_version, r.newest_version), r.token_rows()
         if w.attempts is None:
-            await self._keep_group_result(w, i, result, seconds)
+            await self._keep_group_result(w, i, result, seconds, span[1], tokens)
             return
         loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt,
-                                      _rollout_row(result, seconds, w.policy_version,
-                                                   r.trace if r is not None else None))
-        await self._seal(w, i, attempt, loc, result, seconds)
+                                      _rollout_row(result, seconds, span[1], tokens))
+        await self._seal(w, i, attempt, loc, result, seconds, span, tokens)
 
     def _end_progress(self, w: Work, i: int) -> None:
         """Rollout `i` of `w` was sealed or failed: its progress row is no restore's any more."""
@@ -1131,32 +1220,37 @@ class Trainer:
         if old is not None:
             self.gc_pool.submit(self.dp.delete, [old])
 
-    async def _keep_group_result(self, w: Work, i: int, result: tuple, seconds: float) -> None:
-        """Group-level: rollout `i` of `w` is done; with the last one the group's rows go to the
-        data plane, then `finished`."""
-        w.keep(i, result, seconds)
+    async def _keep_group_result(self, w: Work, i: int, result: tuple, seconds: float, version: int,
+                                 tokens: dict | None) -> None:
+        """Group-level: rollout `i` of `w` (the newest weights in it `version`, its per-token
+        rows `tokens`) is done; with the last one the group's rows go to the data plane, then
+        `finished` with the newest weights in the group."""
+        w.keep(i, result, seconds, version, tokens)
         if w.done == self.cfg.rollouts:
             rows = w.group_rows()
             # rows durable in the data plane first, then the journal says where they are
             loc = await asyncio.to_thread(self.dp.put, w.gid, rows)
-            await self.own.finished(w.gid, w.policy_version, loc)
+            await self.own.finished(w.gid, w.newest_version, loc)
             w.status, w.locator = REPLAY, loc
             self.events.put_nowait(("finished", w))
 
-    async def _seal(self, w: Work, i: int, attempt: int, loc: str, result: tuple, seconds: float) -> None:
-        """Rollout `i` of `w` in `attempt` is durable at `loc`: sealed while the trainer still
-        waits for it, else its row goes."""
+    async def _seal(self, w: Work, i: int, attempt: int, loc: str, result: tuple, seconds: float,
+                    span: tuple[int, int], tokens: dict | None) -> None:
+        """Rollout `i` of `w` in `attempt` is durable at `loc` (made by the weights of `span`:
+        oldest, newest version): sealed while the trainer still waits for it, else its row goes;
+        the last one finishes the group with the newest weights in it."""
         R = self.cfg.rollouts
         began = time.perf_counter()
         async with w.lock:
             if self._wanted(w, i, attempt):
                 last = w.done == R - 1
-                await self.own.rollout_sealed(w.gid, i, attempt, loc, w.policy_version, finish=last)
+                newest = max(span[1], w.newest_version) if last else None
+                await self.own.rollout_sealed(w.gid, i, attempt, loc, span, newest)
                 # how long the seal waited (the group's lock, the commit): the generator task's
                 # wait, except in Ray mode, where a task of its own seals (see `_ray_worker`)
                 self.stats["seal_wait_us"] += _us(time.perf_counter() - began)
                 self.stats["seals"] += 1
-                w.keep(i, result, seconds)
+                w.keep(i, result, seconds, span[1], tokens)
                 w.sealed[i] = loc
                 self._end_progress(w, i)
                 if last:
@@ -1167,7 +1261,7 @@ class Trainer:
         await asyncio.to_thread(self.dp.delete, [loc])
         self._rejected(seconds)
 
-    async def _late(self, w: Work, i: int, attempt: int, result: tuple, seconds: float) -> None:
+    async def _late(self, w: Work, i: int, attempt: int, result: tuple, seconds: float, version: int) -> None:
         """A slow worker's result, after its rollout was given up: rollout-level it lands in the
         data plane and the trainer tries to seal it, as any result; the journal rejects the
         given-up attempt, and the row goes. Group-level there is no attempt to fence with: the
@@ -1176,8 +1270,7 @@ class Trainer:
             self.stats["late_results_ignored"] += 1
             self.ledger.count(late_results_ignored=1)
             return
-        loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt,
-                                      _rollout_row(result, seconds, w.policy_version))
+        loc = await asyncio.to_thread(self.dp.put_rollout, w.gid, i, attempt, _rollout_row(result, seconds, version))
         await self._fence(w, w.gid, i, attempt, loc)
 
     async def _fence(self, w: Work | None, gid: int, i: int, attempt: int, loc: str) -> None:
@@ -1198,8 +1291,8 @@ class Trainer:
                     # `rollout_failed` each: its discard, queued, drops them all
                     kind = "group_given_up"
                 else:
-                    await self.own.rollout_sealed(gid, i, attempt, loc,
-                                                  w.policy_version if w is not None else None, finish=False)
+                    version = w.policy_version if w is not None else None
+                    await self.own.rollout_sealed(gid, i, attempt, loc, (version, version), None)
                     raise RuntimeError(f"the journal sealed a late result: group {gid} rollout {i} "
                                        f"attempt {attempt}, given up at its deadline")
             except StaleAttempt:
@@ -1222,7 +1315,7 @@ class Trainer:
         await self.own.trained([w.gid for w in groups], t)     # write-ahead, then the update
         self.ledger.trained(t, [w.row_key for w in groups],
                             generation_us=sum(_us(float(w.seconds.sum())) for w in groups))
-        loss = grpo_loss(self.policy, rows)
+        loss, clamped = grpo_loss(self.policy, rows)
         self.opt.zero_grad()
         loss.backward()
         self.opt.step()
@@ -1233,8 +1326,10 @@ class Trainer:
             del self.live[w.gid]
             self.trained_locators[t] += w.row_locators()
         reward = float(torch.stack([r["rewards"] for r in rows]).mean())
+        self.stats["clamped_weights"] += clamped
         announce("STEP", t, f"groups={len(groups)}", f"epoch={self.loader_epoch}",
-                 f"loss={float(loss.detach()):.4f}", f"reward={reward:.3f}")
+                 f"loss={float(loss.detach()):.4f}", f"reward={reward:.3f}",
+                 f"staleness={staleness(groups, t - 1)}", f"clamped={clamped}")
         in_use = {w.policy_version for w in self.live.values() if w.status == ADMITTED}
         for v in [v for v in self.policies if v != self.step and v not in in_use]:
             del self.policies[v]
@@ -1419,6 +1514,11 @@ def parse_args(argv=None) -> Config:
                    help="a rollout's durable prefix (rollout_progress) every this many tokens, and "
                         "every turn of a multi-turn rollout; a restore continues from it (0: off, "
                         "the default; rollout-level only)")
+    p.add_argument("--max-policy-lag", type=int, default=0,
+                   help="the trainer's off-policy bound in steps: a restore to the checkpoint of step S "
+                        "keeps the sealed rollouts, finished groups and prefixes of weights up to S + K "
+                        "(DESIGN 14; the loss weighs each token by its behaviour log-probability) "
+                        "(default 0: nothing newer than the checkpoint)")
     p.add_argument("--slow-rate", type=float, default=0.01,
                    help="probability that a rollout's worker is slow: it misses the deadline by "
                         "1.5-4x and answers late (default 0.01)")
@@ -1454,6 +1554,10 @@ def parse_args(argv=None) -> Config:
                 "(group-level, no journal) or --group-level")
     if a.progress_every < 0:
         p.error(f"--progress-every must be >= 0, not {a.progress_every}")
+    if a.max_policy_lag < 0:
+        p.error(f"--max-policy-lag must be >= 0, not {a.max_policy_lag}")
+    if a.max_policy_lag and (a.baseline or a.no_journal):
+        p.error("--max-policy-lag bounds what a restore keeps: the baseline has no restore")
     if a.progress_every and (a.baseline or a.group_level or a.ray):
         p.error("--progress-every records rollout_progress: rollout-level with the journal only "
                 "(not --baseline, --group-level or --ray)")
@@ -1463,6 +1567,7 @@ def parse_args(argv=None) -> Config:
     return Config(out=a.out, seed=a.seed, epochs=a.epochs, dataset_size=a.dataset_size,
                   batch_size=a.batch_size, rollouts=a.rollouts, workers=a.workers,
                   failure_rate=a.failure_rate, latency_ms=a.latency_ms, progress_every=a.progress_every,
+                  max_policy_lag=a.max_policy_lag,
                   slow_rate=a.slow_rate,
                   deadline_ms=a.deadline_ms, max_attempts=a.max_attempts, group_level=a.group_level,
                   ckpt_every=a.ckpt_every, ckpt_save_seconds=a.ckpt_save_seconds,

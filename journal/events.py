@@ -171,8 +171,8 @@ class RolloutSealed(msgspec.Struct, tag="rollout_sealed", array_like=True, froze
 
     rollouts: RolloutRefs
     policy_version: Int | None = None
-    # the oldest version of their tokens when older weights began them (a continued prefix
-    # carries its own: the fold takes the oldest of both)
+    # the oldest version of their tokens when other weights made some of them; the fold keeps
+    # the newest and the oldest of these and of the prefix a seal completes
     since_version: Int | None = None
 
 

@@ -81,9 +81,10 @@ class SampledRow(NamedTuple):
 
 class Progress(msgspec.Struct, gc=False, frozen=True):
     """The latest durable prefix of an unsealed rollout's current attempt (`rollout_progress`):
-    where its row is, the tokens (and turns) it holds, the weights that generated the newest of
-    them (`policy_version`) and, when older weights began them (a prefix continued after a
-    restore, or across a weight update), the oldest (`since`; None: all by `policy_version`)."""
+    where its row is, the tokens (and turns) it holds, the newest version of the weights that
+    generated them (`policy_version`) and, when other weights made some of them (a prefix
+    continued after a restore, or across a weight update), the oldest (`since`; None: all by
+    `policy_version`)."""
 
     locator: str
     tokens: int
@@ -92,13 +93,18 @@ class Progress(msgspec.Struct, gc=False, frozen=True):
     since: int | None = None
 
 
-def oldest_version(newest: int | None, *older: int | None) -> int | None:
-    """The `since` of work whose newest tokens are by `newest` and whose others were by `older`
-    (each None when unknown): the oldest known version below `newest`, else None."""
-    if newest is None:
-        return None
-    known = [v for v in older if v is not None and v < newest]
-    return min(known) if known else None
+def span_after(version: int | None, since_version: int | None,
+               before: "Progress | None") -> tuple[int | None, int | None]:
+    """(policy_version, since) of work recorded with `version` and `since_version` that extends
+    the prefix `before` (None: none): the newest and the oldest version its tokens have, the
+    oldest only when it differs (None: unknown, or one version). A prefix continued by older
+    weights (after a restore) keeps the newer version it holds: the bound is on the newest."""
+    known = [v for v in (version, since_version, *(span_of(before) if before is not None else ()))
+             if v is not None]
+    if not known:
+        return None, None
+    newest, oldest = max(known), min(known)
+    return newest, (oldest if oldest < newest else None)
 
 
 def span_of(p: "Progress") -> tuple[int | None, int | None]:
@@ -725,10 +731,10 @@ def _apply_rollouts(state: State, event, lsn: int, undo: Undo) -> None:
         progress = None if r.progress is None else with_progress(r.progress, r.n, index, None)
         if sealing:
             locators, versions = list(r.locators), list(r.versions)
-            locators[index], versions[index] = ref.locator, pv
+            # the seal completes the prefix it continued: it spans that one's versions too
+            newest, oldest = span_after(pv, event.since_version, r.progress_of(index))
+            locators[index], versions[index] = ref.locator, newest
             since = r.since
-            prefix = r.progress_of(index)  # the seal completes the prefix it continued
-            oldest = oldest_version(pv, event.since_version, *(span_of(prefix) if prefix is not None else ()))
             if oldest is not None or since is not None:
                 since = with_progress(since, r.n, index, oldest)
             new = Rollouts(r.attempts, r.sealed | 1 << index, tuple(locators), tuple(versions), progress, since)
@@ -762,10 +768,8 @@ def _apply_progress(state: State, event: RolloutProgress, lsn: int, undo: Undo) 
     if r is None or index >= len(r.attempts) or r.sealed >> index & 1 or r.attempts[index] != ref.attempt:
         raise _refused(event, ref, r, None, lsn)
     # a newer prefix of the attempt extends the one before: it spans that one's versions too
-    before = r.progress_of(index)
-    p = Progress(ref.locator, event.tokens, event.turn, event.policy_version,
-                 oldest_version(event.policy_version, event.since_version,
-                                *(span_of(before) if before is not None else ())))
+    p = Progress(ref.locator, event.tokens, event.turn,
+                 *span_after(event.policy_version, event.since_version, r.progress_of(index)))
     undo.records.append(g)
     changed = g.__copy__()
     changed.rollouts = Rollouts(r.attempts, r.sealed, r.locators, r.versions,

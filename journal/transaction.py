@@ -219,8 +219,10 @@ class Transaction:
         sealed. The group must have been admitted with `rollouts=N`, the rollout unsealed and
         named with its current attempt: a late result of an attempt that was given up raises
         `StaleAttempt` (an `OwnershipError`) and nothing is written. `policy_version`: the
-        weights that generated its newest tokens; `since_version`: the oldest, when older
-        weights began it (a rollout that continued its prefix spans the prefix's too)."""
+        (newest) version of the weights that generated it; `since_version`: the oldest, when
+        other weights made some of it (a rollout generated across a weight update). The journal
+        keeps the newest and the oldest of these and of the prefix the rollout completes (a
+        rollout continued from a prefix spans the prefix's versions too)."""
         self._events.append(RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self._j.path),
                                           policy_version, since_version))
 

@@ -30,11 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-import msgspec
-
 from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, Progress, Reader, RolloutFailed,
                      RolloutProgress, RolloutSealed, State, Taken, TakenGroup)
-from journal.fold import LoaderState, dispatched_attempt, oldest_version, span_of
+from journal.fold import LoaderState, dispatched_attempt, span_after
 
 from .recovered_state import with_version
 
@@ -240,18 +238,14 @@ def _admitted_by(t: TailTake) -> int | None:
 def _prefix(ev: RolloutProgress, admitted_by: int | None, before: Progress | None) -> Progress:
     """The prefix `ev` records, as the fold keeps it: it extends `before`, the one it supersedes."""
     ref = ev.rollout
-    p = with_version(Progress(ref.locator, ev.tokens, ev.turn, ev.policy_version), admitted_by)
-    return msgspec.structs.replace(p, since=_since(p.policy_version, ev, before))
+    return with_version(Progress(ref.locator, ev.tokens, ev.turn, *span_after(ev.policy_version, ev.since_version,
+                                                                            before)), admitted_by)
 
 
 def _result(ev, ref, admitted_by: int | None, before: Progress | None) -> tuple:
     """(policy version, locator, since) of seal `ev` of rollout `ref`, which completes `before`."""
-    version = _version(ev.policy_version, admitted_by)
-    return version, ref.locator, _since(version, ev, before)
-
-
-def _since(version: int | None, ev, before: Progress | None) -> int | None:
-    return oldest_version(version, ev.since_version, *(span_of(before) if before is not None else ()))
+    version, since = span_after(ev.policy_version, ev.since_version, before)
+    return _version(version, admitted_by), ref.locator, since
 
 
 def read_dead_tail(reader: Reader, state: State, commits: Iterable[Commit] | None = None) -> DeadTail:

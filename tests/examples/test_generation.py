@@ -21,16 +21,17 @@ from examples.trainer import TinyPolicy
 torch.manual_seed(0)
 POLICY = TinyPolicy().eval()
 DS = PromptDataset(64, seed=0)
+VERSION = 3
 
 
 def _start(idx: int, index: int, length: int) -> Rollout:
     return Rollout.start(POLICY, torch.tensor(DS[idx]["tokens"]), idx, rollout_key(0, 0, idx, index), length,
-                         environment_for(idx))
+                         environment_for(idx), version=VERSION)
 
 
 def _resumed(idx: int, index: int, length: int, row: dict) -> Rollout:
     return Rollout.resumed(POLICY, torch.tensor(DS[idx]["tokens"]), idx, rollout_key(0, 0, idx, index), length,
-                           environment_for(idx), row)
+                           environment_for(idx), row, version=VERSION)
 
 
 @settings(max_examples=40, deadline=None)
@@ -44,7 +45,7 @@ def test_a_continued_rollout_is_its_prefix_then_the_tokens_the_uninterrupted_one
     part.advance(cut)
     part.us = 1234 * cut
     dp = LocalDataPlane(str(tmp_path_factory.mktemp("rows")))
-    row = dp.get(dp.put_rollout(7, index, 0, part.progress_row(policy_version=3)))
+    row = dp.get(dp.put_rollout(7, index, 0, part.progress_row()))
     prefix = row["trace"].tolist()
     cont = _resumed(idx, index, length, row)
     assert (cont.generated, cont.us, cont.turn) == (cut, 1234 * cut, part.turn)
@@ -62,7 +63,7 @@ def test_a_multi_turn_rollout_resumes_at_its_turn_with_its_environment_state(tmp
         r = _start(idx, 0, 5 * TURN_TOKENS + 2)
         r.advance(3 * TURN_TOKENS)
         assert r.turn == 3 and r.stops(16)
-        row = dp.get(dp.put_rollout(idx, 0, 0, r.progress_row(policy_version=1)))
+        row = dp.get(dp.put_rollout(idx, 0, 0, r.progress_row()))
         cont = _resumed(idx, 0, 5 * TURN_TOKENS + 2, row)
         assert cont.turn == 3 and cont.actions == r.actions
         assert type(cont.env) is env_cls
@@ -98,3 +99,48 @@ def test_lengths_are_seeded_and_long_tailed():
     assert lengths != [rollout_length(1, 0, idx, i) for idx in range(512) for i in range(8)]
     assert abs(statistics.median(lengths) - LENGTH_MEDIAN) <= 1
     assert max(lengths) == MAX_TOKENS and statistics.mean(lengths) > 1.5 * statistics.median(lengths)
+
+
+@settings(max_examples=25, deadline=None)
+@given(idx=st.integers(0, 63), index=st.integers(0, 7), length=st.integers(2, 60), data=st.data())
+def test_a_continued_prefix_keeps_its_tokens_versions_and_behaviour_logprobs(idx, index, length, data,
+                                                                             tmp_path_factory):
+    """A prefix of other weights (a restore kept the work of weights that died) continued by the
+    restored ones: its tokens keep the version and log-probability they were sampled with, the
+    tokens after it are the continuing weights'; the rollout's newest weights are the prefix's."""
+    torch.manual_seed(1)
+    newer = TinyPolicy().eval()            # the dead run's weights of step 5
+    cut = data.draw(st.integers(1, length - 1))
+    part = Rollout.start(newer, torch.tensor(DS[idx]["tokens"]), idx, rollout_key(0, 0, idx, index), length,
+                         environment_for(idx), version=5)
+    part.advance(cut)
+    dp = LocalDataPlane(str(tmp_path_factory.mktemp("rows")))
+    row = dp.get(dp.put_rollout(7, index, 0, part.progress_row()))
+    assert int(row["policy_version"]) == 5
+    cont = _resumed(idx, index, length, row)   # the restored weights, step VERSION = 3
+    assert cont.newest_version == 5
+    cont.advance(length)
+    rows = cont.token_rows()
+    assert rows["token_versions"].tolist() == [5] * cut + [VERSION] * (length - cut)
+    assert rows["token_logprobs"][:cut].tolist() == part.logprobs
+    # each token's log-probability is under the weights that sampled it: the prefix's under the
+    # dead run's, the rest under the restored ones
+    tokens = torch.tensor(DS[idx]["tokens"])
+    with torch.no_grad():
+        by_newer = newer.token_logprobs(tokens, rows["trace"], rows["token_positions"])
+        by_restored = POLICY.token_logprobs(tokens, rows["trace"], rows["token_positions"])
+    assert torch.allclose(rows["token_logprobs"][:cut], by_newer[:cut], atol=1e-5)
+    assert torch.allclose(rows["token_logprobs"][cut:], by_restored[cut:], atol=1e-5)
+    assert not torch.allclose(by_newer, by_restored, atol=1e-3)
+
+
+def test_the_positions_name_the_policy_tokens_of_a_multi_turn_trace():
+    r = _start(5, 0, 3 * TURN_TOKENS + 3)
+    assert environment_for(5) is not None
+    r.advance(r.length)
+    rows = r.token_rows()
+    positions = rows["token_positions"].tolist()
+    # one observation before the first turn and after each completed one
+    observations = sorted(set(range(len(r.trace))) - set(positions))
+    assert observations == [0] + [1 + k * (TURN_TOKENS + 1) + TURN_TOKENS for k in range(3)]
+    assert len(positions) == r.generated and rows["token_versions"].tolist() == [VERSION] * r.generated

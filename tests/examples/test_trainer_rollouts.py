@@ -81,11 +81,13 @@ def test_a_late_result_is_rejected_by_the_journal_and_its_row_deleted(trainer):
         # rollout 1: given up at its deadline, its late result comes while attempt 1 runs
         await t._give_up(w, 1, 0, "deadline")
         assert w.attempts[1] == 1 and t.jobs.get_nowait() == (w, 1, 1)
-        await t._late(w, 1, 0, result, 0.2)
+        await t._late(w, 1, 0, result, 0.2, w.policy_version)
         # rollout 2: given up, its next attempt seals first, then the late result comes
         await t._give_up(w, 2, 0, "deadline")
-        await t._deliver(w, 2, 1, result, 0.01)
-        await t._late(w, 2, 0, result, 0.3)
+        r = t._rollout(w, 2)
+        r.advance(r.length)
+        await t._deliver(w, 2, 1, result, 0.01, r)
+        await t._late(w, 2, 0, result, 0.3, w.policy_version)
         return w
 
     w = asyncio.run(scenario())

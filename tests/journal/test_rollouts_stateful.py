@@ -36,12 +36,14 @@ class Illegal(Exception):
         self.stale = stale
 
 
-def oldest(version, given, before: tuple | None):
-    """A prefix's `since`: the oldest version below `version` among `given` (its event's
-    since_version) and the versions of `before`, the prefix of the attempt it extends."""
-    older = [v for v in (given, *((before[3], before[2]) if before is not None else ()))
-             if v is not None and version is not None and v < version]
-    return min(older) if older else None
+def spanned(version, given, before: tuple | None) -> tuple:
+    """A prefix's (version, since): the newest and, when older, the oldest version among its
+    event's `version` and `given` (since_version) and the versions of `before`, the prefix of
+    the attempt it extends."""
+    known = [v for v in (version, given, *((before[3], before[2]) if before is not None else ())) if v is not None]
+    if not known:
+        return None, None
+    return max(known), (min(known) if min(known) < max(known) else None)
 
 
 class RolloutModel:
@@ -86,10 +88,10 @@ class RolloutModel:
             if op[0] in ("seal", "fail", "progress"):
                 key = (op[1], op[2])
                 before = prefixes.pop(key, None) or (None if key in ended else self.progress.get(key))
-                if op[0] == "seal":
-                    seals[key] = (op[5], op[4])
+                if op[0] == "seal":  # the newest version of the prefix it completes counts too
+                    seals[key] = (spanned(op[5], None, before)[0], op[4])
                 elif op[0] == "progress":
-                    prefixes[key] = (op[4], op[5], op[6], oldest(op[6], op[7] if len(op) > 7 else None, before))
+                    prefixes[key] = (op[4], op[5], *spanned(op[6], op[7] if len(op) > 7 else None, before))
                 if op[0] != "progress":
                     ended.add(key)
         for gid, (owner, n, _, sealed, locators) in self.groups.items():
@@ -131,9 +133,8 @@ class RolloutModel:
             if index in g[3]:
                 raise Illegal()
             if kind == "progress":  # the newer prefix supersedes, spanning it
-                self.progress[(gid, index)] = (locator, op[5], op[6],
-                                               oldest(op[6], op[7] if len(op) > 7 else None,
-                                                      self.progress.get((gid, index))))
+                self.progress[(gid, index)] = (locator, op[5], *spanned(op[6], op[7] if len(op) > 7 else None,
+                                                                        self.progress.get((gid, index))))
                 return
             self.progress.pop((gid, index), None)  # a seal or a failure ends it
             if kind == "seal":

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from journal import GroupRef, Journal, JournalWarning, Owner, RolloutRef, StaleAttempt
+from journal import GroupRef, Journal, JournalWarning, Owner, Progress, RolloutRef, StaleAttempt
 from replay import LocalDataPlane, Session, SessionError, restore, verify
 from snapshot import compact, read_cut
 from tests.support.replay_support import FakeDataPlane
@@ -259,10 +259,26 @@ def test_work_continued_by_newer_weights_spans_every_version_that_made_it(fast_t
 
 def test_a_seal_may_say_which_older_weights_began_it(fast_tmp):
     """A rollout generated across a weight update without a prefix (slime, AReaL): the seal's
-    since_version is kept when older than its version, ignored otherwise."""
+    two versions are its span, the newest its policy version whichever argument holds it."""
     with Journal.open(str(fast_tmp / "j"), sync="none") as j:
         (g,) = j.taken([GroupRef(idx=0)])
-        j.admitted([g], target_step=1, rollouts=2)
+        j.admitted([g], target_step=1, rollouts=3)
         j.rollout_sealed([RolloutRef(g, 0, 0, "a")], policy_version=7, since_version=5)
         j.rollout_sealed([RolloutRef(g, 1, 0, "b")], policy_version=7, since_version=9)
-        assert j.group(g).rollouts.since == (5, None)
+        j.rollout_sealed([RolloutRef(g, 2, 0, "c")], policy_version=7, since_version=7)
+        r = j.group(g).rollouts
+        assert (r.versions, r.since) == ((7, 9, 7), (5, 7, None))
+
+
+def test_a_prefix_continued_by_older_weights_keeps_the_newer_version(fast_tmp):
+    """After a restore to S, weights S continue a prefix that weights S+2 made: the prefix, and
+    the seal that completes it, still hold tokens of S+2 (the bound is on the newest)."""
+    with Journal.open(str(fast_tmp / "j"), sync="none") as j:
+        (g,) = j.taken([GroupRef(idx=0)])
+        j.admitted([g], target_step=1, rollouts=1)
+        j.rollout_progress(RolloutRef(g, 0, 0, "p1"), tokens=4, policy_version=S + 2)
+        j.rollout_progress(RolloutRef(g, 0, 0, "p2"), tokens=8, policy_version=S)
+        assert j.group(g).rollouts.progress_of(0) == Progress("p2", 8, None, S + 2, S)
+        j.rollout_sealed([RolloutRef(g, 0, 0, "r")], policy_version=S)
+        r = j.group(g).rollouts
+        assert (r.versions, r.since) == ((S + 2,), (S,))

@@ -201,7 +201,7 @@ class Model:
             seen: set = set()
             for ref in ev[1]:
                 before = self.progress.pop((ref[0], ref[1]), None)  # a seal ends the prefix
-                self._rollout(kind, ref, seen)[1][ref[1]] = (ref[3], ev[2], _since(ev[2], ev[3:], before))
+                self._rollout(kind, ref, seen)[1][ref[1]] = (ref[3], *_span(ev[2], ev[3:], before))
         elif kind == "failed":
             seen = set()
             for ref in ev[1]:
@@ -211,7 +211,7 @@ class Model:
             ref = ev[1]
             self._rollout(kind, ref, set())
             before = self.progress.get((ref[0], ref[1]))  # the newer supersedes, spanning it
-            self.progress[(ref[0], ref[1])] = (ref[3], ev[2], ev[3], ev[4], _since(ev[4], ev[5:], before))
+            self.progress[(ref[0], ref[1])] = (ref[3], ev[2], ev[3], *_span(ev[4], ev[5:], before))
         elif kind == "begin":
             if ev[1] in self.committed:
                 raise Illegal("step already committed")
@@ -246,12 +246,14 @@ def _or(recorded, fallback):
     return recorded if recorded is not None else fallback
 
 
-def _since(newest, given: tuple, before: tuple | None):
-    """The oldest version below `newest` among `given` (an event's since_version, if it has
-    one) and the versions of `before`, the prefix the work extends; None when there is none."""
-    older = [*given, *((before[4], before[3]) if before is not None else ())]
-    older = [v for v in older if v is not None and newest is not None and v < newest]
-    return min(older) if older else None
+def _span(version, given: tuple, before: tuple | None) -> tuple:
+    """(version, since) kept for work recorded with `version` (and `given`, its event's
+    since_version if it has one) that extends `before` (a prefix tuple, or None): the newest
+    and, when older, the oldest of every version known."""
+    known = [v for v in (version, *given, *((before[4], before[3]) if before is not None else ())) if v is not None]
+    if not known:
+        return None, None
+    return max(known), (min(known) if min(known) < max(known) else None)
 
 
 def events_of(commit) -> list[tuple]:

@@ -251,11 +251,15 @@ def _before(f: Facts, index: int, at_point: Progress | None) -> Progress | None:
     return p if p is not None or index in f.ended else at_point
 
 
-def _oldest(version, given, before: Progress | None):
-    """The oldest version below `version` among `given` and the span of `before` (None: none)."""
-    older = [v for v in (given, *((before.since, before.policy_version) if before is not None else ()))
-             if v is not None and version is not None and v < version]
-    return min(older) if older else None
+def _span(f: Facts, version, given, before: Progress | None) -> tuple:
+    """(version, since) of work recorded with `version` and `given` (its since_version) that
+    extends `before`: the newest of every version known (none known: the admission's) and,
+    when older, the oldest."""
+    known = [v for v in (version, given, *((before.since, before.policy_version) if before is not None else ()))
+             if v is not None]
+    if not known:
+        return f.admitted_pv, None
+    return max(known), (min(known) if min(known) < max(known) else None)
 
 
 def _ended(f: Facts, ev, ref, at_point: Progress | None = None) -> None:
@@ -265,15 +269,14 @@ def _ended(f: Facts, ev, ref, at_point: Progress | None = None) -> None:
     f.progress.pop(ref.index, None)
     f.ended.add(ref.index)
     if type(ev) is RolloutSealed:
-        v = _version(ev.policy_version, f.admitted_pv)
-        f.sealed[ref.index] = (v, ref.locator, _oldest(v, ev.since_version, before))
+        v, since = _span(f, ev.policy_version, ev.since_version, before)
+        f.sealed[ref.index] = (v, ref.locator, since)
 
 
 def _prefix(f: Facts, ev: RolloutProgress, at_point: Progress | None = None) -> None:
     r = ev.rollout
-    v = _version(ev.policy_version, f.admitted_pv)
-    f.progress[r.index] = Progress(r.locator, ev.tokens, ev.turn, v,
-                                   _oldest(v, ev.since_version, _before(f, r.index, at_point)))
+    f.progress[r.index] = Progress(r.locator, ev.tokens, ev.turn,
+                                   *_span(f, ev.policy_version, ev.since_version, _before(f, r.index, at_point)))
 
 
 def _follow_event(work: dict, alias: dict, ev) -> None:
