@@ -311,21 +311,28 @@ class _OneEvent(Transaction):
         self._j, self._events, self._blobs, self._next_gid = journal, [], {}, None
 
 
+def queue_one(journal, record, args: tuple, kwargs: dict):
+    """(the commit queued, what `record` returned) of the one event the `Transaction` method
+    `record` records on `journal`; the journal's lock is held on return (for the caller's
+    `CommitPipeline._await_commit`, or to let go of), and let go of when it raises."""
+    tx = _OneEvent(journal)
+    lock = journal._lock
+    lock.acquire()
+    try:
+        journal._check_usable()
+        result = record(tx, *args, **kwargs)
+        return journal._enqueue(tx._events, tx._blobs), result
+    except BaseException:
+        lock.release()
+        raise
+
+
 def _one_event(name: str):
     """`Journal.<name>`: a transaction of the one event `Transaction.<name>` records."""
     record = getattr(Transaction, name)
 
     def call(self, *args, **kwargs):
-        tx = _OneEvent(self)
-        lock = self._lock
-        lock.acquire()
-        try:
-            self._check_usable()
-            result = record(tx, *args, **kwargs)
-            pending = self._enqueue(tx._events, tx._blobs)
-        except BaseException:
-            lock.release()
-            raise
+        pending, result = queue_one(self, record, args, kwargs)
         lsn = self._await_commit(pending)  # lets go of the lock
         return result if result is not None else lsn
 
