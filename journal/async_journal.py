@@ -8,12 +8,10 @@ import functools
 import threading
 from typing import Any, Callable, TypeVar
 
-from .events import CALLS
+from .kinds import KINDS, Kind
 from .writer import Journal, Transaction
 
 T = TypeVar("T")
-# the transition methods of `Journal`, one per event kind, each awaitable here
-TRANSITION_CALLS = tuple(CALLS.values())
 
 
 class AsyncJournal:
@@ -106,12 +104,13 @@ class AsyncJournal:
                 loop.call_soon_threadsafe(_settle, loop, outcome, 0, self.SETTLE_PER_TURN)
 
 
-def _awaitable(name: str):
-    """`AsyncJournal.<name>`: `Journal.<name>`'s transition, awaited (same arguments, result)."""
-    method = getattr(Transaction, name)
+def _awaitable(kind: Kind):
+    """`AsyncJournal.<call>`: `Journal.<call>`'s transition, awaited (same arguments, result)."""
+    record, name = kind.record, kind.call
+    lsn_result = kind.returns is None  # the commit's LSN, as `Journal.<call>` returns it
 
     async def call(self: AsyncJournal, *args, **kwargs):
-        future = self._queue(lambda tx: method(tx, *args, **kwargs), name != "taken")
+        future = self._queue(lambda tx: record(tx, *args, **kwargs), lsn_result)
         del args, kwargs  # not kept alive while the commit waits for its fsync
         return await future
 
@@ -120,8 +119,8 @@ def _awaitable(name: str):
     return wrapped
 
 
-for _name in TRANSITION_CALLS:
-    setattr(AsyncJournal, _name, _awaitable(_name))
+for _kind in KINDS:  # the transition methods of `Journal`, one per event kind, each awaitable here
+    setattr(AsyncJournal, _kind.call, _awaitable(_kind))
 
 
 def _lsn_of(pending) -> int:
