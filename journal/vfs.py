@@ -1,5 +1,6 @@
 """The I/O seam: every write, fsync, preallocation, rename, unlink, truncate, mkdir and
-directory fsync the journal and the compactor issue goes through a `FileSystem`.
+directory fsync the journal, the compactor and the library's durable files (`durable_file`:
+`replay.durable_file`, a checkpoint folder's seal) issue goes through a `FileSystem`.
 
 Production uses `OsFileSystem`. Tests substitute a subclass that records each
 operation, fails the N-th one (EIO, ENOSPC), writes short, or keeps only what
@@ -10,9 +11,12 @@ ordinary reader opens them.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import os
 import shutil
+from typing import Iterator
 
 from .layout import REPLACE_TMP_SUFFIX
 
@@ -133,29 +137,54 @@ class OsFileSystem:
 
     # Composite operations, built from the primitives above so faults reach them too.
 
+    @contextlib.contextmanager
+    def durable_file(self, path: str, *, via: str | None = None, sync_dir: bool = True) -> Iterator[File]:
+        """The one durable write: the block writes the `File` yielded; when it ends the file is
+        fsynced and closed, renamed over `path` if it was written under the temporary name `via`,
+        and `path`'s directory fsynced (`sync_dir`: False where the caller fsyncs a directory
+        once for many files, as a cut does). Durable once the block returned.
+
+        With `via` (beside `path`; a leftover of it is removed first), a crash leaves `path` as
+        it was or whole, and a failure (the block's or a step's) removes `via` (best effort)
+        before the error propagates. Without it `path` is written in place and must not exist:
+        whole only once the block returned, so a caller that needs it whole or absent writes it
+        in a directory renamed into place complete (a cut) or removes it on failure."""
+        if via is not None and os.path.lexists(via):
+            self.unlink(via)
+        f = self.create(via or path)
+        try:
+            try:
+                yield f
+                f.sync()
+            finally:
+                f.close()
+            if via is not None:
+                self.rename(via, path)
+        except BaseException:
+            if via is not None:
+                with contextlib.suppress(OSError):
+                    self.unlink(via)
+            raise
+        if sync_dir:
+            self.fsync_dir(os.path.dirname(path) or ".")
+
     def write_file(self, path: str, data: bytes) -> None:
         """Create `path` with `data`, fsync it and its directory."""
-        f = self.create(path)
-        try:
+        with self.durable_file(path) as f:
             f.write(data)
-            f.sync()
-        finally:
-            f.close()
-        self.fsync_dir(os.path.dirname(path) or ".")
 
     def replace_file(self, path: str, data: bytes) -> None:
-        """Atomically replace `path` with `data` (temporary file, fsync, rename, directory fsync)."""
-        tmp = path + REPLACE_TMP_SUFFIX
-        if os.path.exists(tmp):
-            self.unlink(tmp)
-        f = self.create(tmp)
-        try:
+        """Atomically replace `path` with `data` (via `<path>.tmp`: fsync, rename, directory fsync)."""
+        with self.durable_file(path, via=path + REPLACE_TMP_SUFFIX) as f:
             f.write(data)
+
+    def fsync_file(self, path: str) -> None:
+        """fsync a file written without the seam (by a framework, a data plane)."""
+        f = self.open_append(path)
+        try:
             f.sync()
         finally:
             f.close()
-        self.rename(tmp, path)
-        self.fsync_dir(os.path.dirname(path) or ".")
 
     def makedirs(self, path: str) -> None:
         """Create `path` and missing parents, fsyncing each parent after each create."""
@@ -166,6 +195,37 @@ class OsFileSystem:
         self.makedirs(parent)
         self.mkdir(path)
         self.fsync_dir(parent)
+
+
+class FileStream(io.RawIOBase):
+    """A `File` as a Python binary stream (`write`, `seek`, `tell`), for code that writes into a
+    file object (`torch.save(state, f)`). It has no descriptor (`fileno` raises), so every byte
+    goes through the seam; closing it leaves the `File` open to its `durable_file`."""
+
+    def __init__(self, file: File):
+        super().__init__()
+        self.file = file
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.file.write(view)
+        return len(view)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        position = {os.SEEK_SET: 0, os.SEEK_CUR: self.file.offset, os.SEEK_END: self.file.allocated}[whence] + offset
+        if position < 0:
+            raise ValueError(f"seek to {position} in {self.file.path}: before the file's start")
+        self.file.offset = position
+        return position
+
+    def tell(self) -> int:
+        return self.file.offset
 
 
 FileSystem = OsFileSystem

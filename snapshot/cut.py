@@ -120,11 +120,7 @@ def _fsync_tree(fs: OsFileSystem, root: str) -> None:
                 raise ValueError(f"the data plane wrote a symbolic link {full}; a cut holds plain "
                                  "files only")
         for name in filenames:
-            f = fs.open_append(os.path.join(dirpath, name))
-            try:
-                f.sync()
-            finally:
-                f.close()
+            fs.fsync_file(os.path.join(dirpath, name))
         fs.fsync_dir(dirpath)
 
 
@@ -216,12 +212,9 @@ def _fill(fs: OsFileSystem, tmp: str, state: State, *, run_id: bytes, timeline: 
 
 
 def _write_synced(fs: OsFileSystem, path: str, data: bytes) -> None:
-    f = fs.create(path)
-    try:
+    """A file of the cut, fsynced; its directory is fsynced once, after the manifest."""
+    with fs.durable_file(path, sync_dir=False) as f:
         f.write(data)
-        f.sync()
-    finally:
-        f.close()
 
 
 def _save_data_plane(fs: OsFileSystem, tmp: str, data_plane: DataPlane,

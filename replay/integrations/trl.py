@@ -10,34 +10,62 @@ Where each movement of a group is journaled, and by whom:
 
 | movement | where TRL makes it | journal |
 | --- | --- | --- |
-| taken, admitted | the rollout worker (`JournaledRolloutWorker`, trl_worker.py) | `take`, `admit` |
+| taken, admitted | the rollout worker (`JournaledRolloutWorker`, trl_worker.py, on pipeline.py) | `take`, `admit` |
 | scored and queued | the worker, before its first `rollout_buffer.put` | `finish` with the samples in the data plane |
 | dropped as stale | `RolloutQueueDataset.__iter__` (seen at the buffer's `get`) | `discard`, the staleness in the reason |
 | trained | the optimizer step that consumed it (`on_step_end`), not the collation | `trained` |
 | checkpoint | `_save_checkpoint` | `checkpoint`: commits once TRL's files are durable |
 | resume | `train()` | `Session.open`: the committed checkpoint's folder, the loader position; TRL's `max_staleness` as the restore's `max_policy_lag` (`policy_lag`) |
 
-TRL is imported with this module, never by `import replay`.
+Importing this module imports TRL and checks its version (`UnsupportedTrlVersion`); `import
+replay` never imports TRL.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import re
 from typing import Any
 
-from torchdata.stateful_dataloader import StatefulDataLoader
-from transformers import TrainerCallback
-from transformers.trainer_utils import rotate_checkpoints
-from trl.experimental.async_grpo import AsyncGRPOTrainer
+import trl
 
-from .. import Session
-from .trl_checkpoint import checkpoint_folder, seal_folder, set_aside_uncommitted, verify_folder
-from .trl_errors import CheckpointNotCommitted, GroupSplitAcrossSteps, TrlIntegrationError, UnsupportedTrlConfig
-from .trl_worker import Generate, JournaledRolloutWorker
+from .trl_errors import (CheckpointNotCommitted, GroupSplitAcrossSteps, TrlIntegrationError, UnsupportedTrlConfig,
+                         UnsupportedTrlVersion)
+
+SUPPORTED_TRL = "1.16.0"
+
+
+def check_trl_version(version: str) -> None:
+    if version != SUPPORTED_TRL:
+        raise UnsupportedTrlVersion(
+            f"TRL {version} is installed; replay.integrations.trl is built and tested on TRL {SUPPORTED_TRL} (it "
+            "subclasses TRL's experimental AsyncGRPOTrainer and relies on its private names, listed in docs/trl.md): "
+            f"install 'ownership-journal[trl]' (trl=={SUPPORTED_TRL}), or check those names in {version} first")
+
+
+check_trl_version(trl.__version__)
+
+from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+from transformers.trainer_utils import rotate_checkpoints  # noqa: E402
+from trl.experimental.async_grpo import AsyncGRPOTrainer  # noqa: E402
+
+from .. import Session  # noqa: E402
+from .checkpoint_folders import seal_folder, set_aside_uncommitted, verify_folder  # noqa: E402
+from .pipeline import Generate  # noqa: E402
+from .trl_worker import JournaledRolloutWorker  # noqa: E402
 
 __all__ = ["JournaledAsyncGRPOTrainer", "JournaledRolloutWorker", "TrainedAtOptimizerStep", "check_config", "policy_lag",
-           "TrlIntegrationError", "UnsupportedTrlConfig", "GroupSplitAcrossSteps", "CheckpointNotCommitted"]
+           "check_trl_version", "SUPPORTED_TRL", "TrlIntegrationError", "UnsupportedTrlVersion",
+           "UnsupportedTrlConfig", "GroupSplitAcrossSteps", "CheckpointNotCommitted"]
+
+STATE = "journal-trl-state.json"                  # in each sealed folder: TRL's model_version and the step
+CHECKPOINT_FOLDER = re.compile(r"^checkpoint-(\d+)$")   # transformers' PREFIX_CHECKPOINT_DIR-{step}
+
+
+def checkpoint_folder(output_dir: str, step: int) -> str:
+    return os.path.join(output_dir, f"checkpoint-{step}")
 
 
 class CollationLog(set):
@@ -196,7 +224,7 @@ class JournaledAsyncGRPOTrainer(TrainedAtOptimizerStep, AsyncGRPOTrainer):
             raise CheckpointNotCommitted(
                 f"resume_from_checkpoint={str(requested)!r}, but journal {self.journal_dir} restores "
                 f"{committed or 'a first start (no committed checkpoint)'}: pass True (the journal decides)")
-        set_aside_uncommitted(self.args.output_dir, step)
+        set_aside_uncommitted(self.args.output_dir, step, CHECKPOINT_FOLDER)
         if committed is None:
             return None
         if not os.path.isdir(committed):
@@ -204,7 +232,7 @@ class JournaledAsyncGRPOTrainer(TrainedAtOptimizerStep, AsyncGRPOTrainer):
                 f"journal {self.journal_dir} committed the checkpoint of step {step}, but {committed} is gone: "
                 "put it back (a committed checkpoint's folder must stay until a newer one is committed)")
         # the train-begin weight sync adds one: the resumed weights are the checkpoint's, so is their version
-        self.model_version = verify_folder(committed)["model_version"] - 1
+        self.model_version = verify_folder(committed, STATE)["model_version"] - 1
         return committed
 
     def _save_checkpoint(self, model, trial) -> None:
@@ -223,7 +251,7 @@ class JournaledAsyncGRPOTrainer(TrainedAtOptimizerStep, AsyncGRPOTrainer):
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
-        seal_folder(folder, {"step": self.state.global_step, "model_version": self.model_version})
+        seal_folder(folder, {"step": self.state.global_step, "model_version": self.model_version}, STATE)
 
     def _groups_trained(self, step: int, groups: dict[int, int]) -> None:
         queued = self.rollout_worker.samples_queued

@@ -1,5 +1,5 @@
-"""The errors of the TRL integration (`replay.integrations.trl`), each naming the config field,
-group, folder or file involved and what to do. A damaged checkpoint folder raises the restore
+"""The errors of the TRL integration (`replay.integrations.trl`), each naming the version,
+config field, group, folder or file involved and what to do. A damaged checkpoint folder raises the restore
 errors of its check (`replay.ManifestMissing`, `UnsafePath`, `MissingFile`, `ChecksumMismatch`).
 """
 
@@ -10,6 +10,12 @@ from ..session import SessionError
 
 class TrlIntegrationError(SessionError):
     """Base class: the journaled TRL trainer cannot run as asked."""
+
+
+class UnsupportedTrlVersion(TrlIntegrationError):
+    """The installed TRL is not the version the integration was tested with: it subclasses TRL's
+    experimental trainer and reaches into its private names (docs/trl.md lists them), which move
+    between releases."""
 
 
 class UnsupportedTrlConfig(TrlIntegrationError):

@@ -27,8 +27,8 @@ from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyn
 from verl.utils.dataset.rl_dataset import collate_fn
 
 from .. import Session
-from ..session.work import ADMIT, GENERATE, TRAIN
-from .trl_checkpoint import seal_folder
+from .checkpoint_folders import seal_folder
+from .pipeline import Taken, admit, finish, finished_groups, prompts
 from .verl_errors import CheckpointNotCommitted, UnsupportedVerlConfig, VerlInternalsChanged
 from .verl_rows import group_of_uid, rows_of, sample_id_of, sample_of
 
@@ -96,9 +96,8 @@ class JournaledFullyAsyncRollouter(PlainRollouter):
         super().__init__(config, tokenizer, processor, device_name)
         self.journal_options = journal
         self.session: Session | None = None
-        self._taken: dict[str, int] = {}       # verl's feed sample id -> group id, until admitted
+        self._taken: dict[str, Taken] = {}     # verl's feed sample id -> the prompt, until admitted
         self._epoch_of: dict[int, int] = {}
-        self._admitted: set[int] = set()        # restored groups already admitted
         self._policy_step = 0                   # trainer step of the weights generating now
         self._checkpoint: tuple[int, int] | None = None
 
@@ -138,40 +137,28 @@ class JournaledFullyAsyncRollouter(PlainRollouter):
     # -- verl's movements -----------------------------------------------------------------------
 
     def _create_continuous_iterator(self):
-        s = self._open_session()
-        for work in s.resume_work:
-            if work.kind in (ADMIT, GENERATE):
-                if work.kind == GENERATE:
-                    self._admitted.add(work.group_id)
-                yield self._feed(work.group_id, work.epoch, work.prompt)
-        for batch in s.batches():
-            if s.epoch >= self.config.trainer.total_epochs:
-                return
-            (gid,) = s.take(batch)
-            yield self._feed(gid, s.epoch, batch)
+        for prompt in prompts(self._open_session(), self.config.trainer.total_epochs):
+            yield self._feed(prompt)
 
-    def _feed(self, group_id: int, epoch: int, batch) -> tuple[int, Any]:
+    def _feed(self, prompt: Taken) -> tuple[int, Any]:
         # verl names the sample from its feed counter right after this yield returns
-        self._taken[verl_feed_sample_id(epoch, self.global_steps)] = group_id
-        self._epoch_of[group_id] = epoch
-        return epoch, batch
+        self._taken[verl_feed_sample_id(prompt.epoch, self.global_steps)] = prompt
+        self._epoch_of[prompt.group_id] = prompt.epoch
+        return prompt.epoch, prompt.batch
 
     async def _process_single_sample_streaming(self, rollout_sample):
-        gid = self._taken.pop(rollout_sample.sample_id, None)
-        if gid is None:
+        prompt = self._taken.pop(rollout_sample.sample_id, None)
+        if prompt is None:
             raise VerlInternalsChanged(
                 f"the rollouter processes sample {rollout_sample.sample_id!r}, which its feed never named "
                 f"(expected one of {sorted(self._taken)[:5]}): verl's _feed_samples names samples differently now")
-        rollout_sample.sample_id = sample_id_of(gid)
-        if gid not in self._admitted:
-            self.session.admit([gid], step=self._policy_step + 1, policy_version=self._policy_step)
+        rollout_sample.sample_id = sample_id_of(prompt.group_id)
+        admit(self.session, prompt, self._policy_step)
         await super()._process_single_sample_streaming(rollout_sample)
 
     def _finished(self, uid: str, output) -> None:
         gid = group_of_uid(uid)
-        # the newest weights that may have generated it: a sync can land mid-generation
-        self.session.finish(gid, rows_of(output, uid, self._epoch_of.pop(gid), self._policy_step),
-                            policy_version=self._policy_step)
+        finish(self.session, gid, rows_of(output, uid, self._epoch_of.pop(gid), self._policy_step), self._policy_step)
 
     def _evicted(self, sample_id: str) -> None:
         gid = group_of_uid("uid_" + sample_id)
@@ -213,10 +200,8 @@ class JournaledFullyAsyncRollouter(PlainRollouter):
         """The loader's position is the journal's (restored by `Session.open`; verl's data.pt is
         not read); samples finished before the crash go back on the message queue."""
         s = self._open_session()
-        for work in s.resume_work:
-            if work.kind == TRAIN:
-                (rows,) = s.rows(work.group_id)
-                await self.message_queue_client.put_sample(sample=ray.cloudpickle.dumps(sample_of(rows)))
+        for _work, rows in finished_groups(s):
+            await self.message_queue_client.put_sample(sample=ray.cloudpickle.dumps(sample_of(rows)))
         return s.step or 0
 
 

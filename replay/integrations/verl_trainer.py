@@ -22,7 +22,7 @@ import ray
 from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
 from verl.trainer.ppo.utils import Role
 
-from .trl_checkpoint import set_aside_uncommitted, verify_folder
+from .checkpoint_folders import set_aside_uncommitted, verify_folder
 from .verl_errors import CheckpointNotCommitted
 from .verl_rollouter import STATE
 from .verl_rows import group_of_uid

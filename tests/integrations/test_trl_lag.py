@@ -19,7 +19,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig  # noqa: E402
 from replay import LocalDataPlane, Session  # noqa: E402
 from replay.integrations.trl import (JournaledAsyncGRPOTrainer, UnsupportedTrlConfig, _IndexedRows,  # noqa: E402
                                      policy_lag)
-from replay.integrations.trl_cpu import (CPU_ARGS, InProcessWeightTransfer, LocalModelGenerator,  # noqa: E402
+from tests.support.trl_cpu import (CPU_ARGS, InProcessWeightTransfer, LocalModelGenerator,  # noqa: E402
                                          apply_cpu_workarounds)
 from replay.session.work import TRAIN  # noqa: E402
 from tests.support.trl_tiny import build_dataset, build_model_dir, build_tokenizer, make_reward  # noqa: E402

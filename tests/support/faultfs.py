@@ -8,8 +8,8 @@ every operation on the real file system and
   ``create``, ``open`` (open_append), ``write`` (path, offset, the bytes that
   reached the file), ``allocate`` (a preallocation: recorded as the zeros it writes, at
   the offset it starts from), ``fsync``, ``truncate``, ``close``, ``rename``, ``unlink``,
-  ``mkdir``, ``rmtree``, ``fsync_dir``. Composite helpers (`write_file`,
-  `replace_file`, `makedirs`) are recorded as the primitives they are made of;
+  ``mkdir``, ``rmtree``, ``fsync_dir``. Composite helpers (`durable_file` and the
+  writes built on it, `fsync_file`, `makedirs`) are recorded as the primitives they are made of;
 * **fails** chosen operations, armed with `fs.inject(...)`: the N-th operation
   (or the N-th of one kind, optionally only on paths containing a substring)
   counted from the moment the fault is armed, raising ``OSError(EIO)`` or

@@ -34,8 +34,9 @@ from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
 from replay import LocalDataPlane
 from replay.integrations.trl import JournaledAsyncGRPOTrainer, TrainedAtOptimizerStep
-from replay.integrations.trl_cpu import CPU_ARGS, InProcessWeightTransfer, LocalModelGenerator, apply_cpu_workarounds
-from replay.integrations.trl_worker import JournaledRolloutWorker, PromptGroup, RolloutPipeline
+from replay.integrations.pipeline import PromptGroup
+from replay.integrations.trl_worker import JournaledRolloutWorker, TrlRolloutWorker
+from tests.support.trl_cpu import CPU_ARGS, InProcessWeightTransfer, LocalModelGenerator, apply_cpu_workarounds
 from tests.support.trl_events import EventLog, next_segment
 from tests.support.trl_tiny import build_dataset, build_model_dir, build_tokenizer, make_reward
 
@@ -79,9 +80,9 @@ class RecordedJournaledWorker(JournaledRolloutWorker):
         self.events("dispatched", gid=group.group_id, idx=group.idx, epoch=group.epoch)
         return group
 
-    def _queue_restored(self, work) -> None:
+    def _queue_restored(self, work, rows) -> None:
         self.events("restored", gid=work.group_id, idx=work.idx, epoch=work.epoch)
-        super()._queue_restored(work)
+        super()._queue_restored(work, rows)
 
 
 class RecordedJournaledTrainer(JournaledAsyncGRPOTrainer):
@@ -121,12 +122,12 @@ class RecordedJournaledTrainer(JournaledAsyncGRPOTrainer):
 # -- TRL alone ---------------------------------------------------------------------------------------
 
 
-class TrlAloneWorker(RolloutPipeline, AsyncRolloutWorker):
+class TrlAloneWorker(TrlRolloutWorker, AsyncRolloutWorker):
     """The same pipeline in TRL's own order: prompts from `dataset_start_index` (which TRL's resume
     sets from rollout_state.json), wrapping around, group ids from 0 in each run."""
 
     def __init__(self, generate, dataset, *, events, **kwargs):
-        RolloutPipeline.__init__(self, generate, **kwargs)
+        TrlRolloutWorker.__init__(self, generate, **kwargs)
         self._loop_kwargs = {"dataset_start_index": 0}
         self.dataset, self.events = dataset, events
 

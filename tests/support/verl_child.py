@@ -55,9 +55,10 @@ class _Recorded:
 
 
 class JournaledRollouter(_Recorded, CpuRollouter, JournaledFullyAsyncRollouter):
-    def _feed(self, group_id, epoch, batch):
-        self._event("dispatched", gid=sample_id_of(group_id), epoch=epoch, idx=int(batch[POSITION][0]))
-        return super()._feed(group_id, epoch, batch)
+    def _feed(self, prompt):
+        self._event("dispatched", gid=sample_id_of(prompt.group_id), epoch=prompt.epoch,
+                    idx=int(prompt.batch[POSITION][0]))
+        return super()._feed(prompt)
 
     def _evicted(self, sample_id):
         super()._evicted(sample_id)

@@ -1,12 +1,14 @@
-"""TRL's checkpoint folders as the journal's checkpoints: sealed durably with a manifest before the
-journal commits, verified before transformers loads one, and the folders no committed checkpoint
-names set aside where neither transformers nor TRL looks.
+"""A trainer's checkpoint folders as the journal's checkpoints, whatever the framework that writes
+them: sealed durably with a manifest before the journal commits, verified before the framework
+loads one, and the folders no committed checkpoint names set aside where the framework does not
+look. Each integration names its folders (`folders`, the step or version as group 1) and its own
+state file (`state_name`): TRL's `checkpoint-S` in trl.py, verl's `global_step_V` in verl_trainer.py.
 
-transformers writes `output_dir/checkpoint-S` with plain writes, no fsync and no rename, and
-`get_last_checkpoint` takes the highest-numbered folder whether or not it is complete. Here the
-folder a run resumes from is always the journal's committed step, and a folder counts only once
-`seal_folder` returned: the integration's state and a manifest (size and sha256 of every file)
-written durably, every file, the folder and its parent fsynced.
+Frameworks write a checkpoint's files with plain writes, no fsync and no rename, and pick the
+highest-numbered folder to resume from whether or not it is complete. Here the folder a run
+resumes from is always the journal's committed one, and a folder counts only once `seal_folder`
+returned: the integration's state and a manifest (size and sha256 of every file) written durably,
+every file, the folder and its parent fsynced.
 """
 
 from __future__ import annotations
@@ -16,35 +18,22 @@ import os
 import re
 import shutil
 
-from journal.vfs import DEFAULT_FS
+from journal.vfs import DEFAULT_FS, FileSystem
 from snapshot.cut import file_sha256
 from snapshot.manifest import safe_relpath
 
 from .. import ChecksumMismatch, ManifestMissing, MissingFile, durable_file
 
 MANIFEST = "journal-manifest.json"
-STATE = "journal-trl-state.json"          # the integration's own state (TRL's model_version)
-UNCOMMITTED = "uncommitted"                # under output_dir: folders no committed checkpoint names
-_FOLDER = re.compile(r"^checkpoint-(\d+)$")   # transformers' PREFIX_CHECKPOINT_DIR-{step}
+UNCOMMITTED = "uncommitted"                # under the output directory: folders no committed checkpoint names
 
 
-def checkpoint_folder(output_dir: str, step: int) -> str:
-    return os.path.join(output_dir, f"checkpoint-{step}")
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def seal_folder(folder: str, state: dict, state_name: str = STATE) -> None:
-    """After TRL and transformers wrote their files into `folder`: `state` (JSON, as
-    `state_name`), then every file and directory fsynced, then the manifest of them all, then
-    the parent directory. (The verl integration seals its folders with the same rule.)"""
-    with durable_file(os.path.join(folder, state_name)) as f:
+def seal_folder(folder: str, state: dict, state_name: str, *, fs: FileSystem = DEFAULT_FS) -> None:
+    """After the framework wrote its files into `folder`: `state` (JSON, as `state_name`), then
+    every file and directory fsynced, then the manifest of them all, then the parent directory,
+    each through `fs`. An OS error propagates as it is, leaving no manifest (the folder does not
+    count) and no temporary file."""
+    with durable_file(os.path.join(folder, state_name), fs=fs) as f:
         f.write(json.dumps(state, sort_keys=True).encode())
     files = {}
     for root, _dirs, names in os.walk(folder):
@@ -53,18 +42,18 @@ def seal_folder(folder: str, state: dict, state_name: str = STATE) -> None:
             rel = os.path.relpath(path, folder).replace(os.sep, "/")
             if rel == MANIFEST:
                 continue
-            _fsync_file(path)
+            fs.fsync_file(path)
             size, digest = file_sha256(path)
             files[rel] = {"size": size, "sha256": digest}
-        DEFAULT_FS.fsync_dir(root)
-    with durable_file(os.path.join(folder, MANIFEST)) as f:
+        fs.fsync_dir(root)
+    with durable_file(os.path.join(folder, MANIFEST), fs=fs) as f:
         f.write(json.dumps({"files": files}, indent=1, sort_keys=True).encode())
-    DEFAULT_FS.fsync_dir(os.path.dirname(os.path.abspath(folder)))
+    fs.fsync_dir(os.path.dirname(os.path.abspath(folder)))
 
 
-def verify_folder(folder: str, state_name: str = STATE) -> dict:
-    """Every file the manifest of `folder` lists has its size and sha256 (checked before
-    transformers unpickles anything in it); returns the integration's state (`state_name`)."""
+def verify_folder(folder: str, state_name: str) -> dict:
+    """Every file the manifest of `folder` lists has its size and sha256 (checked before the
+    framework unpickles anything in it); returns the integration's state (`state_name`)."""
     try:
         with open(os.path.join(folder, MANIFEST), "rb") as f:
             files = json.loads(f.read())["files"]
@@ -88,11 +77,11 @@ def verify_folder(folder: str, state_name: str = STATE) -> dict:
         return json.loads(f.read())
 
 
-def set_aside_uncommitted(output_dir: str, committed_step: int | None, folders: re.Pattern = _FOLDER) -> list[str]:
-    """Move every `checkpoint-N` folder (or another `folders` pattern, N its group 1) of
-    `output_dir` with N above the committed step (all of them when none is committed) into
-    `output_dir/uncommitted/` (replacing an older copy of the same name), where
-    `get_last_checkpoint` and checkpoint rotation never look; returns them."""
+def set_aside_uncommitted(output_dir: str, committed: int | None, folders: re.Pattern) -> list[str]:
+    """Move every folder of `output_dir` that `folders` matches with N (its group 1) above
+    `committed` (all of them when none is committed) into `output_dir/uncommitted/` (replacing
+    an older copy of the same name), where the framework's resume and checkpoint rotation never
+    look; returns them."""
     if not os.path.isdir(output_dir):
         return []
     moved = []
@@ -101,7 +90,7 @@ def set_aside_uncommitted(output_dir: str, committed_step: int | None, folders: 
         path = os.path.join(output_dir, name)
         if not match or not os.path.isdir(path):
             continue
-        if committed_step is not None and int(match.group(1)) <= committed_step:
+        if committed is not None and int(match.group(1)) <= committed:
             continue
         aside = os.path.join(output_dir, UNCOMMITTED, name)
         os.makedirs(os.path.dirname(aside), exist_ok=True)
