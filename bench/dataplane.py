@@ -2,29 +2,32 @@
 data plane, against the same lifecycle without payloads; bytes on disk per rollout.
 
 Payload: one rollout of 4,096 tokens, as int32 token ids and float32 logprobs (two torch
-tensors, 32 KiB). The lifecycle of a batch of `--groups` groups, each journaled durably
-(sync="always") by a `replay.Session`: `take` (one commit for the batch), `admit(rollouts=4)`
-(one commit), four seals per group, all of the batch's at once (one thread each, or a pool of
-`--threads`; each seal: the rollout's rows put durably in the data plane, then `rollout_sealed`;
-the group's last seal journals `finished` with it), then `trained` (one commit): 8 transitions
-per group. Three sessions, each in its own directory, run it in turns of `--slice` seconds,
-round after round (the order rotating, so drifting load hits each alike; medians of the
-rounds):
+tensors, 32 KiB). The lifecycle of a batch of N groups in flight (`--concurrency`, default 1
+and 64), each journaled durably (sync="always") by a `replay.Session`: `take` (one commit for
+the batch), `admit(rollouts=4)` (one commit), four seals per group, all of the batch's at once
+(one thread each, at most `--threads`, default 64, in flight; each seal: the rollout's rows
+durable in the data plane and `rollout_sealed` journaled, the group's last seal journaling
+`finished` with it), then `trained` (one commit): 8 transitions per group. With the packed data
+plane a seal's rows and its commit are one durable step shared by the seals in flight
+(`replay/session/row_commits.py`). At each N, the sessions, each in its own directory, run it
+in turns of `--slice` seconds, round after round (the order rotating, so drifting load hits
+each alike; medians of the rounds):
 
 * **packed**: `LocalDataPlane` (rows packed into append-only files, one write and one
   fdatasync for the seals that put at once);
 * **none**: the same lifecycle with a data plane that stores nothing (the seal journals a
   locator and no payload is written): the reference;
-* **file per row**: the layout `LocalDataPlane` had before packs, kept here as a reference
-  (per put: a temporary file, its fsync, a hard link to the locator's name, the temporary name
-  removed and the directory fsynced).
+* **file per row** (at the smallest N only): the layout `LocalDataPlane` had before packs, kept
+  here as a reference (per put: a temporary file, its fsync, a hard link to the locator's name,
+  the temporary name removed and the directory fsynced).
 
 Between turns, outside the timing, each session checkpoints, which deletes the rows of the
 groups trained before it (packs are then compacted or removed), so the disk stays bounded.
 
-Figures: groups/s with payloads over groups/s without (target >= 0.5x), the file-per-row
-layout's the same way (informational); data-plane fsyncs per group; the packed data plane's
-fdatasync p50 beside its session's journal fsync p50 (a seal waits for one, then the other);
+Figures: groups/s with payloads over groups/s without, per N (`dataplane_payload_vs_none` at
+N = 1, target >= 0.5x; `dataplane_payload_vs_none_64` at 64, target >= 0.7x), the
+file-per-row layout's the same way (informational); data-plane fsyncs per group; the packed
+data plane's fdatasync p50 beside its session's journal fsync p50 (the two syncs of a batch);
 bytes on disk per rollout
 (every block of the data plane's directory, after a lifecycle of `--bytes-groups` groups and
 before any delete, over the rollouts it holds) against the payload (target <= 1.1x); and the
@@ -54,12 +57,15 @@ from .common import Figure, Report, Rounds, Target, log, scratch_dir
 
 TOKENS = 4096
 ROLLOUTS = 4
+TARGETS = {1: 0.5, 64: 0.7}   # payloads vs none, by groups in flight
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--groups", type=int, default=8, help="groups per batch (default 8)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="threads sealing a batch's rollouts (default: one per seal, all at once)")
+    parser.add_argument("--concurrency", default="1,64",
+                        help="groups in flight per batch, a comma-separated list (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=64,
+                        help="most threads sealing a batch's rollouts at once (default 64: one per seal "
+                             "up to 64)")
     parser.add_argument("--slice", type=float, default=None, help="seconds per turn (default 1 quick, 3 full)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3 quick, 7 full)")
     parser.add_argument("--bytes-groups", type=int, default=64,
@@ -150,7 +156,7 @@ class Lifecycle:
         self.step += 1
         gids = s.take({"idx": list(range(self.next_idx, self.next_idx + self.groups))})
         self.next_idx += self.groups
-        s.admit(gids, step=self.step, rollouts=ROLLOUTS)
+        s.admit(gids, step=self.step, policy_version=self.step - 1, rollouts=ROLLOUTS)
         seals = [self.pool.submit(s.seal, gid, i, 0, self.row) for gid in gids for i in range(ROLLOUTS)]
         for f in seals:
             f.result()
@@ -176,48 +182,61 @@ def disk_bytes(root: str) -> int:
     return sum(os.stat(os.path.join(d, n)).st_blocks * 512 for d, _, files in os.walk(root) for n in files)
 
 
-def _planes(directory: str) -> dict[str, tuple[Any, PlaneFS]]:
+def _planes(directory: str, with_file_per_row: bool) -> dict[str, tuple[Any, PlaneFS]]:
     """Each data plane, by name, with the file system that counts its fsyncs."""
     packed, per_row = PlaneFS(), PlaneFS()
-    return {"packed": (LocalDataPlane(os.path.join(directory, "packed", "rows"), fs=packed), packed),
-            "none": (NoPayload(), PlaneFS()),
-            "file per row": (FilePerRow(os.path.join(directory, "file per row", "rows"), per_row), per_row)}
+    planes = {"packed": (LocalDataPlane(os.path.join(directory, "packed", "rows"), fs=packed), packed),
+              "none": (NoPayload(), PlaneFS())}
+    if with_file_per_row:
+        planes["file per row"] = (FilePerRow(os.path.join(directory, "file per row", "rows"), per_row), per_row)
+    return planes
 
 
 def _fsyncs(fs: PlaneFS) -> int:
     return fs.fsyncs + fs.dir_fsyncs
 
 
+def _key(name: str, n: int) -> str:
+    return f"{name}@{n}"
+
+
 def run(args) -> Report:
     quick = args.quick
     slice_s = args.slice or (1.0 if quick else 3.0)
     rounds = args.rounds or (3 if quick else 7)
-    args.threads = args.threads or args.groups * ROLLOUTS
+    concurrency = sorted({int(x) for x in str(args.concurrency).split(",") if x.strip()})
     report = Report("dataplane", quick=quick, directory=args.dir)
-    report.meta.update(groups_per_batch=args.groups, threads=args.threads, slice_seconds=slice_s,
+    report.meta.update(concurrency=concurrency, threads=args.threads, slice_seconds=slice_s,
                        rounds=rounds, payload_bytes=2 * 4 * TOKENS, rollouts_per_group=ROLLOUTS)
     with scratch_dir(args.dir, "bench-dataplane-") as d, \
             concurrent.futures.ThreadPoolExecutor(args.threads) as pool:
-        per_row = _bytes_per_rollout(d, pool, args)
-        rates, fsyncs, left, p50 = _lifecycles(d, pool, args, slice_s, rounds)
+        per_row = _bytes_per_rollout(d, pool, args, concurrency[0])
+        rates, fsyncs, left, p50 = _lifecycles(d, pool, concurrency, slice_s, rounds)
     payload_bytes = 2 * 4 * TOKENS
+    for n in concurrency:
+        name = "dataplane_payload_vs_none" + ("" if n == 1 else f"_{n}")
+        report.add(rates.figure(
+            name, f"lifecycle with 32 KiB payloads, packed data plane, {n} groups in flight", "groups/s",
+            value=_key("packed", n), reference=_key("none", n),
+            reference_label="the same lifecycle without payloads",
+            target=Target(min_ratio=TARGETS[n]) if n in TARGETS else None,
+            note=f"{n} groups a batch, their {ROLLOUTS * n} seals from {min(args.threads, ROLLOUTS * n)} "
+                 f"threads at once; data-plane fsyncs per group {fsyncs[_key('packed', n)]:.2f}; the "
+                 f"fsync p50 of the rows {p50[n][0]} ms, of the journal {p50[n][1]} ms"))
+    n = concurrency[0]
     report.add(rates.figure(
-        "dataplane_payload_groups_vs_none", "lifecycle with 32 KiB payloads, packed data plane",
-        "groups/s", value="packed", reference="none", reference_label="the same lifecycle without payloads",
-        target=Target(min_ratio=0.5),
-        note=f"{args.groups} groups a batch, their {ROLLOUTS * args.groups} seals from {args.threads} threads"))
-    report.add(rates.figure(
-        "dataplane_file_per_row_groups_vs_none", "lifecycle with 32 KiB payloads, one file per row",
-        "groups/s", value="file per row", reference="none",
+        "dataplane_file_per_row_vs_none", f"lifecycle with 32 KiB payloads, one file per row, {n} groups in "
+        "flight", "groups/s", value=_key("file per row", n), reference=_key("none", n),
         reference_label="the same lifecycle without payloads"))
     for name in ("packed", "file per row"):
         report.add(Figure(f"dataplane_fsyncs_per_group_{name.replace(' ', '_')}",
-                          f"data-plane fsyncs per group, {name} (files and directories, the "
-                          "checkpoints' reclaiming included)", fsyncs[name], "fsyncs"))
-    report.add(Figure("dataplane_fsync_p50", "data-plane fdatasync p50, packed (its batches of rows)",
-                      p50[0], "ms", reference=p50[1], reference_label="the journal's fsync p50, same session",
-                      note="a seal waits for both, one after the other (its rows are durable before "
-                           "the journal names them)"))
+                          f"data-plane fsyncs per group, {name}, {n} groups in flight (files and "
+                          "directories, the checkpoints' reclaiming included)", fsyncs[_key(name, n)], "fsyncs"))
+    report.add(Figure("dataplane_fsync_p50", f"data-plane fdatasync p50, packed, {n} groups in flight (its "
+                      "batches of rows)", p50[n][0], "ms", reference=p50[n][1],
+                      reference_label="the journal's fsync p50, same session",
+                      note="a batch's rows are fdatasynced, then its commits fsynced (the next batch's "
+                           "rows meanwhile)"))
     report.add(Figure("dataplane_bytes_per_rollout", "bytes on disk per rollout, packed",
                       per_row["packed"], "B", reference=payload_bytes, reference_label="the payload",
                       target=Target(max_ratio=1.1)))
@@ -230,12 +249,12 @@ def run(args) -> Report:
     return report
 
 
-def _bytes_per_rollout(directory: str, pool, args) -> dict[str, float]:
+def _bytes_per_rollout(directory: str, pool, args, n: int) -> dict[str, float]:
     out = {}
-    for name, (plane, _) in _planes(os.path.join(directory, "bytes")).items():
+    for name, (plane, _) in _planes(os.path.join(directory, "bytes"), True).items():
         if name == "none":
             continue
-        life = Lifecycle(os.path.join(directory, "bytes", name), plane, pool, args.groups)
+        life = Lifecycle(os.path.join(directory, "bytes", name), plane, pool, n)
         while life.next_idx < args.bytes_groups:
             life.batch()
         life.close()
@@ -245,34 +264,36 @@ def _bytes_per_rollout(directory: str, pool, args) -> dict[str, float]:
     return out
 
 
-def _lifecycles(directory: str, pool, args, slice_s: float,
-                rounds: int) -> tuple[Rounds, dict[str, float], float, tuple[float, float]]:
-    """Rates per data plane, round by round; data-plane fsyncs per group; the most bytes the
-    packed data plane held after a checkpoint; the fsync p50 of the packed data plane and of
-    its session's journal (ms)."""
-    planes = _planes(os.path.join(directory, "run"))
-    lives = {name: Lifecycle(os.path.join(directory, "run", name), plane, pool, args.groups)
-             for name, (plane, _) in planes.items()}
+def _lifecycles(directory: str, pool, concurrency: list[int], slice_s: float,
+                rounds: int) -> tuple[Rounds, dict[str, float], float, dict[int, tuple]]:
+    """Rates per data plane and N (`_key`), round by round; data-plane fsyncs per group; the
+    most bytes a packed data plane held after a checkpoint; per N the fsync p50 of the packed
+    data plane and of its session's journal (ms)."""
+    planes, lives = {}, {}
+    for n in concurrency:
+        for name, (plane, fs) in _planes(os.path.join(directory, f"run{n}"), n == concurrency[0]).items():
+            planes[_key(name, n)] = (plane, fs)
+            lives[_key(name, n)] = Lifecycle(os.path.join(directory, f"run{n}", name), plane, pool, n)
     rates = Rounds()
     groups = dict.fromkeys(lives, 0)
     left = 0
-    fsyncs_before = {name: _fsyncs(fs) for name, (_, fs) in planes.items()}
+    fsyncs_before = {key: _fsyncs(fs) for key, (_, fs) in planes.items()}
     try:
         order = list(lives)
         for r in range(rounds):
-            for name in order[r % len(order):] + order[:r % len(order)]:
-                rate, n = lives[name].run_for(slice_s)
-                rates.add(name, rate)
-                groups[name] += n
-                lives[name].checkpoint()
-                if name == "packed":
-                    left = max(left, disk_bytes(planes[name][0].root))
+            for key in order[r % len(order):] + order[:r % len(order)]:
+                rate, n = lives[key].run_for(slice_s)
+                rates.add(key, rate)
+                groups[key] += n
+                lives[key].checkpoint()
+                if key.startswith("packed"):
+                    left = max(left, disk_bytes(planes[key][0].root))
             log(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:,.0f} groups/s"
                                                           for k, v in rates.samples.items()))
-        p50 = (planes["packed"][1].latency_ms()["fsync_p50_ms"],
-               lives["packed"].session.stats()["fsync_p50_ms"])
+        p50 = {n: (planes[_key("packed", n)][1].latency_ms()["fsync_p50_ms"],
+                   lives[_key("packed", n)].session.stats()["fsync_p50_ms"]) for n in concurrency}
     finally:
         for life in lives.values():
             life.close()
-    fsyncs = {name: (_fsyncs(fs) - fsyncs_before[name]) / max(groups[name], 1) for name, (_, fs) in planes.items()}
+    fsyncs = {key: (_fsyncs(fs) - fsyncs_before[key]) / max(groups[key], 1) for key, (_, fs) in planes.items()}
     return rates, fsyncs, float(left), p50

@@ -27,7 +27,17 @@ medians over rounds):
 5. bytes on disk per group: the regular files of each library's directory after the round's
    close (ours: journal and data plane; straw: its pool), over the groups it completed.
    Target without payloads: <= 1/20 of straw's (`peers_bytes_vs_straw`; ratio straw / ours).
-6. reopen after a history of 1x, 10x and 100x `--history` groups without payloads (ours
+6. with N groups in flight (`--concurrency`, default 1, 8, 64 and 256; 1 always runs, the
+   figures above): each side at its best (`bench/peers_lifecycles.py`, its second table):
+   ours N coroutines on one `AsyncSession` (take, admit and trained once per N; each
+   coroutine writes its group's prefix and seals its rollouts; the seals in flight share one
+   write and sync of their rows and one fsync of their commits), straw its batch calls on one thread (one submit, acquire and
+   publish_many per N, a completion per group, the consumer's state once per step), sqlite3
+   with straw's batching. groups/s of each, with and without payloads, alternating slices as
+   above (every call runs a step of N groups); targets at N = 64: >= 5x straw without payloads
+   (`peers_groups_vs_straw_64`), >= 3x with (`peers_payload_groups_vs_straw_64`). The
+   durable steps per group of each side and their syncs per group (traced as in 4) are a table.
+7. reopen after a history of 1x, 10x and 100x `--history` groups without payloads (ours
    checkpoints every 64 groups, as a trainer does): in a fresh process, time of what a restart
    does (ours `Session.open`, straw `Coordinator(recover=True)` and its producer's and
    consumer's states) and the child's peak RSS (its VmHWM: the ru_maxrss that `getrusage` or
@@ -59,7 +69,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import itertools
 import json
 import os
 import re
@@ -71,9 +80,10 @@ import tempfile
 
 from replay import Session
 
-from .append import SQL_SCHEMA, median_round, sqlite_connect, sqlite_lifecycle
+from .append import median_round
 from .common import Figure, Report, Rounds, Target, fmt_num, log, scratch_dir, timed_alternating
-from .peers_lifecycles import LIBRARIES, PREFIX_TOKENS, ROLLOUTS, STEP_GROUPS, TOKENS, WARMUP_GROUPS
+from .peers_lifecycles import (CONCURRENCY, LIBRARIES, PREFIX_TOKENS, ROLLOUTS, STEP_GROUPS, TOKENS,
+                               WARMUP_GROUPS, durable_steps)
 
 STRAW_VERSION = "0.1.6"   # the version the lifecycle follows (the `peers` extra pins it)
 MISSING = (f"bench peers needs straw-queue=={STRAW_VERSION} (the `peers` extra, used by this "
@@ -82,6 +92,7 @@ PROGRESS = hasattr(Session, "progress")
 WITHOUT_PROGRESS = "without progress: Session.progress is not in this build"
 SYNC_CALLS = ("fsync", "fdatasync", "sync_file_range", "syncfs", "msync")
 TARGETS = {"groups": 5.0, "payload_groups": 3.0, "bytes": 20.0, "rss": 10.0}
+TARGET_CONCURRENCY = (1, 64)   # the groups in flight whose groups/s figures have the targets above
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # transitions per group: ours, the events journaled; straw, the queue's journal transactions
 TRANSITIONS = {"ours": 3 + ROLLOUTS + 1 + PROGRESS, "straw": 4 + PROGRESS, "sqlite": 4}
@@ -104,7 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history-dir", default=None,
                         help="where the histories are written (default /dev/shm when it exists, else --dir)")
     parser.add_argument("--sync-groups", type=int, default=None,
-                        help="groups per traced child counting syncs (default 10 quick, 100 full)")
+                        help="groups per traced child counting syncs, at least one step of N (default 10 "
+                             "quick, 100 full)")
+    parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)),
+                        help="groups in flight, a comma-separated list (default %(default)s); 1 is the "
+                             "one-group-at-a-time lifecycle")
 
 
 def straw_version() -> str | None:
@@ -118,49 +133,47 @@ def straw_version() -> str | None:
 
 # -- the timed rounds ----------------------------------------------------------------------------
 
-def _sqlite_groups(directory: str):
-    """`bench append`'s sqlite lifecycle as a body counting groups, and its connection."""
-    conn = sqlite_connect(os.path.join(directory, "events.db"))
-    conn.execute(SQL_SCHEMA)
-    body = sqlite_lifecycle(conn, itertools.count(), 0)
-    return (lambda: body() // 4), conn
+def key_of(lib: str, payloads: bool, concurrency: int) -> str:
+    """The name of a lifecycle's samples: "ours", "straw_payload", ... at concurrency 1 (the
+    names the one-group figures always had), "c64_ours", ... above it."""
+    key = lib + ("_payload" if payloads else "")
+    return key if concurrency == 1 else f"c{concurrency}_{key}"
 
 
-def measure_round(parent: str | None, seconds: float, r: Rounds, totals: dict) -> None:
-    """One round: fresh directories, every lifecycle in alternating slices; adds the rates to
-    `r` and the groups, bytes and seam fsyncs to `totals`."""
+LIFECYCLES = (("ours", False), ("ours", True), ("straw", False), ("straw", True), ("sqlite", False))
+
+
+def measure_round(parent: str | None, seconds: float, concurrency: int, r: Rounds, totals: dict) -> None:
+    """One round at `concurrency`: fresh directories, every lifecycle in alternating slices;
+    adds the rates to `r` and the groups, bytes and seam fsyncs to `totals`."""
     with scratch_dir(parent, "bench-peers-") as d:
         lives = {}
-        conn = None
         try:
-            for lib in ("ours", "straw"):
-                for payloads in (False, True):
-                    key = lib + ("_payload" if payloads else "")
-                    lives[key] = LIBRARIES[lib](os.path.join(d, key), payloads=payloads, progress=PROGRESS)
-            sqlite_body, conn = _sqlite_groups(d)
-            rates = timed_alternating({**{k: life.group for k, life in lives.items()}, "sqlite": sqlite_body},
-                                      seconds)
+            for lib, payloads in LIFECYCLES:
+                key = key_of(lib, payloads, concurrency)
+                lives[key] = LIBRARIES[lib](os.path.join(d, key), payloads=payloads, progress=PROGRESS,
+                                            concurrency=concurrency)
+            rates = timed_alternating({k: life.run for k, life in lives.items()}, seconds)
             for key, life in lives.items():
                 t = totals.setdefault(key, {"groups": 0, "completed": 0, "bytes": 0})
                 t["groups"] += life.groups
                 t["completed"] += life.completed()
-                if key.startswith("ours"):
+                if life.name == "ours":
                     seam = life.seam_fsyncs()
                     t["seam_fsyncs"] = t.get("seam_fsyncs", 0) + seam
                     r.add(f"{key}_seam", seam / life.groups)
         finally:
             for life in lives.values():
                 life.close()
-            if conn is not None:
-                conn.close()
         for key, life in lives.items():
             size = life.bytes()
             totals[key]["bytes"] += size
             r.add(f"{key}_bytes", size / life.groups)
         for key, rate in rates.items():
             r.add(key, rate)
-            lib = key.split("_")[0]
-            r.add(f"{key}_transitions", rate * TRANSITIONS[lib])
+            if concurrency == 1:
+                lib = key.split("_")[0]
+                r.add(f"{key}_transitions", rate * TRANSITIONS[lib])
 
 
 # -- children --------------------------------------------------------------------------------------
@@ -210,26 +223,27 @@ def count_syncs(trace: str) -> dict[str, int]:
     return counts
 
 
-def measure_syncs(parent: str | None, groups: int) -> dict:
-    """Per library and payload mode: sync calls per group of a traced child (None without
-    strace), and what the child completed."""
-    strace = shutil.which("strace")
-    out: dict = {"strace": strace}
+def measure_syncs(parent: str | None, groups: int, concurrency: int, out: dict) -> dict:
+    """Per lifecycle at `concurrency`: sync calls per group of a traced child, and what the
+    child completed, into `out` (keyed as `key_of`; nothing without strace, `out["strace"]`
+    None)."""
+    strace = out.setdefault("strace", shutil.which("strace"))
     if strace is None:
         return out
     with scratch_dir(parent, "bench-peers-syncs-") as d:
-        for lib in ("ours", "straw"):
-            for payloads in (False, True):
-                key = lib + ("_payload" if payloads else "")
-                trace = os.path.join(d, f"{key}.trace")
-                argv = [strace, "-f", "-qq", "-e", "trace=" + ",".join(SYNC_CALLS + ("chdir",)), "-o", trace,
-                        *_child("syncs", lib, os.path.join(d, key), groups, int(payloads), int(PROGRESS))]
-                result, _ = run_child(argv)
-                calls = count_syncs(trace)
-                out[key] = {**result, "calls": calls, "per_group": sum(calls.values()) / groups}
-                log(f"  {key}: {out[key]['per_group']:.2f} syncs per group (strace)"
-                    + (f", journal through the seam {result['seam_fsyncs'] / groups:.2f}" if lib == "ours"
-                       else f", its own counter {result['own_counter'] / groups:.2f}"))
+        for lib, payloads in LIFECYCLES:
+            key = key_of(lib, payloads, concurrency)
+            trace = os.path.join(d, f"{key}.trace")
+            argv = [strace, "-f", "-qq", "-e", "trace=" + ",".join(SYNC_CALLS + ("chdir",)), "-o", trace,
+                    *_child("syncs", lib, os.path.join(d, key), groups, int(payloads), int(PROGRESS),
+                            concurrency)]
+            result, _ = run_child(argv)
+            calls = count_syncs(trace)
+            counted = result["counted"]
+            out[key] = {**result, "calls": calls, "per_group": sum(calls.values()) / counted}
+            log(f"  {key}: {out[key]['per_group']:.2f} syncs per group (strace)"
+                + (f", journal through the seam {result['seam_fsyncs'] / counted:.2f}" if lib == "ours"
+                   else f", its own counter {result['own_counter'] / counted:.2f}" if lib == "straw" else ""))
     return out
 
 
@@ -380,6 +394,48 @@ def _reopen_figures(report: Report, reopens: dict, torch: dict, straw: str) -> N
                  f"MiB, straw {theirs['rss_after_imports_mib']:.0f} MiB"))
 
 
+def _concurrency_figures(report: Report, r: Rounds, n: int, straw: str) -> None:
+    """groups/s with N groups in flight, ours against straw (with and without payloads) and
+    sqlite3; the targets at N in TARGET_CONCURRENCY. Each the median round, as above."""
+    target = n in TARGET_CONCURRENCY
+    c = f"c{n}_"
+    report.add(median_round(
+        r, f"peers_groups_vs_straw_{n}", _label(f"durable groups/s, no payloads, {n} groups in flight"),
+        "groups/s", value=c + "ours", reference=c + "straw",
+        reference_label=f"{straw}, its batch calls, alternating slices",
+        target=Target(min_ratio=TARGETS["groups"]) if target else None,
+        note=f"ours: {n} coroutines on one AsyncSession, take/admit/trained once per {n}; straw: "
+             f"submit_tasks, acquire, publish_many (+ save_task_progress_many) once per {n}, "
+             "complete_task per group, consumer state once per step"))
+    report.add(median_round(
+        r, f"peers_payload_groups_vs_straw_{n}",
+        _label(f"durable groups/s, 4 x 32 KiB payloads per group, {n} groups in flight"), "groups/s",
+        value=c + "ours_payload", reference=c + "straw_payload",
+        reference_label=f"{straw}, payloads in its packs, publish_many",
+        target=Target(min_ratio=TARGETS["payload_groups"]) if target else None))
+    report.add(median_round(
+        r, f"peers_groups_vs_sqlite_{n}", _label(f"durable groups/s, no payloads, {n} groups in flight, vs sqlite3"),
+        "groups/s", value=c + "ours", reference=c + "sqlite",
+        reference_label="sqlite3 WAL synchronous=FULL, straw's batching"))
+
+
+def _concurrency_table(r: Rounds, concurrency: list[int], syncs: dict, straw: str) -> str:
+    """Per N: each side's groups/s (median of the rounds), durable steps and syncs per group."""
+    traced = syncs.get("strace") is not None
+    rows = [f"| groups in flight | side | groups/s, no payloads | groups/s, with payloads | durable steps "
+            f"per group | syncs per group, no payloads / with (strace) |",
+            "| ---: | --- | ---: | ---: | ---: | --- |"]
+    for n in concurrency:
+        for lib, name in (("ours", "ours (`replay.Session`)"), ("straw", straw), ("sqlite", "sqlite3 WAL FULL")):
+            key, pay = key_of(lib, False, n), key_of(lib, True, n)
+            with_payloads = fmt_num(r.median(pay)) if pay in r.samples else "-"
+            sync = "-" if not traced else (f"{syncs[key]['per_group']:.2f}" + (
+                f" / {syncs[pay]['per_group']:.2f}" if pay in syncs else ""))
+            rows.append(f"| {n} | {name} | {fmt_num(r.median(key))} | {with_payloads} | "
+                        f"{durable_steps(lib, n, PROGRESS):.2f} | {sync} |")
+    return "\n".join(rows)
+
+
 def _table(r: Rounds, totals: dict, syncs: dict, reopens: dict, straw: str) -> str:
     traced = syncs.get("strace") is not None
 
@@ -459,6 +515,7 @@ def run(args) -> Report:
     rounds = args.rounds or (2 if quick else 5)
     base = args.history or (10 if quick else 200)
     sync_groups = args.sync_groups or (10 if quick else 100)
+    concurrency = sorted({1, *(int(x) for x in str(args.concurrency).split(",") if x.strip())})
     parent = os.path.abspath(args.dir) if args.dir else None
     if parent:
         os.makedirs(parent, exist_ok=True)
@@ -473,24 +530,31 @@ def run(args) -> Report:
     r = Rounds()
     totals: dict = {}
     for i in range(rounds):
-        measure_round(parent, seconds, r, totals)
-        log(f"round {i + 1}/{rounds}: groups/s ours {r.samples['ours'][-1]:,.0f}, straw "
-            f"{r.samples['straw'][-1]:,.0f}, sqlite {r.samples['sqlite'][-1]:,.0f}; with payloads ours "
-            f"{r.samples['ours_payload'][-1]:,.0f}, straw {r.samples['straw_payload'][-1]:,.0f}")
-    log(f"syncs: {sync_groups} groups per traced child")
-    syncs = measure_syncs(parent, sync_groups)
+        for n in concurrency:
+            measure_round(parent, seconds, n, r, totals)
+            c = "" if n == 1 else f"c{n}_"
+            log(f"round {i + 1}/{rounds}, {n} in flight: groups/s ours {r.samples[c + 'ours'][-1]:,.0f}, straw "
+                f"{r.samples[c + 'straw'][-1]:,.0f}, sqlite {r.samples[c + 'sqlite'][-1]:,.0f}; with payloads "
+                f"ours {r.samples[c + 'ours_payload'][-1]:,.0f}, straw {r.samples[c + 'straw_payload'][-1]:,.0f}")
+    log(f"syncs: at least {sync_groups} groups per traced child")
+    syncs: dict = {}
+    for n in concurrency:
+        measure_syncs(parent, sync_groups, n, syncs)
     log(f"reopen after histories of {base:,}, {10 * base:,} and {100 * base:,} groups, under {hist}")
     reopens = measure_reopens(hist, base, 1 if quick else 3)
     torch, _ = run_child(_child("torch", "-", "-"))
 
     _throughput_figures(report, r, label)
+    for n in concurrency[1:]:
+        _concurrency_figures(report, r, n, label)
     _sync_figures(report, r, syncs, label)
     _bytes_figures(report, r, totals, label)
     _reopen_figures(report, reopens, torch, label)
     report.tables.append(_table(r, totals, syncs, reopens, label))
+    report.tables.append(_concurrency_table(r, concurrency, syncs, label))
     _notes(report, syncs, hist)
     report.meta.update(straw_version=straw, progress=PROGRESS, seconds_per_lifecycle=seconds, rounds=rounds,
-                       history_groups=base, history_dir=hist, sync_groups=sync_groups,
+                       history_groups=base, history_dir=hist, sync_groups=sync_groups, concurrency=concurrency,
                        transitions_per_group=TRANSITIONS, lifecycle=LIFECYCLE, totals=totals, syncs=syncs,
                        reopens=reopens, torch_import=torch)
     return report

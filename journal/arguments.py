@@ -148,18 +148,22 @@ def _nothing_written(journal: str) -> str:
     return f" (journal {journal}; nothing was written)"
 
 
-def _at_least_one(call: str, argument: str, items: list, what: str, journal: str) -> list:
-    """`items`; ValueError when there are none (an event that names nothing says nothing, and
-    is most likely an empty batch passed by mistake)."""
-    if not items:
-        raise ValueError(f"{call}() argument {argument} must name at least one {what}, got none"
-                         + _nothing_written(journal))
-    return items
+def _none_named(call: str, argument: str, what: str, journal: str) -> ValueError:
+    """The error of an event that names nothing (it says nothing, and is most likely an empty
+    batch passed by mistake)."""
+    return ValueError(f"{call}() argument {argument} must name at least one {what}, got none"
+                      + _nothing_written(journal))
 
+
+# The three checks below run on every transition: each is one call, its common path without
+# another (a commit of 64 one-group events makes 64 of them).
 
 def group_list(call: str, group_ids: Iterable[int], journal: str) -> list:
     """`group_ids` as the list an event of `call` stores: at least one."""
-    return _at_least_one(call, "group_ids", list(group_ids), "group", journal)
+    ids = list(group_ids)
+    if ids:
+        return ids
+    raise _none_named(call, "group_ids", "group", journal)
 
 
 def group_refs(refs: Sequence[GroupRef], journal: str) -> list[GroupRef]:
@@ -167,10 +171,12 @@ def group_refs(refs: Sequence[GroupRef], journal: str) -> list[GroupRef]:
     if isinstance(refs, GroupRef):
         raise TypeError("taken() takes a sequence of GroupRef")
     refs = list(refs)
+    if not refs:
+        raise _none_named("taken", "refs", "row (a GroupRef)", journal)
     for ref in refs:
-        if not isinstance(ref, GroupRef):
+        if type(ref) is not GroupRef and not isinstance(ref, GroupRef):
             raise TypeError(f"taken() expects GroupRef items, got {type(ref).__name__}")
-    return _at_least_one("taken", "refs", refs, "row (a GroupRef)", journal)
+    return refs
 
 
 def rollout_list(call: str, refs: Sequence[RolloutRef], journal: str) -> list[RolloutRef]:
@@ -180,15 +186,18 @@ def rollout_list(call: str, refs: Sequence[RolloutRef], journal: str) -> list[Ro
     if isinstance(refs, RolloutRef):
         raise TypeError(f"{call}() takes a sequence of RolloutRef")
     refs = list(refs)
+    if not refs:
+        raise _none_named(call, "refs", "rollout", journal)
+    sealing = call == "rollout_sealed"
     for ref in refs:
-        if not isinstance(ref, RolloutRef):
+        if type(ref) is not RolloutRef and not isinstance(ref, RolloutRef):
             raise TypeError(f"{call}() expects RolloutRef items, got {type(ref).__name__}")
-        if ref.locator is None and call == "rollout_sealed":
+        if ref.locator is None and sealing:
             raise ValueError(f"rollout_sealed() needs the locator of each result: group {ref.group_id} "
                              f"rollout {ref.index} (attempt {ref.attempt}) has none; write the row to the "
                              "data plane first and pass where it is, RolloutRef(..., locator=...)"
                              + _nothing_written(journal))
-    return _at_least_one(call, "refs", refs, "rollout", journal)
+    return refs
 
 
 def progress_ref(ref: RolloutRef, journal: str) -> RolloutRef:

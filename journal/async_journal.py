@@ -6,6 +6,7 @@ import asyncio
 import bisect
 import functools
 import threading
+from _thread import allocate_lock
 from typing import Any, Callable, TypeVar
 
 from .kinds import KINDS, Kind
@@ -41,7 +42,7 @@ class AsyncJournal:
 
     def __init__(self, journal: Journal):
         self.journal = journal
-        self._cond = threading.Condition()
+        self._mu = allocate_lock()   # guards what follows; held only for appends and swaps
         # the queued commits, in LSN order, as parallel lists (no container per commit: a
         # pending commit's objects live through garbage collections, and fewer of them
         # promote fewer to the old generations, whose full collections stall the loop)
@@ -49,6 +50,11 @@ class AsyncJournal:
         self._futures: list[asyncio.Future] = []
         self._results: list[Any] = []
         self._flusher: threading.Thread | None = None
+        # the flusher waits for work on `_wakeup` (held) once it set `_idle`; a commit queued
+        # then releases it (a plain lock: the loop's thread runs no Condition code per commit)
+        self._wakeup = allocate_lock()
+        self._wakeup.acquire()
+        self._idle = False
 
     def __getattr__(self, name: str):
         return getattr(self.journal, name)
@@ -67,32 +73,42 @@ class AsyncJournal:
         """Queue the commit `fill` records; the future its caller awaits, which gets `fill`'s
         result, or the commit's LSN when `lsn_result`."""
         pending, result = self.journal.submit(fill)
+        return self._await(pending, pending.lsn if lsn_result and pending is not None else result)
+
+    def _await(self, pending, result: Any) -> asyncio.Future:
+        """The future of the queued commit `pending` (None: nothing to wait for), to get `result`."""
         future = asyncio.get_running_loop().create_future()
         if pending is None:  # nothing recorded: nothing to wait for
             future.set_result(result)
             return future
-        with self._cond:
+        with self._mu:
             self._pendings.append(pending)
             self._futures.append(future)
-            self._results.append(pending.lsn if lsn_result else result)
+            self._results.append(result)
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._flush_loop, name="journal-async-flush",
                                                  daemon=True)
                 self._flusher.start()
-            self._cond.notify()
+            elif self._idle:
+                self._idle = False
+                self._wakeup.release()
         return future
 
     def _flush_loop(self) -> None:
         j = self.journal
         while True:
-            with self._cond:
-                if not self._pendings:
-                    self._cond.wait(self._IDLE_SECONDS)
-                    if not self._pendings:
-                        self._flusher = None
-                        return
+            with self._mu:
                 pendings, futures, results = self._pendings, self._futures, self._results
                 self._pendings, self._futures, self._results = [], [], []
+                self._idle = not pendings
+            if not pendings:
+                if not self._wakeup.acquire(timeout=self._IDLE_SECONDS):
+                    with self._mu:
+                        if self._idle:   # no commit came: exit (the next one starts a flusher)
+                            self._idle, self._flusher = False, None
+                            return
+                    self._wakeup.acquire()   # the commit that cleared `_idle` released it
+                continue
             error = None
             try:
                 durable = j.wait_durable(pendings[-1].lsn)
@@ -106,11 +122,12 @@ class AsyncJournal:
 
 def _awaitable(kind: Kind):
     """`AsyncJournal.<call>`: `Journal.<call>`'s transition, awaited (same arguments, result)."""
-    record, name = kind.record, kind.call
+    name = kind.call
     lsn_result = kind.returns is None  # the commit's LSN, as `Journal.<call>` returns it
 
     async def call(self: AsyncJournal, *args, **kwargs):
-        future = self._queue(lambda tx: record(tx, *args, **kwargs), lsn_result)
+        pending, result = self.journal.submit_event(name, args, kwargs)
+        future = self._await(pending, pending.lsn if lsn_result else result)
         del args, kwargs  # not kept alive while the commit waits for its fsync
         return await future
 

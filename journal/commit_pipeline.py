@@ -11,6 +11,7 @@ and retrying an fsync that failed can report success for lost data.
 
 from __future__ import annotations
 
+import collections
 from _thread import allocate_lock as _allocate_lock
 from typing import Callable, Sequence, TypeVar
 
@@ -23,11 +24,13 @@ from .events import Blob, Commit, Taken, commit_encoder
 from .events import commit_decoder as _commit_decoder
 from .fold import apply
 from .kinds import ARGUMENT_RULES
+from .position import Position
 from .state import Undo
 from .segments import SegmentPlan
-from .transaction import Transaction
+from .transaction import Transaction, queue_one
 
 T = TypeVar("T")
+RECENT_FRAMES = 256   # the frames whose positions the writer remembers (`frame_position`)
 
 
 class Pending:
@@ -76,6 +79,13 @@ class CommitPipeline:
             raise
         return tx._end(commit=True), result
 
+    def submit_event(self, name: str, args: tuple, kwargs: dict) -> tuple[Pending, object]:
+        """`submit` of the one transition `Journal.<name>(*args, **kwargs)` records, without a
+        `Transaction` of its own: (the queued commit, what the transition returns)."""
+        pending, result = queue_one(self, getattr(Transaction, name), args, kwargs)
+        self._lock.release()
+        return pending, result
+
     def wait_durable(self, lsn: int) -> int:
         """Return once commit `lsn` is durable (the caller may lead the group commit that makes
         it so); the LSN everything up to which is durable then. `JournalFailed` when the write
@@ -83,6 +93,20 @@ class CommitPipeline:
         with self._cond:
             self._wait(lsn)
             return self._durable_lsn
+
+    def frame_position(self, lsn: int) -> Position | None:
+        """Where the frame holding commit `lsn` starts (`journal.position.Position`, without a
+        group bound or blobs), when it is one of the last RECENT_FRAMES this writer wrote and is
+        durable; None otherwise (a reader finds it by reading the segment)."""
+        with self._lock:
+            if lsn > self._durable_lsn:
+                return None
+            for last, timeline, segment_lsn, offset, first, chain in reversed(self._frames):
+                if first <= lsn <= last:
+                    return Position(timeline, segment_lsn, offset, first, chain, 0)
+                if last < lsn:
+                    return None
+        return None
 
     @property
     def durable_lsn(self) -> int:
@@ -203,7 +227,7 @@ class CommitPipeline:
             self._cond.release()
             error = None
             try:
-                self._write_batch(batch)
+                frames = self._write_batch(batch)
             except BaseException as exc:  # fail-stop on anything, including KeyboardInterrupt
                 error = exc
             finally:
@@ -213,6 +237,7 @@ class CommitPipeline:
                 self._fail(error, batch)
                 raise JournalFailed(f"journal {self.path}: writing LSNs {batch[0].lsn}..{batch[-1].lsn} "
                                     f"failed: {error!r}; the journal now refuses every call") from error
+            self._frames.extend(frames)
             self._durable_lsn = batch[-1].lsn
             if self._replica is not None and self.sync == "always":
                 self._note_durable()
@@ -237,9 +262,11 @@ class CommitPipeline:
             p.undo.revert(self._state)
         self._pending = []
 
-    def _write_batch(self, batch: list[Pending]) -> None:
-        """Write queued commits as one frame per segment, rotating where the plan says, then fsync."""
-        files = self._files
+    def _write_batch(self, batch: list[Pending]) -> list[tuple]:
+        """Write queued commits as one frame per segment, rotating where the plan says, then
+        fsync; (last LSN, timeline, segment LSN, offset, first LSN, chain before) of each frame
+        written (`frame_position`)."""
+        files, frames = self._files, []
         i, n = 0, len(batch)
         while i < n:
             seg = batch[i].segment
@@ -248,11 +275,15 @@ class CommitPipeline:
                 j = i + 1
                 while batch[j].segment is seg:
                     j += 1
-            files.write_frame(seg, fmt.frame_of_prefixed([p.prefixed for p in batch[i:j]], batch[j - 1].chain))
+            at = files.write_frame(seg, fmt.frame_of_prefixed([p.prefixed for p in batch[i:j]], batch[j - 1].chain))
+            head = seg.header
+            frames.append((batch[j - 1].lsn, head.timeline, head.first_lsn, at, batch[i].lsn, self._written_chain))
+            self._written_chain = batch[j - 1].chain
             i = j
         if self.sync != "always":
             self._dirty = True
         files.batch_written()
+        return frames
 
     # -- flushing --------------------------------------------------------------------------
 

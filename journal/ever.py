@@ -59,7 +59,9 @@ def records_naming(reader, group_id: int, skip_active_after: int | None = None, 
     holding only such commits is not read. Each segment is read from its last position with
     `any_position`; with `known_to=K` (the caller knows what the active history up to LSN K
     did), a segment of the active history from its nearest position at or before K that is
-    on that history. What they say is `max_group_id`'s, `attempts_used`'s and
+    on that history or from where a read of it stopped after K (`Reader.stops`), and not at
+    all when a read of it already passed its every frame and ended at or before K
+    (`Reader.ends`). What they say is `max_group_id`'s, `attempts_used`'s and
     `admitted_groups`'."""
     spans = {s.timeline.timeline: s for s in history.spans(reader.timelines)} \
         if skip_active_after is not None or known_to is not None else {}
@@ -73,7 +75,11 @@ def records_naming(reader, group_id: int, skip_active_after: int | None = None, 
         skip = ANY_LSN if any_position else None
         if span is not None and known_to is not None:
             skip = known_to if span.limit is None else min(known_to, span.limit)
-        for rec in reader.segment_records(seg, last=last, skip_before=skip):
+            if reader.ends.get(seg.path, known_to + 1) <= skip:
+                continue  # a read of it ended at or before K: nothing it holds is unknown
+        stop = reader.stops.get(seg.path) if span is not None and known_to is not None else None
+        start_at = stop if stop is not None and stop.lsn <= skip + 1 else None
+        for rec in reader.segment_records(seg, last=last, skip_before=skip, start_at=start_at):
             if skip_active_after is None or span is None or rec.commit.lsn <= skip_active_after \
                     or not span.holds(rec.commit.lsn):
                 yield rec

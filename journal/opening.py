@@ -135,6 +135,7 @@ class Opening:
         self._state = state
         self._segment = self._files.active = segment
         self._durable_lsn = state.lsn
+        self._written_chain = state.chain
         if plan is not None:
             point = plan.fold_state.lsn  # where the plan's state is (`state` may have gone on)
             if plan.write_base_cut is not None and point > 0 and (not lineage or point == first_lsn - 1):

@@ -286,6 +286,11 @@ class _SegmentBlobs(dict):
         super().__init__()
         self._before, self._known = before, known
 
+    @property
+    def known(self) -> dict:
+        """The position's blobs (those stored after it are the table's keys)."""
+        return self._known
+
     def _fill(self) -> bool:
         """Add the blobs stored before the position, once; whether they were added now."""
         if self._before is None:
@@ -352,6 +357,12 @@ class Reader:
         self.run_id: bytes | None = None
         self.timelines: dict[int, Timeline] = {}
         self.positions = position.KnownPositions(path)  # where reading a segment may start
+        # segment path -> the LSN its log ends with, once a read passed every frame of it
+        self.ends: dict[str, int] = {}
+        # segment path -> the frame the last read of it stopped in at `stop_lsn`, or ended with,
+        # as a position without a group bound (`records_naming` goes on from there for a caller
+        # that knows every commit before it)
+        self.stops: dict[str, Position] = {}
         self._read_headers()
 
     # -- the two decisions: what a fault means, and whether reading goes on ------
@@ -535,21 +546,24 @@ class Reader:
 
     def segment_records(self, seg: Segment, *, last: bool, expect_lsn: int | None = None,
                         chain: int | None = None, start_lsn: int | None = None,
-                        stop_lsn: int | None = None, skip_before: int | None = None) -> Iterator[Record]:
+                        stop_lsn: int | None = None, skip_before: int | None = None,
+                        start_at: Position | None = None) -> Iterator[Record]:
         """Commits of one segment. `last`: damage at its end may be a torn tail.
 
         Only commits with `start_lsn <= lsn` are yielded, and the scan ends at the first commit
         past `stop_lsn`. Every commit read is checked; the read starts at the segment's nearest
         verified position at or before `start_lsn` (`position_in`), else at its header;
         `skip_before=L`: the caller wants no commit before the nearest position at or before
-        LSN L either (`ANY_LSN`: before the segment's last position).
+        LSN L either (`ANY_LSN`: before the segment's last position); `start_at`: start at this
+        position instead (one of `stops`, for a caller that knows every commit before it).
         The generator's return value (for `yield from`) is a `_SegmentEnd`; a plain for-loop
         ignores it."""
         lo = start_lsn if start_lsn is not None else -1
         hi = stop_lsn if stop_lsn is not None else float("inf")
         seen_lsn = seen_chain = yielded = None
+        frame_at = frame_lsn = frame_chain_before = None   # the last frame the fast path passed
         bound = lo if skip_before is None else max(lo, skip_before)
-        at = self.position_in(seg, bound) if bound > seg.first_lsn else None
+        at = start_at if start_at is not None else self.position_in(seg, bound) if bound > seg.first_lsn else None
         window = _SegmentWindow(seg, at.offset if at is not None else 0)
         try:
             if not self._segment_continues(seg, expect_lsn, chain):
@@ -586,6 +600,7 @@ class Reader:
                                 commit = None                # read_frame reports it
                             if commit is not None and commit.lsn == lsn:
                                 if lsn > hi:
+                                    self._stopped(seg, base + pos, lsn, chain, blobs)
                                     return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
                                 if commit.blobs:
                                     for b in commit.blobs:
@@ -595,6 +610,7 @@ class Reader:
                                     yielded = new_record(Record, (commit, frame_chain, timeline, name, base + pos,
                                                               blobs))
                                     yield yielded
+                                frame_at, frame_lsn, frame_chain_before = base + pos, lsn, chain
                                 chain, lsn, pos = frame_chain, lsn + 1, stop
                                 continue
                         elif intact:                                      # group commit
@@ -607,6 +623,7 @@ class Reader:
                                 if commit.lsn != expect:
                                     break                    # from here on, read by _frame_records
                                 if expect > hi:
+                                    self._stopped(seg, base + pos, lsn, chain, blobs)
                                     return _SegmentEnd(seen_lsn, seen_chain, True, False, yielded)
                                 for b in commit.blobs:
                                     blobs[b.digest] = b.data
@@ -617,6 +634,7 @@ class Reader:
                                 expect += 1
                             else:
                                 if commits:
+                                    frame_at, frame_lsn, frame_chain_before = base + pos, lsn, chain
                                     chain, lsn, pos = frame_chain, expect, stop
                                     continue
                             start = expect - lsn
@@ -625,6 +643,7 @@ class Reader:
                     # to the slow path, which words it)
                     if not intact and window.zeros_to_end(pos) and \
                             self._zeros_end_log(seg, lsn, last, base + pos, window.size()) is None:
+                        self._ended(seg, seen_lsn, frame_at, frame_lsn, frame_chain_before, blobs)
                         return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
                     pos, moved = window.move_to(pos)
                     data, base, at_eof = window.data, window.base, window.at_eof
@@ -638,9 +657,26 @@ class Reader:
                     return done
                 pos, chain, lsn, seen_lsn, seen_chain, yielded = (
                     cur.pos, cur.chain, cur.lsn, cur.seen_lsn, cur.seen_chain, cur.yielded)
+            self._ended(seg, seen_lsn, frame_at, frame_lsn, frame_chain_before, blobs)
             return _SegmentEnd(seen_lsn, seen_chain, False, False, yielded)
         finally:
             window.close()
+
+    def _stopped(self, seg: Segment, offset: int, lsn: int, chain: int, blobs: dict) -> None:
+        """A read of `seg` stopped in (or ended with) the frame at `offset`, which starts with
+        commit `lsn` after `chain`, the segment's blobs `blobs` read by then (`stops`)."""
+        known = {**blobs.known, **blobs} if isinstance(blobs, _SegmentBlobs) else blobs
+        self.stops[seg.path] = Position(seg.timeline, seg.first_lsn, offset, lsn, chain, 0,
+                                        tuple(sorted(known.items())))
+
+    def _ended(self, seg: Segment, lsn: int | None, frame_at: int | None, frame_lsn: int | None,
+               frame_chain: int | None, blobs: dict) -> None:
+        """A read passed every frame of `seg`: its log ends with commit `lsn` (`ends`), in the
+        frame at `frame_at` (`stops`) when the fast path passed it."""
+        if lsn is not None:
+            self.ends[seg.path] = lsn
+        if frame_at is not None:
+            self._stopped(seg, frame_at, frame_lsn, frame_chain, blobs)
 
     def _segment_continues(self, seg: Segment, expect_lsn: int | None, chain: int | None) -> bool:
         """Check that `seg` starts at `expect_lsn` and continues `chain` (None: not checked);

@@ -198,8 +198,9 @@ class SegmentFiles:
         return SegmentPlan(header, os.path.join(self.path, layout.segment_name(timeline, lsn)),
                            fmt.HEADER_SIZE, set())
 
-    def write_frame(self, seg: SegmentPlan, frame: bytes) -> None:
-        """Write `frame` at the end of `seg`, rotating to it first when it is not the active one."""
+    def write_frame(self, seg: SegmentPlan, frame: bytes) -> int:
+        """Write `frame` at the end of `seg`, rotating to it first when it is not the active one;
+        the offset it starts at."""
         if seg is not self.active:
             self._rotate_to(seg)
         f = seg.file
@@ -207,7 +208,9 @@ class SegmentFiles:
             target = self.policy.fill_target(f.allocated, f.offset + len(frame))
             if target is not None:
                 _preallocate(f, target)
+        at = f.offset
         f.write(frame)
+        return at
 
     def batch_written(self) -> None:
         """After a batch's frames: fsync them under sync="always"; prepare the next segment once

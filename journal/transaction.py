@@ -244,21 +244,28 @@ def _method(kind: Kind, owner: type, doc: str):
     return method
 
 
+def queue_one(journal, record, args: tuple, kwargs: dict):
+    """(the commit queued, what `record` returned) of the one event a kind's call `record`
+    (`Kind.record`) records on `journal`; the journal's lock is held on return (for the caller's
+    `CommitPipeline._await_commit`, or to let go of), and let go of when it raises."""
+    tx = _OneEvent(journal)
+    lock = journal._lock
+    lock.acquire()
+    try:
+        journal._check_usable()
+        result = record(tx, *args, **kwargs)
+        return journal._enqueue(tx._events, tx._blobs), result
+    except BaseException:
+        lock.release()
+        raise
+
+
 def _one_event(kind: Kind):
     """`Journal.<call>`: a transaction of the one event `kind`'s call records."""
     record = kind.record
 
     def call(self, *args, **kwargs):
-        tx = _OneEvent(self)
-        lock = self._lock
-        lock.acquire()
-        try:
-            self._check_usable()
-            result = record(tx, *args, **kwargs)
-            pending = self._enqueue(tx._events, tx._blobs)
-        except BaseException:
-            lock.release()
-            raise
+        pending, result = queue_one(self, record, args, kwargs)
         lsn = self._await_commit(pending)  # lets go of the lock
         return result if result is not None else lsn
 

@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import warnings
 from typing import Any, Mapping
 
 from . import layout, locks
-from .commit_pipeline import CommitPipeline, Pending
+from .commit_pipeline import RECENT_FRAMES, CommitPipeline, Pending
 from .errors import JournalWarning, io_step
 from .events import IdentityRecorded, Owner
 from .state import Group, State
@@ -139,6 +140,9 @@ class Journal(Opening, CommitPipeline, ReplicaWiring):
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._pending: list[Pending] = []
+        # the frames written last (`CommitPipeline._write_batch`), and the chain after them
+        self._frames: collections.deque = collections.deque(maxlen=RECENT_FRAMES)
+        self._written_chain = 0
         self._flushing = False
         self._failed: BaseException | None = None
         self._closed = False

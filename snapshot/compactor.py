@@ -134,8 +134,7 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
         run_id = journal.run_id if journal is not None else (reader.run_id or b"")
     timeline = state.timeline
     ledger = _ledger(reader, path, base, state, journal)
-    where = position.position_of(reader, state.lsn, state.next_group_id,
-                               state.loader.blobs if state.loader is not None else None)
+    where = _position(reader, journal, state)
     if into is not None:
         _remove_tmp_dirs(fs, os.path.dirname(target), cut_tmp_name(os.path.basename(target), ""))
         write_cut(target, state, run_id=run_id, timeline=timeline, data_plane=data_plane, fs=fs,
@@ -153,6 +152,16 @@ def _compact(path, at, into, journal, data_plane, keep_cuts, pin_steps, retentio
         if decision is not None and journal is not None and journal.replica is not None:
             result.bucket_retention = journal.replica.apply_retention(decision)
     return result
+
+
+def _position(reader: Reader, journal: Journal | None, state) -> position.Position | None:
+    """Where the frame holding the cut's LSN starts: as the live writer remembers it when it
+    wrote it lately (nothing read), else found by reading its segment (`position_of`)."""
+    blobs = state.loader.blobs if state.loader is not None else None
+    known = journal.frame_position(state.lsn) if journal is not None else None
+    if known is not None and known.timeline == state.timeline:
+        return position.with_blobs(known._replace(next_group_id=state.next_group_id), blobs or {})
+    return position.position_of(reader, state.lsn, state.next_group_id, blobs)
 
 
 def _ledger(reader: Reader, path: str, base: Cut | None, state, journal: Journal | None):

@@ -375,9 +375,11 @@ def _encode_bytes(b: Bytes) -> dict:
     dense = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
     lengths = None
     if dense.numel():
-        starts = torch.cat([torch.zeros(1, dtype=torch.int64),
-                            torch.nonzero(dense[1:] != dense[:-1]).flatten() + 1])
-        if starts.numel() * 9 < dense.numel():  # a run costs a value byte and an int64 length
+        changed = dense[1:] != dense[:-1]
+        # a run costs a value byte and an int64 length (counted first: listing the changes of
+        # a table whose rows alternate would cost more than it saves)
+        if (int(torch.count_nonzero(changed)) + 1) * 9 < dense.numel():
+            starts = torch.cat([torch.zeros(1, dtype=torch.int64), torch.nonzero(changed).flatten() + 1])
             lengths = torch.diff(starts, append=torch.tensor([dense.numel()]))
             dense = dense[starts]
     ids = sorted(b.sparse)

@@ -19,7 +19,13 @@ IMPORT_BATCH_BYTES = 64 << 20   # import_cut stores a cut's rows this many bytes
 
 class RowStore:
     """`put`, `put_rollout`, `put_progress` and `import_cut` over the subclass's `_store(locator, data)`, which
-    makes `data` durable under `locator` unless other bytes are there (`RowConflict`)."""
+    makes `data` durable under `locator` unless other bytes are there (`RowConflict`).
+
+    `BATCHES`: the subclass's `store_batch(items)` makes many `(locator, data)` durable with one
+    sync, an outcome per item (a session then stores the rows of the seals in flight together,
+    `replay/session/row_commits.py`)."""
+
+    BATCHES = False
 
     def _store(self, locator: str, data: bytes) -> None:
         raise NotImplementedError

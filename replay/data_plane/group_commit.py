@@ -6,6 +6,9 @@ calls `written(batch)` (still under the lock, before anyone hears the batch is d
 wakes the waiters whose items are all done, and the oldest other one, which leads the next
 batch. Otherwise it sleeps on a lock of its own until woken so: a batch wakes the threads it
 concerns, not every waiting thread. A failed batch hands its error to every item in it.
+
+Items nobody waits for (`submit(..., wait=False)` while a batch is in flight) go with the next
+batch; with no waiter left to lead it, the leader that finishes writes them before it returns.
 """
 
 from __future__ import annotations
@@ -31,11 +34,19 @@ class GroupCommit:
         self._leading = False
         self._waiting: list[tuple[list[Item], Any]] = []   # (items awaited, the lock to wake)
 
-    def submit(self, items: Sequence[Item], queued: Sequence[Item] = ()) -> None:
+    @property
+    def leading(self) -> bool:
+        """Whether a batch is being written (lock held)."""
+        return self._leading
+
+    def submit(self, items: Sequence[Item], queued: Sequence[Item] = (), *, wait: bool = True) -> None:
         """Queue `items` and return once the batches holding them and the `queued` ones (items
-        another caller queued) were written, or raise their error. The lock is held on entry
-        and on return."""
+        another caller queued) were written, or raise their error; without `wait`, return at
+        once when a batch is in flight (the items go with the next one, their errors
+        unreported). The lock is held on entry and on return."""
         self._queue.extend(items)
+        if not wait and self._leading:
+            return
         awaited = [*items, *queued]
         while not all(item.done for item in awaited):
             if self._leading:
@@ -84,6 +95,13 @@ class GroupCommit:
         self._waiting = left
 
     def _lead(self, fn: Callable[[], Any], batch: list[Item]) -> Any:
+        result = self._run(fn, batch)
+        while self._queue and not self._waiting:   # items nobody waits for: written now
+            left, self._queue = self._queue, []
+            self._run(lambda: self._write(left), left)
+        return result
+
+    def _run(self, fn: Callable[[], Any], batch: list[Item]) -> Any:
         self._leading = True
         self._lock.release()
         error, result = None, None

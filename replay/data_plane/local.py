@@ -10,7 +10,9 @@ A put of bytes already stored is done at once when this object wrote and fsynced
 rows another writer stored are written again (durable by this object's own fsync).
 
 Delete writes dead marks (not fsynced: a crash may bring a deleted row back, which the
-session's sweep at open deletes again). Then reclaiming: a settled pack whose live bytes (rows
+session's sweep at open deletes again); the rows are gone from this object at once, and while
+a batch is being written the marks go with the next one (a delete does not wait for a put's
+fdatasync). Then reclaiming: a settled pack whose live bytes (rows
 not deleted, marks of rows still on disk) are at most `RECLAIM_LIVE_FRACTION` of its size is
 compacted: its live records are copied into the active pack, fsynced, and the pack is removed
 (with no live byte it is only removed). The data plane's own active pack is retired first when
@@ -76,6 +78,8 @@ class LocalDataPlane(RowStore):
     `g<id>-r<index>-a<attempt>.rows` (a rollout attempt's). Implements `snapshot.DataPlane`
     (see there for each method's contract); `fs` is the I/O seam (`journal.vfs`)."""
 
+    BATCHES = True
+
     def __init__(self, root: str, *, fs: FileSystem | None = None):
         self.root = os.path.abspath(root)
         self._fs = fs if fs is not None else DEFAULT_FS
@@ -113,27 +117,65 @@ class LocalDataPlane(RowStore):
         anything is written) when a locator holds other bytes."""
         with self._lock:
             self._load()
-            waits, writes = [], []
-            for locator, data in items:
-                names.checked(locator, self.root)
-                digest = digest_of(data)
-                copies = self._index.copies(locator)
-                queued = self._queued.get(locator)
-                other = next((c for c in copies if (c.digest, c.size) != (digest, len(data))), None)
-                if other is not None or (queued and (queued.digest, queued.size) != (digest, len(data))):
-                    raise self._conflict(locator, other)
-                if queued is not None:
-                    waits.append(queued)
-                elif not any(c.here for c in copies):   # only what this writer fsynced is known durable
-                    writes.append(_Write.row(locator, data, digest))
-            for w in writes:
-                self._queued[w.locator] = w
+            planned = []
             try:
-                self._commits.submit(writes, queued=waits)
-            finally:
-                for w in writes:
-                    if self._queued.get(w.locator) is w:
-                        del self._queued[w.locator]
+                for locator, data in items:
+                    planned.append(self._plan(locator, data))
+            except BaseException:
+                self._unqueue(planned)
+                raise
+            self._write_planned(planned)
+
+    def store_batch(self, items: list[tuple[str, bytes]]) -> list[BaseException | None]:
+        """`_store_all` with an outcome per item instead of one for all: None once the item is
+        durable, its `RowConflict` (nothing written for it), or the error of the batch's write
+        (`DataPlaneIOError`) for every other item."""
+        outcomes: list[BaseException | None] = [None] * len(items)
+        with self._lock:
+            self._load()
+            planned = []
+            for k, (locator, data) in enumerate(items):
+                try:
+                    planned.append(self._plan(locator, data))
+                except RowConflict as exc:
+                    outcomes[k] = exc
+            try:
+                self._write_planned(planned)
+            except BaseException as exc:  # the batch's own error, for every item it held
+                return [exc if out is None else out for out in outcomes]
+        return outcomes
+
+    def _plan(self, locator: str, data: bytes) -> tuple[_Write | None, _Write | None]:
+        """(the record to write, the one queued already with the same bytes) for one put: both
+        None when this data plane wrote and fsynced the same bytes; `RowConflict` when the
+        locator holds, or is being given, other bytes. Lock held."""
+        names.checked(locator, self.root)
+        digest = digest_of(data)
+        copies = self._index.copies(locator)
+        queued = self._queued.get(locator)
+        other = next((c for c in copies if (c.digest, c.size) != (digest, len(data))), None)
+        if other is not None or (queued and (queued.digest, queued.size) != (digest, len(data))):
+            raise self._conflict(locator, other)
+        if queued is not None:
+            return None, queued
+        if any(c.here for c in copies):   # only what this writer fsynced is known durable
+            return None, None
+        write = self._queued[locator] = _Write.row(locator, data, digest)
+        return write, None
+
+    def _write_planned(self, planned: list[tuple[_Write | None, _Write | None]]) -> None:
+        """Write the planned records in one batch (with whatever else is queued) and wait for
+        the ones another put queued; lock held on entry and on return."""
+        try:
+            self._commits.submit([w for w, _ in planned if w is not None],
+                                 queued=[q for _, q in planned if q is not None])
+        finally:
+            self._unqueue(planned)
+
+    def _unqueue(self, planned: list[tuple[_Write | None, _Write | None]]) -> None:
+        for w, _ in planned:
+            if w is not None and self._queued.get(w.locator) is w:
+                del self._queued[w.locator]
 
     def _conflict(self, locator: str, other: Row | None) -> RowConflict:
         where = f" (pack {other.pack}, offset {other.offset})" if other is not None else " (being put)"
@@ -253,18 +295,20 @@ class LocalDataPlane(RowStore):
     # -- deleting and reclaiming ----------------------------------------------------------------
 
     def delete(self, locators: Iterable[str]) -> int:
-        """Dead marks for every record of `locators` (not fsynced), then reclaiming. Deletes run
-        one at a time, so a compaction never copies a row a delete is marking."""
+        """Dead marks for every record of `locators` (not fsynced; written now, or with the batch
+        after the one in flight), then reclaiming. Deletes run one at a time, so a compaction
+        never copies a row a delete is marking."""
         wanted = list(dict.fromkeys(names.checked(loc, self.root) for loc in locators))
         with self._deleting, self._lock:
             self._load()
             if any(not self._index.copies(loc) for loc in wanted):
                 self._refresh()
-            marks = [_Write.mark(c.pack, c.offset, sync=False)
-                     for loc in wanted for c in self._index.copies(loc)]
+            copies = [c for loc in wanted for c in self._index.copies(loc)]
             gone = sum(1 for loc in wanted if self._index.copies(loc))
-            if marks:
-                self._commits.submit(marks)
+            for c in copies:
+                self._index.forget_row(c)
+            if copies:
+                self._commits.submit([_Write.mark(c.pack, c.offset, sync=False) for c in copies], wait=False)
             self._reclaim()
         return gone
 
@@ -273,8 +317,8 @@ class LocalDataPlane(RowStore):
         pack that is; twice, since what the first pass removes can make the dead marks of the
         new active pack moot (locks held)."""
         for _ in range(2):
-            active = self._writer.name
-            if active in self._index.packs and self._dead_enough(active):
+            active = self._writer.name   # (while a batch is written, not all its rows are known)
+            if active in self._index.packs and not self._commits.leading and self._dead_enough(active):
                 self._commits.exclusive(lambda: self._writer.retire(seal=True))
             for name in sorted(self._index.packs):
                 if name in self._index.packs and name != self._writer.name \

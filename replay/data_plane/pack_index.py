@@ -52,6 +52,7 @@ class Pack:
     rows: dict[int, Row] = field(default_factory=dict)     # its live rows, by offset
     row_bytes: int = 0             # their records' lengths
     marks: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # offset -> (pack, offset, length)
+    mark_bytes: dict[str, int] = field(default_factory=dict)   # marked pack -> its marks' lengths here
     sealed: bool = False           # its writer sealed it: bodies are not hashed
 
 
@@ -76,8 +77,7 @@ class PackIndex:
         """The bytes of pack `name` that reclaiming it would copy: its live rows, and its dead
         marks of rows in other packs that are still there."""
         p = self.packs[name]
-        return p.row_bytes + sum(n for (target, _, n) in p.marks.values()
-                                 if target != name and target in self.packs)
+        return p.row_bytes + sum(n for target, n in p.mark_bytes.items() if target != name and target in self.packs)
 
     # -- changes ---------------------------------------------------------------------------
 
@@ -96,13 +96,25 @@ class PackIndex:
         self._rows.setdefault(row.locator, []).append(row)
 
     def add_mark(self, name: str, offset: int, length: int, target: str, target_offset: int) -> None:
-        self.pack(name).marks[offset] = (target, target_offset, length)
+        p = self.pack(name)
+        if offset in p.marks:
+            return
+        p.marks[offset] = (target, target_offset, length)
+        p.mark_bytes[target] = p.mark_bytes.get(target, 0) + length
         self._dead.setdefault(target, set()).add(target_offset)
         t = self.packs.get(target)
         row = t.rows.pop(target_offset, None) if t is not None else None
         if row is not None:
             t.row_bytes -= row.length
             self._forget(row)
+
+    def forget_row(self, row: Row) -> None:
+        """A delete marked `row` dead (its mark not written yet): it is gone from now on."""
+        p = self.packs.get(row.pack)
+        if p is not None and p.rows.pop(row.offset, None) is not None:
+            p.row_bytes -= row.length
+            self._forget(row)
+        self._dead.setdefault(row.pack, set()).add(row.offset)
 
     def drop(self, name: str) -> None:
         """Pack `name` is gone: its rows with it, and the marks of rows in it (moot)."""

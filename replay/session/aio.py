@@ -12,6 +12,7 @@ from journal import AsyncJournal, RolloutRef
 
 from .core import Begun, Core, Fill
 from .fence import refuse_progress
+from .row_steps import RowStep, progress_step, seal_step
 from .sync import Session
 
 
@@ -49,29 +50,26 @@ class AsyncSession(Core):
 
     async def seal(self, group_id: int, index: int, attempt: int, rows: Any, *,
                    policy_version: int | None = None) -> str:
-        locator = await self._io(self.plane().put_rollout, group_id, index, attempt, rows)
-        try:
-            await self._commit(self.seal_fill(group_id, index, attempt, locator, policy_version))
-        except Exception as exc:
-            if self.refused(exc, locator):
-                await self._io(self.data_plane.delete, [locator])
-            raise
-        await self._drop(self.prefix_moved(group_id, index, None))
-        return locator
+        return await self._store_and_commit(seal_step(self, group_id, index, attempt, policy_version), rows)
 
     async def progress(self, group_id: int, index: int, attempt: int, rows: Any, *, tokens: int,
                        turn: int | None = None, policy_version: int | None = None) -> str:
         refuse_progress(self.journal, group_id, index, attempt, tokens, turn, policy_version)
-        locator = await self._io(self.plane().put_progress, group_id, index, attempt,
-                                 self.next_part(group_id, index, attempt), rows)
+        return await self._store_and_commit(
+            progress_step(self, group_id, index, attempt, tokens, turn, policy_version), rows)
+
+    async def _store_and_commit(self, step: RowStep, rows: Any) -> str:
+        if self.row_commits is not None:
+            await self.row_commits.submit(step.locator, rows, step.fill(step.locator), lambda _: step.after())
+            return step.locator
+        locator = await self._io(step.put, rows)
         try:
-            await self._commit(self.progress_fill(group_id, index, attempt, locator, tokens, turn,
-                                                  policy_version))
+            await self._commit(step.fill(locator))
         except Exception as exc:
             if self.refused(exc, locator):
                 await self._io(self.data_plane.delete, [locator])
             raise
-        await self._drop(self.prefix_moved(group_id, index, locator))
+        await self._drop(step.after())
         return locator
 
     async def _drop(self, rows: list[str]) -> None:

@@ -39,10 +39,13 @@ from journal.replica.store import Location
 from snapshot import BackgroundCompactor
 from snapshot.data_plane import prefix_locators, row_locators
 
+from ..data_plane.base import RowStore
 from ..recovered_state import RecoveredState
 from ..restore import restore
 from .batch import Key
 from .errors import CheckpointUnsaved, LoadWeightsFailed, RowsRegeneratedWarning, SessionError, StepBeforeCheckpoint
+from .row_commits import RowCommits
+from .row_steps import drop_rows
 from .stats import MeasuredFileSystem
 from .takes import Takes
 from .work import RolloutWork, Work, resume_work
@@ -171,6 +174,10 @@ class Core:
                 self._prefixes[g.group_id] = {i: p.locator for i, p in enumerate(g.rollouts.progress)
                                               if p is not None}
         self._pinned: set[str] = {loc for held in self._prefixes.values() for loc in held.values()}
+        # seals and prefixes with their rows as one durable step, when the data plane batches
+        self.row_commits = (RowCommits(self.journal, data_plane, refused=self.refused,
+                                       drop=lambda superseded, refused: drop_rows(self, superseded, refused))
+                            if isinstance(data_plane, RowStore) and data_plane.BATCHES else None)
 
     @classmethod
     def _start(cls, journal_dir: str, *, dataset, loader, data_plane, key: Key | None,
@@ -302,6 +309,10 @@ class Core:
         refusal may be a duplicate of a commit that named the same locator: kept (the next
         open's sweep removes it if nothing names it)."""
         return isinstance(exc, (StaleAttempt, RolloutEnded))
+
+    def count_reclaimed(self, rows: int) -> None:
+        with self._reclaim_lock:
+            self._reclaimed += rows
 
     def next_part(self, group_id: int, index: int, attempt: int) -> int:
         """The part number of the next prefix of this rollout attempt (1, 2, ...): its locator
@@ -446,6 +457,8 @@ class Core:
 
     def before_close(self) -> None:
         """Wait for the background compaction, and keep the last stats for after the close."""
+        if self.row_commits is not None:
+            self.row_commits.close()
         if self._compactor is not None:
             self._compactor.close(wait=True)
             self._collect_compaction()

@@ -9,6 +9,7 @@ from journal import RolloutRef
 
 from .core import Begun, Core, Fill
 from .fence import refuse_progress
+from .row_steps import RowStep, progress_step, seal_step
 
 
 class Session(Core):
@@ -100,15 +101,7 @@ class Session(Core):
         then journal it sealed; the group's last seal also journals it finished (ready to
         train). Returns the rows' locator. A late result of an attempt that was given up
         raises `journal.StaleAttempt` and its rows are deleted."""
-        locator = self.plane().put_rollout(group_id, index, attempt, rows)
-        try:
-            self._commit(self.seal_fill(group_id, index, attempt, locator, policy_version))
-        except Exception as exc:
-            if self.refused(exc, locator):
-                self.data_plane.delete([locator])
-            raise
-        self._drop(self.prefix_moved(group_id, index, None))
-        return locator
+        return self._store_and_commit(seal_step(self, group_id, index, attempt, policy_version), rows)
 
     def progress(self, group_id: int, index: int, attempt: int, rows: Any, *, tokens: int,
                  turn: int | None = None, policy_version: int | None = None) -> str:
@@ -121,15 +114,24 @@ class Session(Core):
         attempt that was given up raises `journal.StaleAttempt`, of a sealed rollout
         `journal.RolloutEnded`, before its rows are written (`fence.py`)."""
         refuse_progress(self.journal, group_id, index, attempt, tokens, turn, policy_version)
-        locator = self.plane().put_progress(group_id, index, attempt,
-                                            self.next_part(group_id, index, attempt), rows)
+        return self._store_and_commit(progress_step(self, group_id, index, attempt, tokens, turn, policy_version),
+                                      rows)
+
+    def _store_and_commit(self, step: RowStep, rows: Any) -> str:
+        """The rows durable, then the commit naming them: as one step shared by the calls in
+        flight when the data plane batches (`RowCommits`), else one after the other. Rows whose
+        commit was refused are deleted; the rows it supersedes, once it is durable."""
+        if self.row_commits is not None:
+            self.row_commits.run(step.locator, rows, step.fill(step.locator), lambda _: step.after())
+            return step.locator
+        locator = step.put(rows)
         try:
-            self._commit(self.progress_fill(group_id, index, attempt, locator, tokens, turn, policy_version))
+            self._commit(step.fill(locator))
         except Exception as exc:
             if self.refused(exc, locator):
                 self.data_plane.delete([locator])
             raise
-        self._drop(self.prefix_moved(group_id, index, locator))
+        self._drop(step.after())
         return locator
 
     def _drop(self, rows: list[str]) -> None:

@@ -1,25 +1,28 @@
-"""`python -m bench peers`: the report's structure and the invariants whatever the speeds (both
-libraries complete every group they start, every reopen resumes after the last group, ours
-counts its syncs through the journal's seam and the trace agrees); the sync count's parsing;
-straw's progress step; and the clear exit when straw-queue is missing."""
+"""`python -m bench peers`: the report's structure and the invariants whatever the speeds (every
+side completes every group it starts, one at a time and with N in flight, every reopen resumes
+after the last group, ours counts its syncs through the journal's seam and the trace agrees);
+the sync count's parsing; straw's progress step and its batched step; and the clear exit when
+straw-queue is missing."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench.peers import PROGRESS, TARGETS, WITHOUT_PROGRESS, count_syncs
-from bench.peers_lifecycles import Straw
+from bench.peers_lifecycles import CONCURRENCY, Sqlite, Straw, durable_steps
 from tests.support.bench_run import bench, quick_report
 
 NAMED = {"peers_groups_vs_straw": ("value/reference", TARGETS["groups"]),
          "peers_payload_groups_vs_straw": ("value/reference", TARGETS["payload_groups"]),
          "peers_bytes_vs_straw": ("reference/value", TARGETS["bytes"]),
-         "peers_rss_vs_straw": ("reference/value", TARGETS["rss"])}
+         "peers_rss_vs_straw": ("reference/value", TARGETS["rss"]),
+         "peers_groups_vs_straw_64": ("value/reference", TARGETS["groups"]),
+         "peers_payload_groups_vs_straw_64": ("value/reference", TARGETS["payload_groups"])}
 
 
 @pytest.fixture(scope="module")
 def report():
-    return quick_report("peers", timeout=300)
+    return quick_report("peers", timeout=900)
 
 
 def test_the_four_targets_and_their_ratios(report):
@@ -39,12 +42,19 @@ def test_the_four_targets_and_their_ratios(report):
     assert "peers_reopen_100x" in figures
 
 
-def test_both_libraries_complete_every_group(report):
+def test_every_side_completes_every_group_at_every_concurrency(report):
     totals = report["meta"]["totals"]
-    assert set(totals) == {"ours", "ours_payload", "straw", "straw_payload"}
+    assert report["meta"]["concurrency"] == list(CONCURRENCY)
+    keys = ("ours", "ours_payload", "straw", "straw_payload", "sqlite")
+    assert set(totals) == {k if n == 1 else f"c{n}_{k}" for n in CONCURRENCY for k in keys}
     for key, t in totals.items():
         assert t["groups"] > 0 and t["completed"] == t["groups"], key
         assert t["bytes"] > 0, key
+    for n in CONCURRENCY[1:]:   # whole steps of N groups
+        assert all(totals[f"c{n}_{k}"]["groups"] % n == 0 for k in keys), n
+    names = {f["name"] for f in report["figures"]}
+    assert {f"peers_{what}_{n}" for n in CONCURRENCY[1:]
+            for what in ("groups_vs_straw", "payload_groups_vs_straw", "groups_vs_sqlite")} <= names
     for key in ("ours_payload", "straw_payload"):  # the payloads are on disk: 4 x 32 KiB a group
         assert totals[key]["bytes"] / totals[key]["groups"] >= 4 * 32 * 1024, key
     for label, size in report["meta"]["reopens"].items():
@@ -68,6 +78,10 @@ def test_ours_counts_syncs_through_the_seam_and_the_trace_agrees(report):
         return
     for key in ("ours", "ours_payload", "straw", "straw_payload"):
         assert syncs[key]["completed"] == syncs[key]["groups"] and syncs[key]["per_group"] > 0, key
+    for n in CONCURRENCY[1:]:
+        for key in ("ours", "ours_payload", "straw", "straw_payload", "sqlite"):
+            traced = syncs[f"c{n}_{key}"]
+            assert traced["completed"] == traced["groups"] and traced["counted"] >= n, (n, key)
     # without payloads every sync of ours is the journal's: the seam and the trace count the same
     assert syncs["ours"]["seam_fsyncs"] == sum(syncs["ours"]["calls"].values())
     # with payloads the data plane syncs too, around the journal's seam
@@ -107,6 +121,18 @@ def test_straws_progress_step_saves_the_prefix_as_the_tasks_input(tmp_path):
         assert life.completed() == 2
     finally:
         life.close()
+
+
+@pytest.mark.parametrize("lib", [Straw, Sqlite])
+def test_a_batched_step_completes_its_n_groups_with_their_durable_steps(tmp_path, lib):
+    life = lib(str(tmp_path / "pool"), payloads=False, progress=True, concurrency=4)
+    try:
+        assert life.run() == 4 and life.run() == 4
+        assert life.completed() == 8
+    finally:
+        life.close()
+    assert durable_steps(lib.name, 4, True) == {"straw": 1 + 7 / 4, "sqlite": 1 + 4 / 4}[lib.name]
+    assert durable_steps(lib.name, 1, True) == {"straw": 5, "sqlite": 4}[lib.name]
 
 
 def test_without_straw_the_bench_says_so_and_exits_2(tmp_path):

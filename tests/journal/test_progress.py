@@ -38,7 +38,10 @@ def test_a_prefix_is_recorded_and_a_newer_one_of_the_attempt_supersedes_it(j):
     assert _prefix(j, g, 2) == Progress("p1", 1536, None, 7)
     assert _prefix(j, g, 0) is None and _prefix(j, g, 1) is None
     j.rollout_progress(RolloutRef(g, 2, 0, "p2"), tokens=2048, turn=3)
-    assert _prefix(j, g, 2) == Progress("p2", 2048, 3, None)
+    # the newer prefix of the same attempt extends the older one's tokens: it keeps their version
+    assert _prefix(j, g, 2) == Progress("p2", 2048, 3, 7)
+    j.rollout_progress(RolloutRef(g, 2, 0, "p3"), tokens=4096, turn=4, policy_version=9)
+    assert _prefix(j, g, 2) == Progress("p3", 4096, 4, 9, since=7)
 
 
 @pytest.mark.parametrize("end", ["seal", "fail"])

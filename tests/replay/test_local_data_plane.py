@@ -140,6 +140,45 @@ def test_concurrent_puts_share_one_write_and_one_fdatasync(tmp_path):
     assert all(deep_equal(dp.get(loc), rows_for(int(loc[1:].split("-")[0]))) for loc in returned)
 
 
+def test_store_batch_writes_its_rows_at_once_with_an_outcome_each(tmp_path):
+    fs = FaultFS()
+    dp = LocalDataPlane(str(tmp_path / "rows"), fs=fs)
+    kept = dp.put(7, rows_for(7))
+    fs.ops.clear()
+    out = dp.store_batch([("g1-r0-a0.rows", encode_rows(rows_for(1, 0))), (kept, encode_rows(rows_for(8))),
+                          ("g2-r0-a0.rows", encode_rows(rows_for(2, 0)))])
+    assert out[0] is None and out[2] is None and isinstance(out[1], RowConflict)
+    assert [o.kind for o in fs.ops] == ["write", "fsync"]       # one write, one fdatasync
+    fresh = LocalDataPlane(dp.root)
+    assert sorted(fresh.locators()) == sorted(["g1-r0-a0.rows", "g2-r0-a0.rows", kept])
+    assert deep_equal(fresh.get(kept), rows_for(7)) and deep_equal(fresh.get("g2-r0-a0.rows"), rows_for(2, 0))
+
+
+def test_a_delete_does_not_wait_for_the_fdatasync_in_flight(tmp_path):
+    """The rows are gone from the object at once; their marks go with the next write, which the
+    put in flight makes before it returns."""
+    fs = FaultFS()
+    dp = LocalDataPlane(str(tmp_path / "rows"), fs=fs)
+    old = dp.put(1, rows_for(1))
+    held, gate = threading.Event(), threading.Event()
+
+    def hold(kind, path):
+        if not gate.is_set():
+            held.set()
+            gate.wait(10)
+
+    fs.on("fsync", hold)
+    putting = threading.Thread(target=dp.put, args=(2, rows_for(2)))
+    putting.start()
+    assert held.wait(10)
+    assert dp.delete([old]) == 1                  # while the put's fdatasync is held
+    assert not dp.has(old) and old not in set(dp.locators())
+    assert LocalDataPlane(dp.root).has(old)       # its mark is not written yet
+    gate.set()
+    putting.join()
+    assert sorted(LocalDataPlane(dp.root).locators()) == ["g2.rows"]
+
+
 def _gid(locator: str) -> int:
     return int(locator[1:].split("-")[0].split(".")[0])
 

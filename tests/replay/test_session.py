@@ -156,9 +156,9 @@ def test_seal_stores_rows_first_and_the_last_seal_finishes_the_group(fast_tmp):
     order = []
 
     class Recording(LocalDataPlane):
-        def put_rollout(self, gid, index, attempt, rows):
-            order.append(("put", index, s.journal.lsn))
-            return super().put_rollout(gid, index, attempt, rows)
+        def store_batch(self, items):   # the session stores a seal's rows in a batch
+            order.extend(("put", locator, s.journal.lsn) for locator, _ in items)
+            return super().store_batch(items)
 
     with run.open(data_plane=Recording(run.rows)) as s:
         gid, _ = s.take(next(s.batches()))

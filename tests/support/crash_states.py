@@ -51,8 +51,10 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import shutil
+import traceback
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 SECTOR = 512
 PAGE = 4096
@@ -398,6 +400,21 @@ class StateSet:
 
     def __len__(self) -> int:
         return len(self.states)
+
+
+def failures_of(states: "StateSet", scratch: str, check: Callable[[str, CrashState], None]) -> list[str]:
+    """Each state written under `scratch` and held to `check(its directory, the state)`; what
+    broke, each with the state that broke it (the directories removed)."""
+    failures = []
+    for s in states:
+        img = write_tree(s.tree, os.path.join(scratch, f"s{s.index}"))
+        try:
+            check(img, s)
+        except Exception as exc:  # every failure is collected with the state that caused it
+            failures.append(f"{s.describe()}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+        finally:
+            shutil.rmtree(img, ignore_errors=True)
+    return failures
 
 
 def write_tree(tree: dict, dest: str) -> str:

@@ -4,8 +4,9 @@ and the I/O-error sweep of the data plane (tests/system/test_data_plane_*.py).
 
 The workload, with packs of about four rows: puts one by one across pack rotations, four puts
 at once (one group commit), deletes whose dead marks make packs reclaimable (removed, or
-compacted: copies fsynced, then the pack removed), more puts, an import of a cut's rows, and
-a save into a cut's directory. `Record` notes when each put returned and each delete began, counted in
+compacted: copies fsynced, then the pack removed), more puts, an import of a cut's rows, three
+rows stored as one batch (`store_batch`, as a session stores the seals in flight), and a save
+into a cut's directory. `Record` notes when each put returned and each delete began, counted in
 operations of the seam.
 
 `check` opens the directory with the real file system: every row whose put returned is
@@ -51,6 +52,15 @@ class Record:
             self.puts.append((len(self.fs.ops), got))
         return got
 
+    def store_batch(self, dp: LocalDataPlane, locators: list[str]) -> None:
+        """`store_batch` of the rows of `locators`; raises the first item's error."""
+        out = dp.store_batch([(loc, encode_rows(rows_of(loc))) for loc in locators])
+        error = next((e for e in out if e is not None), None)
+        if error is not None:
+            raise error
+        with self._lock:
+            self.puts += [(len(self.fs.ops), loc) for loc in locators]
+
     def delete(self, dp: LocalDataPlane, locators: list[str]) -> None:
         self.deletes += [(len(self.fs.ops), loc) for loc in locators]
         dp.delete(locators)
@@ -61,21 +71,7 @@ def workload(dp: LocalDataPlane, rec: Record, cut: str, saved: str, base: int = 
     new directory `saved` (group ids from `base`)."""
     for g in range(base, base + 5):
         rec.put(dp, g)
-    errors: list[BaseException] = []
-
-    def put(g: int) -> None:
-        try:
-            rec.put(dp, g, 0)
-        except BaseException as exc:   # re-raised by the workload's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=put, args=(g,)) for g in range(base + 5, base + 9)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    at_once([lambda g=g: rec.put(dp, g, 0) for g in range(base + 5, base + 9)])
     rec.delete(dp, [f"g{g}.rows" for g in range(base, base + 4)])
     for g in range(base + 9, base + 11):
         rec.put(dp, g)
@@ -83,12 +79,32 @@ def workload(dp: LocalDataPlane, rec: Record, cut: str, saved: str, base: int = 
     imported = dp.import_cut(cut)
     rec.puts += [(len(rec.fs.ops), name) for name in sorted(os.listdir(os.path.join(cut, "data_plane")))]
     assert imported == 2
+    rec.store_batch(dp, [f"g{g}-r1-a0.rows" for g in range(base + 12, base + 15)])
     rec.put(dp, base + 11)
     os.makedirs(saved)
     kept = [Group(g, 0, None, 0, None, Owner.REPLAY, locator=f"g{g}.rows") for g in (base + 4, base + 10)]
     dp.save(saved, kept)
     assert all(deep_equal(decode_rows(open(os.path.join(saved, g.locator), "rb").read(), g.locator),
                           rows_of(g.locator)) for g in kept)
+
+
+def at_once(calls: list) -> None:
+    """Run the calls each on a thread of its own, all at once; raise the first error."""
+    errors: list[BaseException] = []
+
+    def run(call) -> None:
+        try:
+            call()
+        except BaseException as exc:   # re-raised on the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def make_cut(path: str) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 
+from journal import layout
 from journal import (Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted, Finished,
                      GroupRef, IdentityRecorded, Owner, Progress, Restored, RolloutFailed, RolloutProgress,
                      RolloutRef, RolloutSealed, Taken, Trained)
@@ -348,10 +349,14 @@ def assert_state_matches(st, model: Model) -> None:
 
 
 def tree_bytes(path: str) -> dict[str, bytes]:
-    """{relative path: contents} of every file under `path` (to prove nothing was written)."""
+    """{relative path: contents} of every file under `path` (to prove nothing was written),
+    but the spare segment (`layout.PREPARED_NAME`): it holds no commit, and a writer zero-fills
+    it in the background once its active segment is half full, at any moment after a commit."""
     out = {}
     for dirpath, _, files in os.walk(path):
         for name in files:
+            if name == layout.PREPARED_NAME:
+                continue
             full = os.path.join(dirpath, name)
             with open(full, "rb") as fh:
                 out[os.path.relpath(full, path)] = fh.read()

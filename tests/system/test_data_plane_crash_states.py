@@ -16,12 +16,10 @@ checks every distinct state.
 from __future__ import annotations
 
 import os
-import shutil
-import traceback
 
 from replay import LocalDataPlane
 from replay.data_plane import pack_writer
-from tests.support.crash_states import CrashStates, write_tree
+from tests.support.crash_states import CrashStates, failures_of
 from tests.support.data_plane_runs import Record, check, make_cut, pack_bytes, workload
 from tests.support.faultfs import FaultFS
 
@@ -40,15 +38,7 @@ def test_every_crash_state_keeps_the_rows_whose_put_returned(fast_tmp, monkeypat
     kinds = {o.kind for o in fs.ops}
     assert {"create", "rename", "write", "fsync", "fsync_dir", "unlink"} <= kinds
     states = CrashStates(fs.baseline, fs.ops, root=root, seed=SEED).distinct(sample=SAMPLE, seed=SEED)
-    failures = []
-    for s in states:
-        img = write_tree(s.tree, str(fast_tmp / f"s{s.index}"))
-        try:
-            check(img, rec, s.point)
-        except Exception as exc:  # every failure is collected with the state that caused it
-            failures.append(f"{s.describe()}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
-        finally:
-            shutil.rmtree(img, ignore_errors=True)
+    failures = failures_of(states, str(fast_tmp), lambda img, state: check(img, rec, state.point))
     print(f"data plane: {len(fs.ops)} ops, {states.produced} crash states produced, "
           f"{states.distinct} distinct, {len(states)} checked, {len(failures)} failed")
     assert len(states) >= min(SAMPLE or 0, states.distinct)

@@ -28,8 +28,7 @@ from replay import DataPlaneIOError, LocalDataPlane
 from replay.data_plane import pack_writer
 from tests.support.data_plane_runs import Record, check, make_cut, pack_bytes, rows_of, workload
 from tests.support.faultfs import FaultFS
-
-MAX_N = int(os.environ.get("OJ_SWEEP_MAX_N", "400"))
+from tests.support.sweeps import retiring, sweep
 
 
 def _base(scratch: str) -> str:
@@ -42,13 +41,6 @@ def _base(scratch: str) -> str:
     return root
 
 
-def _retiring(fs: FaultFS, failed) -> bool:
-    """Whether the failed operation retired a pack: its seal (a write, an fsync) or its close,
-    which nothing depends on (every row in it was fsynced; unsealed, it is read in full)."""
-    later = [o.kind for o in fs.ops if o.handle == failed.handle and o.seq > failed.seq]
-    return failed.kind == "close" or later[:1] == ["close"]
-
-
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-shot", "persistent"])
 def test_every_failing_operation_raises_cleanly_and_leaves_a_usable_data_plane(fast_tmp, monkeypatch,
                                                                                persistent):
@@ -56,8 +48,8 @@ def test_every_failing_operation_raises_cleanly_and_leaves_a_usable_data_plane(f
     scratch = str(fast_tmp)
     base, cut = _base(scratch), make_cut(os.path.join(scratch, "cut"))
     before = set(LocalDataPlane(base).locators())
-    points, failures = 0, []
-    for n in range(1, MAX_N + 1):
+
+    def run_at(n: int, failures: list[str]) -> bool:
         root = os.path.join(scratch, f"n{n}")
         shutil.copytree(base, root)
         fs = FaultFS(root=root)
@@ -74,12 +66,11 @@ def test_every_failing_operation_raises_cleanly_and_leaves_a_usable_data_plane(f
             assert error is None, f"{where}: failed without the fault: {error!r}"
             dp.close()
             check(root, rec)
-            break
-        points += 1
+            return False
         failed = next(o for o in fs.ops if o.failed)
         where += f" ({failed.kind} {os.path.basename(failed.path)})"
         if error is None:
-            if not _retiring(fs, failed):
+            if not retiring(fs, failed):
                 failures.append(f"{where}: the workload completed although an operation failed")
         elif not (isinstance(error, DataPlaneIOError) and error.errno == errno.EIO and dp.root in str(error)):
             failures.append(f"{where}: undocumented {type(error).__name__}: {error}")
@@ -95,8 +86,6 @@ def test_every_failing_operation_raises_cleanly_and_leaves_a_usable_data_plane(f
         except Exception as exc:
             failures.append(f"{where} -> {error!r}: afterwards {type(exc).__name__}: {exc}")
         shutil.rmtree(root, ignore_errors=True)
-    else:
-        failures.append(f"still reaching the fault at N={MAX_N}")
-    print(f"data plane I/O-error sweep ({'persistent' if persistent else 'one-shot'}): {points} error points")
-    assert points > 20
-    assert not failures, f"{len(failures)} error points broke a guarantee:\n" + "\n".join(failures[:10])
+        return True
+
+    sweep(f"data plane I/O-error sweep ({'persistent' if persistent else 'one-shot'})", run_at)
