@@ -68,10 +68,19 @@ GROUPS = 4  # taken first, one commit; the events then name these and one never 
 
 
 def _event(data, state: State) -> object:
-    """A random event over the first GROUPS groups (and group 9, never taken), its rollouts
-    mostly those of groups tracking rollouts, named with their current attempt (so that most
-    are legal)."""
+    """A random event over the first GROUPS groups (and group 9, never taken): the groups it
+    moves mostly ones its kind may move (in its from-owners), its rollouts mostly those of
+    groups tracking rollouts, named with their current attempt (so that most are legal, and
+    every kind's are some of the time)."""
     gid = st.sampled_from(list(range(GROUPS)) + [9])
+
+    def moves(struct: type, *fields) -> list:
+        """An event of `struct` and its other `fields`; thrice when some groups may move."""
+        allowed = KIND_OF[struct].from_owners
+        fit = sorted(g for g, group in state.live.items() if group.owner in allowed)
+        named = st.one_of(st.sampled_from(fit), st.sampled_from(fit), gid) if fit else gid
+        event = st.builds(struct, st.lists(named, min_size=1, max_size=2), *fields)
+        return [event] * 3 if fit else [event]
     tracked = sorted(g for g, group in state.live.items() if group.rollouts is not None)
 
     def current(g: int, i: int) -> int:
@@ -84,12 +93,8 @@ def _event(data, state: State) -> object:
                       st.builds(RolloutFailed, st.lists(ref, min_size=1, max_size=2), st.just("r")),
                       st.builds(RolloutProgress, ref, st.integers(0, 9))]
     return data.draw(st.one_of(
-        st.builds(Diverted, st.lists(gid, min_size=1, max_size=2)),
-        st.builds(Admitted, st.lists(gid, min_size=1, max_size=2), st.just(1), st.none(), st.none(),
-                  st.sampled_from([None, 2, 2])),
-        st.builds(Finished, st.lists(gid, min_size=1, max_size=2)),
-        st.builds(Trained, st.lists(gid, min_size=1, max_size=2), st.just(1)),
-        st.builds(Discarded, st.lists(gid, min_size=1, max_size=2), st.just("r")),
+        *moves(Diverted), *moves(Admitted, st.just(1), st.none(), st.none(), st.sampled_from([None, 2])),
+        *moves(Finished), *moves(Trained, st.just(1)), *moves(Discarded, st.just("r")),
         *rollout_events, *rollout_events,
         st.builds(CheckpointBegun, st.integers(0, 2)),
         st.builds(CheckpointCommitted, st.integers(0, 2)),
