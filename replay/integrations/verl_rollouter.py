@@ -200,8 +200,8 @@ class JournaledFullyAsyncRollouter(PlainRollouter):
         """The loader's position is the journal's (restored by `Session.open`; verl's data.pt is
         not read); samples finished before the crash go back on the message queue."""
         s = self._open_session()
-        for _work, rows in finished_groups(s):
-            await self.message_queue_client.put_sample(sample=ray.cloudpickle.dumps(sample_of(rows)))
+        for work, rows in finished_groups(s):
+            await self.message_queue_client.put_sample(sample=ray.cloudpickle.dumps(sample_of(rows, work.group_id)))
         return s.step or 0
 
 
