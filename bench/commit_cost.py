@@ -21,7 +21,8 @@ from journal import (Admitted, Commit, Finished, GroupRef, Journal, RolloutRef, 
 from journal.reader import list_segments
 from journal.vfs import OsFileSystem
 from journal.events import commit_decoder, commit_encoder
-from journal.fold import State, apply
+from journal.fold import apply
+from journal.state import State
 
 from .common import scratch_dir
 

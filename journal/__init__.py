@@ -29,7 +29,7 @@ from .replica.errors import ReplicaConflict, ReplicaError, ReplicaTimeout
 from .events import (Admitted, CheckpointBegun, CheckpointCommitted, Commit, Discarded, Diverted, Event,
                      Finished, GroupRef, IdentityRecorded, KeptAtLead, LIVE_OWNERS, Owner, Restored, RolloutFailed,
                      RolloutProgress, RolloutRef, RolloutSealed, Taken, TakenGroup, Trained)
-from .fold import Group, Progress, Rollouts, State
+from .state import Group, Progress, Rollouts, State
 from .loader_state import LoaderStateError
 from .resume import ResumePlan
 from .reader import Reader, Record

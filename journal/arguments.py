@@ -14,11 +14,11 @@ them is an ownership rule; the fold reads such old events as it always did.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import msgspec.inspect as mi
 
-from .events import EVENT_TYPES, GroupRef, RolloutRef, TakenGroup
+from .events import GroupRef, RolloutRef, TakenGroup
 
 _ID_MAX = 2 ** 63 - 1
 
@@ -137,9 +137,11 @@ def _item_rules(cls: type) -> list[tuple[str, bool, str, list]]:
     return out
 
 
-# event class -> (its call, [(field, argument, rule)], [(list field, item name, item rules)]),
-# read from the schema (`events.py`): the bounds are its `msgspec.Meta`
-RULES = {kind: (kind.call, _field_rules(kind), _item_rules(kind)) for kind in EVENT_TYPES}
+def rules_of(record: type) -> tuple[list, list]:
+    """The argument rules of event record `record`, read from its schema (`events.py`: the
+    bounds are its `msgspec.Meta`): [(field, argument, rule)] and [(list field, whether it
+    holds a list, item name, item rules)] (`kinds.ARGUMENT_RULES` holds every kind's)."""
+    return _field_rules(record), _item_rules(record)
 
 
 def _nothing_written(journal: str) -> str:
@@ -224,10 +226,11 @@ def invalid(name: str, value, problem) -> Exception:
     return cls(f"{name} must be {must}, got {value!r}")
 
 
-def explain(events: list) -> Exception | None:
-    """The error for the first argument of `events` that breaks its rule (None if none does)."""
+def explain(events: list, rules: Mapping[type, tuple[str, list, list]]) -> Exception | None:
+    """The error for the first argument of `events` that breaks its rule (None if none does);
+    `rules`: event type -> (its call, `rules_of` it), `kinds.ARGUMENT_RULES`."""
     for ev in events:
-        call, fields, lists = RULES[type(ev)]
+        call, fields, lists = rules[type(ev)]
         for attr, arg, rule in fields:
             problem = rule(getattr(ev, attr))
             if problem is not None:

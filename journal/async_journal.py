@@ -9,12 +9,10 @@ import threading
 from _thread import allocate_lock
 from typing import Any, Callable, TypeVar
 
-from .events import CALLS
+from .kinds import KINDS, Kind
 from .writer import Journal, Transaction
 
 T = TypeVar("T")
-# the transition methods of `Journal`, one per event kind, each awaitable here
-TRANSITION_CALLS = tuple(CALLS.values())
 
 
 class AsyncJournal:
@@ -122,12 +120,14 @@ class AsyncJournal:
                 loop.call_soon_threadsafe(_settle, loop, outcome, 0, self.SETTLE_PER_TURN)
 
 
-def _awaitable(name: str):
-    """`AsyncJournal.<name>`: `Journal.<name>`'s transition, awaited (same arguments, result)."""
+def _awaitable(kind: Kind):
+    """`AsyncJournal.<call>`: `Journal.<call>`'s transition, awaited (same arguments, result)."""
+    name = kind.call
+    lsn_result = kind.returns is None  # the commit's LSN, as `Journal.<call>` returns it
 
     async def call(self: AsyncJournal, *args, **kwargs):
         pending, result = self.journal.submit_event(name, args, kwargs)
-        future = self._await(pending, result if name == "taken" else pending.lsn)
+        future = self._await(pending, pending.lsn if lsn_result else result)
         del args, kwargs  # not kept alive while the commit waits for its fsync
         return await future
 
@@ -136,8 +136,8 @@ def _awaitable(name: str):
     return wrapped
 
 
-for _name in TRANSITION_CALLS:
-    setattr(AsyncJournal, _name, _awaitable(_name))
+for _kind in KINDS:  # the transition methods of `Journal`, one per event kind, each awaitable here
+    setattr(AsyncJournal, _kind.call, _awaitable(_kind))
 
 
 def _lsn_of(pending) -> int:

@@ -22,8 +22,10 @@ from . import format as fmt
 from .errors import JournalClosed, JournalError, JournalFailed
 from .events import Blob, Commit, Taken, commit_encoder
 from .events import commit_decoder as _commit_decoder
-from .fold import Undo, apply
+from .fold import apply
+from .kinds import ARGUMENT_RULES
 from .position import Position
+from .state import Undo
 from .segments import SegmentPlan
 from .transaction import Transaction, queue_one
 
@@ -167,7 +169,7 @@ class CommitPipeline:
 
     def _bad_argument(self, lsn: int, events: list, exc: Exception) -> Exception:
         """The error for a commit whose events do not fit the schema, naming the argument."""
-        found = arguments.explain(events)
+        found = arguments.explain(events, ARGUMENT_RULES)
         cls, what = (type(found), str(found)) if found is not None else (TypeError, f"{exc}")
         return cls(f"{what} (journal {self.path}, commit LSN {lsn}; nothing was written)")
 

@@ -4,7 +4,7 @@ what they were kept for), and only older files reach this module. Each current r
 here once, where it meets an older format. The older formats it reads, and what replaced them:
 
 - state file format 1 (magic "OWNJST01": format 2's body with the live groups one msgpack map
-  of `fold.Group` each), met by `state_file.decode` (the magic); replaced by format 2
+  of `state.Group` each), met by `state_file.decode` (the magic); replaced by format 2
   ("OWNJST02", the live groups by column) since the state file's column blocks (c91e54a).
 - segment headers without a group mark (`UNMARKED`: the reserved bytes left zero), met by
   `format.SegmentHeader.next_group_id` (None: not recorded, so the readers read every segment
@@ -19,7 +19,7 @@ import msgspec
 
 from . import state_file
 from .errors import StateFileCorrupt
-from .fold import Group, State
+from .state import Group, State
 
 STATE_FILE_MAGIC_V1 = b"OWNJST01"
 # the group mark of a segment header written before marks (`format.SegmentHeader.group_mark`)

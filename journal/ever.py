@@ -1,6 +1,6 @@
 """What every history of a journal ever did with group ids and attempts, read as cheaply as the
 segments' group marks allow: the highest id allocated (`max_group_id`: ids are never reused),
-the highest attempt each rollout was dispatched in (`attempts_used`, by `fold.dispatched_attempt`),
+the highest attempt each rollout was dispatched in (`attempts_used`, by its kind's `dispatched`),
 the groups admitted (`admitted_groups`). A resume hands out ids and attempts above these, so no
 worker of a dead run can seal into the new history.
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from . import history
-from .events import Admitted, RolloutFailed, RolloutProgress, RolloutSealed, Taken
-from .fold import dispatched_attempt
+from .events import Owner
+from .kinds import KIND_OF
 from .reader import ANY_LSN
 
 
@@ -97,15 +97,16 @@ def max_group_id(reader) -> int:
             top = max(top, at.next_group_id - 1)
     for rec in records_naming(reader, floor + 1, any_position=True):
         for ev in rec.commit.events:
-            if type(ev) is Taken and ev.groups:
-                top = max(top, ev.groups[-1].group_id)
+            rows = KIND_OF[type(ev)].takes(ev)
+            if rows:
+                top = max(top, rows[-1].group_id)
     return top
 
 
 def attempts_used(reader, rollouts: set, *, skip_active_after: int | None = None,
                   known_to: int | None = None) -> dict[tuple[int, int], int]:
     """For each (group, index) of `rollouts` that any timeline of `reader` names: the highest
-    attempt it was ever dispatched in (`dispatched_attempt`). Attempts are never reused, like
+    attempt it was ever dispatched in (the kind's `dispatched`). Attempts are never reused, like
     group ids: a resume raises the attempt of an unsealed rollout above this, so no worker of
     a dead run can seal. Reads only the segments that may name the lowest of their groups
     (`Reader.records_naming`): those written since it was taken. `skip_active_after=L` leaves
@@ -117,12 +118,11 @@ def attempts_used(reader, rollouts: set, *, skip_active_after: int | None = None
         return used
     for rec in records_naming(reader, min(gid for gid, _ in rollouts), skip_active_after, known_to=known_to):
         for ev in rec.commit.events:
-            kind = type(ev)
-            if kind is RolloutSealed or kind is RolloutFailed or kind is RolloutProgress:
-                for ref in (ev.rollout,) if kind is RolloutProgress else ev.rollouts:
-                    key = (ref.group_id, ref.index)
-                    if key in rollouts:
-                        used[key] = max(used.get(key, 0), dispatched_attempt(ev, ref))
+            kind = KIND_OF[type(ev)]
+            for ref in kind.rollouts(ev):
+                key = (ref.group_id, ref.index)
+                if key in rollouts:
+                    used[key] = max(used.get(key, 0), kind.dispatched(ref))
     return used
 
 
@@ -137,6 +137,7 @@ def admitted_groups(reader, groups: set, *, skip_active_after: int | None = None
         return found
     for rec in records_naming(reader, min(groups), skip_active_after, known_to=known_to):
         for ev in rec.commit.events:
-            if type(ev) is Admitted:
-                found.update(gid for gid in ev.groups if gid in groups)
+            kind = KIND_OF[type(ev)]
+            if kind.moves_into is Owner.ADMITTED:
+                found.update(gid for gid in kind.groups(ev) if gid in groups)
     return found

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, NamedTuple
 
 from .errors import OwnershipError
-from .events import CheckpointBegun, CheckpointCommitted
-from .fold import State, latest_checkpoint, mark_checkpoint
+from .kinds import checkpoint_marks
+from .rules import mark_checkpoint
+from .state import State, latest_checkpoint
 
 
 class Span(NamedTuple):
@@ -123,13 +124,13 @@ def checkpoint_markers(records: Iterable, state: State | None = None, *,
     end = state.lsn if state is not None else 0
     for rec in records:
         end = rec.commit.lsn
-        marks = [ev for ev in rec.commit.events if type(ev) is CheckpointBegun or type(ev) is CheckpointCommitted]
+        marks = checkpoint_marks(rec.commit.events)
         if not marks:
             continue
         p, c = (dict(pending), dict(committed)) if tolerant else (pending, committed)
         try:
-            for ev in marks:
-                mark_checkpoint(p, c, ev, end)
+            for mark, step in marks:
+                mark_checkpoint(p, c, mark, step, end)
         except OwnershipError:
             if not tolerant:
                 raise

@@ -42,6 +42,14 @@ def to_hex(identity: Mapping[str, bytes] | None) -> dict[str, str] | None:
     return {key: d.hex() for key, d in identity.items()} if identity is not None else None
 
 
+def hex_line(identity: Mapping[str, str] | None) -> str:
+    """An identity as `to_hex` shows it, on one line: each key with the first digits of its
+    value's fingerprint (what inspection shows)."""
+    if identity is None:
+        return "none recorded"
+    return " ".join(f"{key}={d[:SHORT_DIGEST_CHARS]}" for key, d in identity.items()) or "recorded, no keys"
+
+
 def from_hex(identity: Mapping[str, str] | None) -> dict[str, bytes] | None:
     """`to_hex`'s digests back; ValueError for a value that is not hex."""
     return {key: bytes.fromhex(d) for key, d in identity.items()} if identity is not None else None

@@ -19,9 +19,11 @@ import shlex
 from . import format as fmt
 from . import layout, leftovers, locks, set_aside, state_file
 from .errors import JournalCorrupt, JournalError, StateFileCorrupt, io_step
-from .events import CheckpointCommitted
+from .kinds import KIND_OF
+from .rules import Mark
 from .ever import group_mark_top, max_group_id
-from .fold import State, apply
+from .fold import apply
+from .state import State
 from .reader import Reader
 from .resume import ResumePlan
 from .segments import SegmentPlan, remove_prepared
@@ -340,7 +342,7 @@ class Opening:
 def _holds_ownership(rec) -> bool:
     """Whether a record's commit holds an event that moves groups (not a checkpoint marker nor
     an identity: those declare no `to` owner)."""
-    return any(type(ev).to is not None for ev in rec.commit.events)
+    return any(KIND_OF[type(ev)].to is not None for ev in rec.commit.events)
 
 
 def _rewrites_tail(reader: Reader, state: State, first_commit: list) -> bool:
@@ -349,12 +351,12 @@ def _rewrites_tail(reader: Reader, state: State, first_commit: list) -> bool:
     it nothing else: then they are folded onto `state`, whose history goes on at its end as if
     the resume had branched and written them (same state, same markers, no dead tail, no new
     segment). A restart of a run whose last commit marked its last checkpoint committed."""
-    if any(type(ev) is not CheckpointCommitted for ev in first_commit):
+    if not _only_committed_marks(first_commit):
         return False
     want = sorted(ev.step for ev in first_commit)
     tail, marks = [], []
     for rec in reader.records(start_lsn=state.lsn + 1):
-        if any(type(ev) is not CheckpointCommitted for ev in rec.commit.events):
+        if not _only_committed_marks(rec.commit.events):
             return False
         marks += [ev.step for ev in rec.commit.events]
         if len(marks) > len(want):
@@ -390,3 +392,8 @@ def _continue_elsewhere(path: str) -> str:
             "the run goes on: for a trainer on replay.Session, the commands that put NEWDIR in this "
             "directory's place, then the same Session.open; on the low-level API, state = "
             "replay.restore(NEWDIR); Journal.open(NEWDIR, resume=state). Keep this directory for forensics")
+
+
+def _only_committed_marks(events) -> bool:
+    """Whether every event of `events` marks a checkpoint committed."""
+    return all(KIND_OF[type(ev)].checkpoint is Mark.COMMITTED for ev in events)

@@ -32,7 +32,8 @@ from . import format as fmt
 from . import history, layout, position
 from .errors import JournalCorrupt
 from .events import Commit, commit_decoder
-from .fold import State, fold_records
+from .fold import fold_records
+from .state import State
 from .position import Position
 from .scan import UNDECIDED, ProblemKind, frame_defect, next_intact_frame, read_frame, zero_fill
 

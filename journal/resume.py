@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .events import Restored
-from .fold import State
+from .state import State
 from .vfs import OsFileSystem
 
 

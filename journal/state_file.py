@@ -37,7 +37,7 @@ import zstandard
 from . import layout
 from .errors import StateFileCorrupt
 from .events import LIVE_OWNERS, PackedLoaderState
-from .fold import GROUP_FIELDS, Group, LoaderState, Progress, Rollouts, SampledRow, State, TerminalOwners
+from .state import GROUP_FIELDS, Group, LoaderState, Progress, Rollouts, SampledRow, State, TerminalOwners
 
 MAGIC = b"OWNJST02"
 # the columns are small ints, short strings and 16-byte fingerprints (which do not compress):

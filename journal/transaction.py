@@ -1,26 +1,22 @@
-"""The transition calls, each written once: `Transaction.<call>` records its event into the
-transaction's commit, and `Journal.<call>` is a transaction of that one event.
+"""The transition calls on a commit in the making: `Transaction` (a journal's, made when its
+`with` block ends), `Journal.<call>` (a transaction of that one event) and `Draft` (no journal:
+a commit planned now for a writer to make later, such as a resume's first commit).
 
-A call's event kind is declared in `events.py` (its `call`, its from/to owners, its argument
-bounds); what a call does beyond building its event (allocating group ids, packing the
-loader state, the append-time refusals of `arguments.py`, the checkpoint protocol) is here.
+Each call is its kind's, written once in the table of kinds (`kinds.py`: its arguments' checks,
+the event it builds, what it returns) and installed here on every recorder: `Transaction`,
+`Draft` and `Journal` get one method per kind (`AsyncJournal` its own, `async_journal.py`).
 """
 
 from __future__ import annotations
 
 import inspect
+import types
 import weakref
-from typing import Any, Iterable, Mapping, Sequence
 
-from . import arguments
-from . import loader_state as _loader_state
-from .errors import TransactionClosed
-from .events import (EVENT_TYPES, Admitted, CheckpointBegun, CheckpointCommitted, Discarded, Diverted,
-                     Finished, GroupRef, IdentityRecorded, Restored, RolloutFailed, RolloutProgress, RolloutRef,
-                     RolloutSealed, Taken,
-                     TakenGroup, Trained)
-from .identity import digests
-from .fold import taken_next_id
+from .errors import OwnershipError, TransactionClosed
+from .kinds import KIND_OF, KINDS, Kind, checkpoint_marks
+from .rules import begin_refused
+from .state import State
 
 
 class _Refusing:
@@ -40,31 +36,45 @@ class _Refusing:
         tx = self.tx() if self.tx is not None else None
         what = (f"{tx!r}: its `with` block has ended" if tx is not None
                 else "a transaction used outside a `with` block")
-        raise TransactionClosed(f"{type(event).call}() on {what}, so nothing was "
+        raise TransactionClosed(f"{KIND_OF[type(event)].call}() on {what}, so nothing was "
                                 "recorded; use `with journal.transaction() as tx:` and call tx "
                                 "methods inside the block")
 
 
 _NOT_ENTERED = _Refusing(None)
 
-_IN_TRANSACTION = ("\n\nIn a transaction: recorded into its commit, made when the block ends;\n"
-                   "returns {returns}. Raises as the class docstring says.")
-_ONE_EVENT = ("\n\nOn the journal: a transaction of this one event; returns {returns}\n"
-              "once its commit is durable. Raises as every transition does (class docstring).")
+
+class _Recorder:
+    """What a kind's call records into (`Kind.record(recorder, ...)`): the events of one commit
+    (`_events`), the loader-state blobs they reference (`_blobs`), the next id a `taken`
+    allocates (`_next_gid`; None: the recorder's first free one) and the journal directory its
+    messages name (`_path`)."""
+
+    __slots__ = ("_events", "_blobs", "_next_gid", "_path")
+
+    def _first_free_id(self) -> int:
+        """The lowest id a `taken` may allocate: above every id of the history it goes on."""
+        raise NotImplementedError
+
+    def _refuse_begin(self, step: int, queued: list) -> None:
+        """OwnershipError, nothing recorded, when the checkpoint protocol refuses
+        `begin_checkpoint(step)` after the `queued` events of the commit."""
+        raise NotImplementedError
 
 
-def _transition(*, journal_returns: str = "the commit's LSN", tx_returns: str = "None"):
-    """A transition call of `Transaction`, whose docstring says what it records; the text for
-    either class is that plus what the call returns there and what it raises."""
-    def declare(method):
-        body = inspect.cleandoc(method.__doc__)
-        method.__doc__ = body + _IN_TRANSACTION.format(returns=tx_returns)
-        method.journal_doc = body + _ONE_EVENT.format(returns=journal_returns)
-        return method
-    return declare
+def _refuse_begin(state: State, step, begun_after: int, queued: list, where: str) -> None:
+    """OwnershipError when the checkpoint protocol refuses `checkpoint_begun(step)` after the
+    `queued` events of the commit that follows `state` (`rules.begin_refused`; checkpoints
+    begun after LSN `begun_after` are the recorder's own); `where` names the journal."""
+    if not isinstance(step, int):
+        return  # not a step at all: the schema's message names it
+    why = begin_refused(state, step, begun_after=begun_after, queued=checkpoint_marks(queued))
+    if why is not None:
+        lsn = state.lsn + 1
+        raise OwnershipError(f"{why} ({where}, commit LSN {lsn}; nothing was written)", lsn=lsn)
 
 
-class Transaction:
+class Transaction(_Recorder):
     """Transitions collected by `Journal.transaction()`, committed atomically on exit.
 
     It holds the journal's lock for the whole block (so allocated ids stay in order); keep
@@ -78,10 +88,10 @@ class Transaction:
     inside the block, or an `OwnershipError` when it ends, writes nothing of it. Its methods work only
     inside the block: before or after it they raise `TransactionClosed` and record nothing."""
 
-    __slots__ = ("_j", "_events", "_blobs", "_next_gid", "_held", "_phase", "lsn", "__weakref__")
+    __slots__ = ("_j", "_held", "_phase", "lsn", "__weakref__")
 
     def __init__(self, journal):
-        self._j = journal
+        self._j, self._path = journal, journal.path
         self._events: list | _Refusing = _NOT_ENTERED  # a list inside the `with` block only
         self._blobs: dict[bytes, bytes] = {}
         self._next_gid: int | None = None
@@ -142,162 +152,13 @@ class Transaction:
                 self._release()
         return pending
 
-    # -- the transition calls ----------------------------------------------------------------
+    def _first_free_id(self) -> int:
+        return self._j._state.next_group_id
 
-    @_transition(journal_returns="the group ids", tx_returns="the group ids (valid once the block commits)")
-    def taken(self, refs: Sequence[GroupRef], *, loader_state: Any = None,
-              dataset_size: int | None = None) -> list[int]:
-        """Record that the loader handed out `refs` (one `GroupRef` per row: idx, task name,
-        epoch, fingerprint): from the loader to RESERVED. The group ids allocated to them, in
-        order, are above every id the journal ever allocated (a `GroupRef.group_id` given
-        explicitly must be: else an `OwnershipError`). `loader_state` is the loader's
-        `state_dict()` *after* the take, what a restore hands back; `dataset_size=len(dataset)`
-        records the dataset's length, which restore checks."""
-        refs = arguments.group_refs(refs, self._j.path)
-        packed = None
-        if loader_state is not None:
-            packed, blobs = _loader_state.pack(loader_state)
-            self._blobs.update(blobs)
-        first = self._j._state.next_group_id if self._next_gid is None else self._next_gid
-        nxt, groups, explicit = first, [], False
-        for ref in refs:
-            gid = nxt
-            if ref.group_id is not None:
-                gid, explicit = ref.group_id, True
-                if arguments.id_problem(gid) is not None:
-                    raise arguments.invalid("GroupRef.group_id", gid, arguments.id_problem(gid))
-            groups.append(TakenGroup(gid, ref.idx, ref.task_name, ref.epoch, ref.fingerprint))
-            nxt = gid + 1
-        if explicit:  # only an explicit id can break the rule
-            taken_next_id(groups, first, None)
-        self._next_gid = nxt
-        self._events.append(Taken(groups, packed, dataset_size))
-        return [g.group_id for g in groups]
-
-    @_transition()
-    def diverted(self, group_ids: Iterable[int]) -> None:
-        """Put these groups into the replacement reserve: RESERVED -> SPARE (`admitted`
-        takes a spare later, with `replaces=`)."""
-        self._events.append(Diverted(arguments.group_list("diverted", group_ids, self._j.path)))
-
-    @_transition()
-    def admitted(self, group_ids: Iterable[int], *, target_step: int, policy_version: int | None = None,
-                 replaces: int | None = None, rollouts: int | None = None) -> None:
-        """Admit groups for generation, to be trained at `target_step`: RESERVED or SPARE ->
-        ADMITTED. `policy_version`: the weights that generate them; `replaces`: the group a
-        spare substitutes for (it must have been taken; in one transaction with `discarded`
-        of the failed group, a spare replaces it atomically); with `rollouts=N` each of their
-        N rollouts is tracked (sealed and failed one by one, by attempt; see
-        `rollout_sealed`)."""
-        self._events.append(Admitted(arguments.group_list("admitted", group_ids, self._j.path), target_step,
-                                     policy_version, replaces, rollouts))
-
-    @_transition()
-    def finished(self, group_ids: Iterable[int], *, policy_version: int | None = None,
-                 locators: Sequence[str] | None = None) -> None:
-        """Record that these groups' rows are durable in the data plane: ADMITTED -> REPLAY
-        (a restore trains them directly, never regenerates them). `policy_version`: the
-        weights that generated them (default: the admitting one); `locators`: one data-plane
-        locator per group, in order (write the rows first). A group admitted with
-        `rollouts=N` needs all N sealed (by this commit's `rollout_sealed` too) and takes no
-        locator (its rows are its rollouts'). A locator count other than the groups' is an
-        `OwnershipError`."""
-        self._events.append(Finished(arguments.group_list("finished", group_ids, self._j.path), policy_version,
-                                     list(locators) if locators is not None else None))
-
-    @_transition()
-    def trained(self, group_ids: Iterable[int], *, step: int) -> None:
-        """Record that the update of training step `step` uses these groups (journal it
-        before the update): REPLAY -> TRAINED, for good."""
-        self._events.append(Trained(arguments.group_list("trained", group_ids, self._j.path), step))
-
-    @_transition()
-    def rollout_sealed(self, refs: Sequence[RolloutRef], *, policy_version: int | None = None,
-                       since_version: int | None = None) -> None:
-        """Record that these rollouts' results are durable in the data plane, each at its
-        `RolloutRef.locator` (required): the group stays ADMITTED -> ADMITTED, the rollout is
-        sealed. The group must have been admitted with `rollouts=N`, the rollout unsealed and
-        named with its current attempt: a late result of an attempt that was given up raises
-        `StaleAttempt` (an `OwnershipError`) and nothing is written. `policy_version`: the
-        (newest) version of the weights that generated it; `since_version`: the oldest, when
-        other weights made some of it (a rollout generated across a weight update). The journal
-        keeps the newest and the oldest of these and of the prefix the rollout completes (a
-        rollout continued from a prefix spans the prefix's versions too)."""
-        self._events.append(RolloutSealed(arguments.rollout_list("rollout_sealed", refs, self._j.path),
-                                          policy_version, since_version))
-
-    @_transition()
-    def rollout_failed(self, refs: Sequence[RolloutRef], *, reason: str) -> None:
-        """Give these rollouts up (`reason` says why): the group stays ADMITTED -> ADMITTED,
-        each rollout's attempt goes up by one (dispatch it again with that attempt; a result
-        of the old one is then refused as stale). The same rules as `rollout_sealed`, no
-        locator."""
-        self._events.append(RolloutFailed(arguments.rollout_list("rollout_failed", refs, self._j.path), reason))
-
-    @_transition()
-    def rollout_progress(self, ref: RolloutRef, *, tokens: int, turn: int | None = None,
-                         policy_version: int | None = None, since_version: int | None = None) -> None:
-        """Record a durable prefix of one rollout's result: its partial row (the tokens so far,
-        or the turns so far and the environment's exported state) is in the data plane at
-        `ref.locator` (required), holding `tokens` tokens and, for a multi-turn rollout,
-        `turn` completed turns, generated by weights `policy_version`. The group stays ADMITTED
-        -> ADMITTED. The fence of `rollout_sealed`: a rollout of a group admitted with
-        `rollouts=N`, unsealed (else `RolloutEnded`), named with its current attempt (else
-        `StaleAttempt`). It supersedes the rollout's previous progress; a seal or a failure
-        ends it, and a restore hands the latest back for the next attempt to continue from.
-        `since_version`: as `rollout_sealed`'s (a newer prefix of the attempt spans the
-        versions of the one before it)."""
-        self._events.append(RolloutProgress(arguments.progress_ref(ref, self._j.path), tokens, turn,
-                                            policy_version, since_version))
-
-    @_transition()
-    def discarded(self, group_ids: Iterable[int], *, reason: str) -> None:
-        """Drop these groups for good (`reason`: why, counted by the audit): any live owner
-        (RESERVED, ADMITTED, REPLAY, SPARE) -> DROPPED; tracked rollouts go with them."""
-        self._events.append(Discarded(arguments.group_list("discarded", group_ids, self._j.path), reason))
-
-    @_transition()
-    def begin_checkpoint(self, *, step: int) -> None:
-        """Mark that the state at the commit's LSN is what the trainer's step-`step`
-        checkpoint captures (no group moves). Begin, save the weights durably, then
-        `commit_checkpoint`; save the LSN with the weights. An `OwnershipError` too when
-        `step` is at or below a committed step or a checkpoint this writer began is not
-        committed yet (checked at the call, after the events recorded before it in the same
-        commit), and a `ValueError` for a negative step."""
-        arguments.checkpoint_step("begin_checkpoint", step, self._j.path)
-        if type(self._events) is list:  # outside the block the append refuses it
-            self._j._refuse_begin(step, self._events)
-        self._events.append(CheckpointBegun(step))
-
-    @_transition()
-    def commit_checkpoint(self, *, step: int) -> None:
-        """Mark the step-`step` checkpoint durable (call once the trainer's files are
-        fsynced): restore lands on its `begin_checkpoint` LSN from now on. No group moves. An
-        `OwnershipError` too when step `step` was not begun, and a `ValueError` for a negative
-        step."""
-        self._events.append(CheckpointCommitted(arguments.checkpoint_step("commit_checkpoint", step,
-                                                                            self._j.path)))
-
-    @_transition()
-    def record_identity(self, identity: Mapping[str, Any]) -> None:
-        """Record the run identity from this commit on: `identity` maps str keys (the
-        tokenizer, the sampling parameters, the prompt template, the reward version) to values
-        of the types a fingerprint encodes (str, int, float, bool, None, bytes, lists, dicts,
-        tensors); per key the fingerprint of its value is stored (`journal/identity.py`), and
-        it replaces the identity recorded before. No group moves. `Journal.open(identity=)`
-        calls it only when the identity differs from the one recorded; a `TypeError` names a
-        key that is not a str or a value that cannot be fingerprinted."""
-        self._events.append(IdentityRecorded(digests(identity)))
-
-    @_transition()
-    def record_restore(self, restored: Restored) -> None:
-        """Record what a restore decided (`Restored`: the point and checkpoint it restored, the
-        crash point, the work it kept by lead and what it regenerated). No group moves.
-        `Journal.open(resume=state)` records the restore's own in its first commit; a
-        `TypeError` for anything but a `Restored`."""
-        if not isinstance(restored, Restored):
-            raise TypeError(f"record_restore() takes a journal.Restored, not {type(restored).__name__}")
-        self._events.append(restored)
+    def _refuse_begin(self, step: int, queued: list) -> None:
+        # the checkpoints begun after the writer opened the history are its own
+        j = self._j
+        _refuse_begin(j._state, step, j._open_lsn, queued, f"journal {j.path}")
 
 
 class _OneEvent(Transaction):
@@ -308,12 +169,84 @@ class _OneEvent(Transaction):
     __slots__ = ()
 
     def __init__(self, journal):
-        self._j, self._events, self._blobs, self._next_gid = journal, [], {}, None
+        self._j, self._path, self._events, self._blobs, self._next_gid = journal, journal.path, [], {}, None
+
+
+class Draft(_Recorder):
+    """Transitions recorded with no journal, for a writer to commit later: each call checks its
+    arguments and builds its event exactly as `Transaction`'s does, into `events` (the blobs a
+    loader state in them references into `blobs`), and returns what it returns there. A
+    restore plans a resume's first commit as drafts (`ResumePlan.first_commit`), and
+    `Journal.open(resume=...)` commits it under the ownership rules, as every commit.
+
+    `state` is where that commit goes on: a `taken` allocates ids above `state.next_group_id`
+    (a given one must be), a `begin_checkpoint` is refused as a writer opened at `state`
+    refuses it. `path`: the journal directory its messages name."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: State, path: str):
+        self._state, self._path = state, path
+        self._events: list = []
+        self._blobs: dict[bytes, bytes] = {}
+        self._next_gid: int | None = None
+
+    @property
+    def events(self) -> list:
+        """The events recorded so far, in order."""
+        return self._events
+
+    @property
+    def blobs(self) -> dict[bytes, bytes]:
+        """The loader-state blobs the events reference (digest -> bytes)."""
+        return self._blobs
+
+    def __repr__(self) -> str:
+        return f"<Draft for journal {self._path} after LSN {self._state.lsn}, {len(self._events)} event(s)>"
+
+    def _first_free_id(self) -> int:
+        return self._state.next_group_id
+
+    def _refuse_begin(self, step: int, queued: list) -> None:
+        _refuse_begin(self._state, step, self._state.lsn, queued, f"a draft for journal {self._path}")
+
+
+_IN_TRANSACTION = ("\n\nIn a transaction: recorded into its commit, made when the block ends;\n"
+                   "returns {returns}. Raises as the class docstring says.")
+_IN_DRAFT = ("\n\nIn a draft: recorded into `events`, for a writer to commit later; returns\n"
+             "{returns}. Raises what `Transaction.{call}` raises at the call.")
+_ONE_EVENT = ("\n\nOn the journal: a transaction of this one event; returns {returns}\n"
+              "once its commit is durable. Raises as every transition does (class docstring).")
+
+
+def _returns(kind: Kind) -> tuple[str, str]:
+    """What `kind`'s call returns on the journal, and in a transaction or a draft."""
+    return kind.returns if kind.returns is not None else ("the commit's LSN", "None")
+
+
+def _signature(kind: Kind, returns: str | None = None) -> inspect.Signature:
+    """The call's signature as a method (its recorder `self`), returning `returns` if given."""
+    sig = inspect.signature(kind.record)
+    first, *params = sig.parameters.values()
+    sig = sig.replace(parameters=[first.replace(name="self"), *params])
+    return sig if returns is None else sig.replace(return_annotation=returns)
+
+
+def _method(kind: Kind, owner: type, doc: str):
+    """`kind`'s call as a method of `owner` with docstring `doc`: the call's own code, in a
+    function of its own (so each class documents it its way)."""
+    record = kind.record
+    method = types.FunctionType(record.__code__, record.__globals__, kind.call, record.__defaults__,
+                                record.__closure__)
+    method.__kwdefaults__ = record.__kwdefaults__
+    method.__qualname__, method.__module__ = f"{owner.__name__}.{kind.call}", owner.__module__
+    method.__doc__, method.__signature__ = doc, _signature(kind)
+    return method
 
 
 def queue_one(journal, record, args: tuple, kwargs: dict):
-    """(the commit queued, what `record` returned) of the one event the `Transaction` method
-    `record` records on `journal`; the journal's lock is held on return (for the caller's
+    """(the commit queued, what `record` returned) of the one event a kind's call `record`
+    (`Kind.record`) records on `journal`; the journal's lock is held on return (for the caller's
     `CommitPipeline._await_commit`, or to let go of), and let go of when it raises."""
     tx = _OneEvent(journal)
     lock = journal._lock
@@ -327,25 +260,35 @@ def queue_one(journal, record, args: tuple, kwargs: dict):
         raise
 
 
-def _one_event(name: str):
-    """`Journal.<name>`: a transaction of the one event `Transaction.<name>` records."""
-    record = getattr(Transaction, name)
+def _one_event(kind: Kind):
+    """`Journal.<call>`: a transaction of the one event `kind`'s call records."""
+    record = kind.record
 
     def call(self, *args, **kwargs):
         pending, result = queue_one(self, record, args, kwargs)
         lsn = self._await_commit(pending)  # lets go of the lock
         return result if result is not None else lsn
 
-    sig = inspect.signature(record)
-    call.__signature__ = sig if name == "taken" else sig.replace(return_annotation="int")
-    call.__name__, call.__qualname__ = name, f"Journal.{name}"
-    call.__doc__ = record.journal_doc
+    call.__signature__ = _signature(kind, None if kind.returns is not None else "int")
+    call.__name__, call.__qualname__ = kind.call, f"Journal.{kind.call}"
+    call.__doc__ = inspect.cleandoc(record.__doc__) + _ONE_EVENT.format(returns=_returns(kind)[0])
     return call
 
 
 def add_one_event_calls(journal_class: type) -> None:
-    """Give `journal_class` (`Journal`) a call per event kind (`events.py`), `Transaction`'s own."""
-    for kind in EVENT_TYPES:
-        call = _one_event(kind.call)
+    """Give `journal_class` (`Journal`) a call per event kind (`kinds.KINDS`), `Transaction`'s own."""
+    for kind in KINDS:
+        call = _one_event(kind)
         call.__module__ = journal_class.__module__
         setattr(journal_class, kind.call, call)
+
+
+def _install_calls() -> None:
+    """The recorders' calls, one per kind, each documented as its class runs it."""
+    for kind in KINDS:
+        body, returns = inspect.cleandoc(kind.record.__doc__), _returns(kind)[1]
+        setattr(Transaction, kind.call, _method(kind, Transaction, body + _IN_TRANSACTION.format(returns=returns)))
+        setattr(Draft, kind.call, _method(kind, Draft, body + _IN_DRAFT.format(returns=returns, call=kind.call)))
+
+
+_install_calls()

@@ -16,9 +16,9 @@ from typing import Any, Mapping
 
 from . import layout, locks
 from .commit_pipeline import RECENT_FRAMES, CommitPipeline, Pending
-from .errors import JournalWarning, OwnershipError, io_step
+from .errors import JournalWarning, io_step
 from .events import IdentityRecorded, Owner
-from .fold import Group, State, begin_refused
+from .state import Group, State
 from .identity import digests
 from .opening import Opening, check_journal_dir
 from .replica.link import ReplicaLink
@@ -51,7 +51,7 @@ class Journal(Opening, CommitPipeline, ReplicaWiring):
     commit and returns once it is durable (fsynced under sync="always"; see `open`); several
     make one atomic commit in a `transaction()`. Every transition raises, with nothing
     written: `OwnershipError` when a group it names is not in the event's from-owner (the
-    ownership table, `journal.fold.TRANSITIONS`), is named twice or was never taken;
+    ownership table, `journal.kinds.TRANSITIONS`), is named twice or was never taken;
     `ValueError` or `TypeError` naming a bad argument (`journal.arguments`);
     `JournalFailed` after a failed write or fsync (fail-stop: every later call raises it
     too, reads included); `JournalClosed` after `close()`.
@@ -156,7 +156,7 @@ class Journal(Opening, CommitPipeline, ReplicaWiring):
         self._replica: ReplicaLink | None = None  # with replica=
         self._timeline_floor = 0     # a new timeline is above every timeline a replica knows of
         # the LSN of the history when this writer opened it (after a resume's first commit):
-        # the checkpoints begun after it are this writer's (`_refuse_begin`)
+        # the checkpoints begun after it are this writer's (`Transaction._refuse_begin`)
         self._open_lsn = 0
         # what this writer's last compaction left for the next one (`snapshot.compact`: the row
         # ledger of its cut); the journal never reads it
@@ -249,18 +249,6 @@ class Journal(Opening, CommitPipeline, ReplicaWiring):
         (see `Transaction`). Returns the transaction, not entered yet; entering it raises
         `JournalFailed` or `JournalClosed` as every call does."""
         return Transaction(self)
-
-    def _refuse_begin(self, step: int, queued: list) -> None:
-        """OwnershipError, nothing written, when the checkpoint protocol refuses a
-        `checkpoint_begun(step)` after the `queued` events of its commit (`fold.begin_refused`;
-        checkpoints begun after `_open_lsn` are this writer's). The journal's lock is held."""
-        if not isinstance(step, int):
-            return  # not a step at all: the schema's message names it
-        why = begin_refused(self._state, step, begun_after=self._open_lsn, queued=queued)
-        if why is not None:
-            lsn = self._state.lsn + 1
-            raise OwnershipError(f"{why} (journal {self.path}, commit LSN {lsn}; nothing was written)",
-                                 lsn=lsn)
 
     def close(self) -> None:
         """Flush (unless failed) and release the files, the replica (its lease too, unless the

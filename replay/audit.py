@@ -59,7 +59,8 @@ from __future__ import annotations
 
 import os
 
-from journal import Admitted, Discarded, Finished, Owner, Reader, Taken, Trained
+from journal import Owner, Reader
+from journal.kinds import KIND_OF, handlers
 from journal.reader import ProblemKind
 from snapshot import RestoreError, read_cut
 from snapshot.catalog import anchor_problem
@@ -180,11 +181,12 @@ class Audit:
         finished, rows = self.first_commit_finished.setdefault(rec.commit.lsn, (set(), set()))
         taken = {}
         for ev in rec.commit.events:
-            if type(ev) is Taken:
-                taken.update((g.group_id, (g.epoch, g.task_name, g.idx)) for g in ev.groups)
-            elif type(ev) is Finished:
-                finished.update(ev.groups)
-                rows.update(taken[gid] for gid in ev.groups if gid in taken)
+            kind = KIND_OF[type(ev)]
+            taken.update((g.group_id, (g.epoch, g.task_name, g.idx)) for g in kind.takes(ev))
+            if kind.moves_into is Owner.REPLAY:
+                gids = kind.groups(ev)
+                finished.update(gids)
+                rows.update(taken[gid] for gid in gids if gid in taken)
 
     def _fold_active(self, records, first_lsns: set[int]) -> None:
         fold, add = self.fold, self.ledger.add
@@ -229,25 +231,19 @@ class Audit:
             st["first_lsn"] = st["first_lsn"] or lsn
             st["last_lsn"] = lsn
             for ev in rec.commit.events:
-                t = type(ev)
-                if t is Taken:
-                    st["taken"] += len(ev.groups)
-                    for g in ev.groups:
-                        p = pos.get(g.epoch, 0)
-                        pos[g.epoch] = p + 1
-                        row = rows[g.group_id] = (g.epoch, g.task_name, g.idx)
-                        tab = self.tables.get((g.epoch, g.task_name))
-                        if (tab is None or tab.taken.get(g.idx) == 0) and row not in self.dead_only:
-                            self.dead_only[row] = (b.timeline, lsn, g.group_id, p, b.divergence)
-                elif t is Admitted:
-                    st["admitted"] += len(ev.groups)
-                elif t is Finished:
-                    st["finished"] += len(ev.groups)
-                    finished.update(ev.groups)
-                elif t is Trained:
-                    st["trained"] += len(ev.groups)
-                elif t is Discarded:
-                    st["discarded"] += len(ev.groups)
+                kind = KIND_OF[type(ev)]
+                counted = _TAIL_COUNTS.get(type(ev))
+                if counted is not None:
+                    st[counted] += len(kind.groups(ev))
+                for g in kind.takes(ev):
+                    p = pos.get(g.epoch, 0)
+                    pos[g.epoch] = p + 1
+                    row = rows[g.group_id] = (g.epoch, g.task_name, g.idx)
+                    tab = self.tables.get((g.epoch, g.task_name))
+                    if (tab is None or tab.taken.get(g.idx) == 0) and row not in self.dead_only:
+                        self.dead_only[row] = (b.timeline, lsn, g.group_id, p, b.divergence)
+                if kind.moves_into is Owner.REPLAY:
+                    finished.update(kind.groups(ev))
         first = self.first_commit_finished.get(b.branch_lsn + 1)
         if b.child is not None and first is not None:  # (None: that commit was retired)
             ids, adopted_rows = first
@@ -358,27 +354,30 @@ class Audit:
         for rec in records:
             lsn = rec.commit.lsn
             for ev in rec.commit.events:
-                t = type(ev)
-                if t is Taken:
-                    for g in ev.groups:
-                        key = (g.epoch, g.task_name, g.idx)
-                        if key in want:
-                            rowof[g.group_id] = key
-                            for r in want[key]:
-                                r.setdefault("groups", []).append(
-                                    {"group_id": g.group_id, "taken_lsn": lsn, "timeline": rec.timeline})
-                elif t is Trained or t is Discarded:
-                    for gid in ev.groups:
-                        key = rowof.get(gid)
-                        if key is None:
-                            continue
+                kind = KIND_OF[type(ev)]
+                for g in kind.takes(ev):
+                    key = (g.epoch, g.task_name, g.idx)
+                    if key in want:
+                        rowof[g.group_id] = key
                         for r in want[key]:
-                            for g in r["groups"]:
-                                if g["group_id"] == gid:
-                                    if t is Trained:
-                                        g["trained_step"], g["trained_lsn"] = ev.step, lsn
-                                    else:
-                                        g["dropped_reason"], g["dropped_lsn"] = ev.reason, lsn
+                            r.setdefault("groups", []).append(
+                                {"group_id": g.group_id, "taken_lsn": lsn, "timeline": rec.timeline})
+                end = _ENDS.get(type(ev))
+                for gid in kind.groups(ev) if end is not None else ():
+                    key = rowof.get(gid)
+                    if key is None:
+                        continue
+                    for r in want[key]:
+                        for g in r["groups"]:
+                            if g["group_id"] == gid:
+                                g.update(end(ev, lsn))
+
+
+# what a dead tail's report counts: the groups these kinds named there, by kind
+_TAIL_COUNTS = handlers({name: name for name in ("taken", "admitted", "finished", "trained", "discarded")})
+# what a problem row's group says of how it left the live set, by the kind that moved it
+_ENDS = handlers({"trained": lambda ev, lsn: {"trained_step": ev.step, "trained_lsn": lsn},
+                  "discarded": lambda ev, lsn: {"dropped_reason": ev.reason, "dropped_lsn": lsn}})
 
 
 _NONZERO = bytes([0] + [1] * 255)              # byte -> 1 if the counter is set

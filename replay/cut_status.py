@@ -19,7 +19,7 @@ from typing import Mapping
 
 from journal import Reader
 from journal.history import checkpoint_markers
-from journal.fold import latest_checkpoint
+from journal.state import latest_checkpoint
 from snapshot import Cut, JournalMismatch, ManifestMissing, RestoreError, read_cut
 from snapshot.checks import CHECKS, FILE_CHECKS, check_cut_files, check_of
 from journal.layout import MANIFEST_NAME, SNAPSHOTS_DIR, TMP_PREFIX, cut_dirs

@@ -30,9 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, Progress, Reader, RolloutFailed,
-                     RolloutProgress, RolloutSealed, State, Taken, TakenGroup)
-from journal.fold import LoaderState, dispatched_attempt, span_after
+from journal import Admitted, Commit, Finished, Owner, Progress, Reader, RolloutProgress, State, Taken, TakenGroup
+from journal.kinds import KIND_OF, handlers
+from journal.state import LoaderState, span_after
 
 from .recovered_state import with_version
 
@@ -65,7 +65,7 @@ class DeadTail:
     progress: dict[tuple[int, int], Progress] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
     # (group, index) -> the highest attempt the tail dispatched, for rollouts of groups live at
-    # the point (`journal.fold.dispatched_attempt`), so the fences need not read the tail again
+    # the point (their kind's `dispatched`), so the fences need not read the tail again
     attempts: dict[tuple[int, int], int] = field(default_factory=dict)
     # the groups waiting at the point (RESERVED, SPARE) that the tail admitted (`ever.admitted_groups`)
     admitted: set[int] = field(default_factory=set)
@@ -90,42 +90,42 @@ class _Reading:
         self.loader: tuple | None = None   # (lsn, packed, epoch, blobs or None) of that take
         self.size: int | None = None       # the latest dataset size a take recorded
         self.size_at_loader: int | None = None
+        # the commit being read (`commit`): its LSN, its blobs, whether its takes may be adopted
+        # (no gap before it), and row -> group of the groups it dropped so far
+        self.lsn, self.blobs, self.contiguous, self.dropped_rows = 0, None, False, {}
 
     def commit(self, commit: Commit, blobs: dict | None) -> None:
         contiguous = self.expect is not None and commit.lsn == self.expect
         self.expect = commit.lsn + 1 if contiguous else None
-        dropped_rows: dict[tuple, int] = {}  # row -> group, of the groups this commit dropped so far
+        self.lsn, self.blobs, self.contiguous, self.dropped_rows = commit.lsn, blobs, contiguous, {}
         for ev in commit.events:
-            kind = type(ev)
-            if kind is Taken:
-                if contiguous:
-                    self.taken(ev, commit.lsn, blobs, dropped_rows)
-            elif kind is Finished:
-                self.finished(ev)
-            elif kind is RolloutSealed or kind is RolloutFailed:
-                self.rollouts(ev, kind is RolloutSealed)
-            elif kind is RolloutProgress:
-                self.progress(ev)
-            elif kind is Admitted:
-                for gid in ev.groups:
-                    if gid in self.takes:
-                        self.takes[gid].admitted = ev
-                        continue
-                    if gid in self.live:
-                        self.tail.admitted.add(gid)
-                    waited = self.retaken.get(gid, gid)  # a waiting group, or its re-take
-                    g = self.live.get(waited)
-                    if g is not None and g.owner in (Owner.RESERVED, Owner.SPARE):
-                        self.tail.waiting[waited] = TailTake(
-                            TakenGroup(waited, g.idx, g.task_name, g.epoch, g.fingerprint),
-                            g.owner == Owner.SPARE, ev)
-            elif kind is Diverted:
-                for gid in ev.groups:
-                    if gid in self.takes:
-                        self.takes[gid].diverted = True
-            elif kind is Discarded:
-                self.tail.dropped.update(ev.groups)
-                dropped_rows.update((self.row_of(gid), gid) for gid in ev.groups)
+            read = _READS.get(type(ev))
+            if read is not None:
+                read(self, ev)
+
+    # What each kind the tail's reading follows says (`_READS`), of the commit being read.
+
+    def admitted(self, ev: Admitted) -> None:
+        for gid in ev.groups:
+            if gid in self.takes:
+                self.takes[gid].admitted = ev
+                continue
+            if gid in self.live:
+                self.tail.admitted.add(gid)
+            waited = self.retaken.get(gid, gid)  # a waiting group, or its re-take
+            g = self.live.get(waited)
+            if g is not None and g.owner in (Owner.RESERVED, Owner.SPARE):
+                self.tail.waiting[waited] = TailTake(TakenGroup(waited, g.idx, g.task_name, g.epoch, g.fingerprint),
+                                                     g.owner == Owner.SPARE, ev)
+
+    def diverted(self, ev) -> None:
+        for gid in ev.groups:
+            if gid in self.takes:
+                self.takes[gid].diverted = True
+
+    def discarded(self, ev) -> None:
+        self.tail.dropped.update(ev.groups)
+        self.dropped_rows.update((self.row_of(gid), gid) for gid in ev.groups)
 
     def followed(self, gid: int) -> TailTake | None:
         """The take of group `gid` whose work the tail follows: a loader take after the point,
@@ -140,9 +140,12 @@ class _Reading:
             g = t.group if t is not None else None
         return (g.epoch, g.task_name, g.idx) if g is not None else None
 
-    def taken(self, ev: Taken, lsn: int, blobs: dict | None, dropped_rows: dict) -> None:
+    def taken(self, ev: Taken) -> None:
+        if not self.contiguous:
+            return  # after a gap: not adoptable (see the module docstring)
+        lsn, blobs = self.lsn, self.blobs
         for tg in ev.groups:
-            dropped = dropped_rows.get((tg.epoch, tg.task_name, tg.idx)) if ev.loader_state is None else None
+            dropped = self.dropped_rows.get((tg.epoch, tg.task_name, tg.idx)) if ev.loader_state is None else None
             if dropped is not None:  # a re-take of a row this commit dropped (see the module docstring)
                 self.retaken[tg.group_id] = dropped
                 continue
@@ -167,10 +170,16 @@ class _Reading:
             if t is not None and t.admitted is not None:
                 t.finished = (_version(ev.policy_version, _admitted_by(t)), loc)
 
-    def rollouts(self, ev, sealing: bool) -> None:
-        """A rollout event: the attempts it dispatched and, for a seal of a group ADMITTED at
-        the point, taken after it or admitted after it, its result."""
-        tail = self.tail
+    def sealed(self, ev) -> None:
+        self.results(ev, True)
+
+    def failed(self, ev) -> None:
+        self.results(ev, False)
+
+    def results(self, ev, sealing: bool) -> None:
+        """A seal or a failure: the attempts it dispatched and, for a seal of a group ADMITTED
+        at the point, taken after it or admitted after it, its result."""
+        tail, dispatched = self.tail, KIND_OF[type(ev)].dispatched
         for ref in ev.rollouts:
             t = self.followed(ref.group_id)
             if t is not None:
@@ -181,7 +190,7 @@ class _Reading:
             if g is None:
                 continue
             key = (ref.group_id, ref.index)
-            tail.attempts[key] = max(tail.attempts.get(key, 0), dispatched_attempt(ev, ref))
+            tail.attempts[key] = max(tail.attempts.get(key, 0), dispatched(ref))
             before = self.prefix_before(key, g)
             tail.progress.pop(key, None)
             self.ended.add(key)
@@ -199,7 +208,7 @@ class _Reading:
     def progress(self, ev: RolloutProgress) -> None:
         """A prefix of a rollout of a group ADMITTED at the point, taken after it or admitted
         after it: the latest."""
-        ref = ev.rollout
+        ref = ev.ref
         t = self.followed(ref.group_id)
         if t is not None:
             t.progress[ref.index] = _prefix(ev, _admitted_by(t), t.progress.get(ref.index))
@@ -207,7 +216,7 @@ class _Reading:
         if g is None:
             return
         key = (ref.group_id, ref.index)
-        self.tail.attempts[key] = max(self.tail.attempts.get(key, 0), dispatched_attempt(ev, ref))
+        self.tail.attempts[key] = max(self.tail.attempts.get(key, 0), KIND_OF[type(ev)].dispatched(ref))
         if g.owner == Owner.ADMITTED:
             self.tail.progress[key] = _prefix(ev, g.policy_version, self.prefix_before(key, g))
 
@@ -237,7 +246,7 @@ def _admitted_by(t: TailTake) -> int | None:
 
 def _prefix(ev: RolloutProgress, admitted_by: int | None, before: Progress | None) -> Progress:
     """The prefix `ev` records, as the fold keeps it: it extends `before`, the one it supersedes."""
-    ref = ev.rollout
+    ref = ev.ref
     return with_version(Progress(ref.locator, ev.tokens, ev.turn, *span_after(ev.policy_version, ev.since_version,
                                                                             before)), admitted_by)
 
@@ -246,6 +255,13 @@ def _result(ev, ref, admitted_by: int | None, before: Progress | None) -> tuple:
     """(policy version, locator, since) of seal `ev` of rollout `ref`, which completes `before`."""
     version, since = span_after(ev.policy_version, ev.since_version, before)
     return _version(version, admitted_by), ref.locator, since
+
+
+# the kinds the reading follows, and what it does with each (the others say nothing it needs)
+_READS = handlers({"taken": _Reading.taken, "admitted": _Reading.admitted, "diverted": _Reading.diverted,
+                   "finished": _Reading.finished, "rollout_sealed": _Reading.sealed,
+                   "rollout_failed": _Reading.failed, "rollout_progress": _Reading.progress,
+                   "discarded": _Reading.discarded})
 
 
 def read_dead_tail(reader: Reader, state: State, commits: Iterable[Commit] | None = None) -> DeadTail:

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol
 import journal
 from journal import Reader, Record, State, history
 from journal.fold import fold_records
-from journal.events import event_name
+from journal.kinds import event_name
 from journal.history import Branch
 
 

@@ -7,7 +7,7 @@ import operator
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
-from journal.fold import SampledRow
+from journal.state import SampledRow
 from journal.fingerprint import fingerprint
 
 from .errors import RowChanged, RowChangedWarning, RowMismatch, RowMissing

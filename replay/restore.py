@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 import journal
 from journal import LoaderStateError, Owner, Reader, State
 from journal.ever import admitted_groups, attempts_used, max_group_id
-from journal.fold import LoaderState
+from journal.state import LoaderState
 from journal.reader import list_segments
 from journal.identity import digests
 from journal.layout import DirKind, SNAPSHOTS_DIR, describe_entries, dir_kind
@@ -403,7 +403,7 @@ def _restore_local(path: str, kind: DirKind, at, step: int | None, salvage: bool
                       key=state.pending_checkpoints.get)
     marks = recommit + ([r.step] if r.step in state.pending_checkpoints and r.step not in recommit else [])
     tail = None if regenerate else r.tail  # what came after L was generated under some identity
-    groups = recover(state, r.step, tail=tail, data_plane=data_plane, recommit=marks,
+    groups = recover(state, r.step, path=path, tail=tail, data_plane=data_plane, recommit=marks,
                      next_free_id=_id_allocator(state, r.reader),
                      attempts_used=_attempts_used(r.reader, r.tail, state.lsn),
                      admitted_ever=_admitted_ever(r.reader, r.tail, state.lsn), regenerate=regenerate,

@@ -66,7 +66,12 @@ dead tail then: nothing generated after L is salvaged, nothing taken after it ad
 
 `first_commit` is the list of events the resume writes first, so that the journal says
 exactly what the trainer was handed; `loader` and `first_commit_blobs` the loader state it
-carries when takes were adopted.
+carries when takes were adopted. The rules record it through the journal's own calls, on
+drafts (`journal.transaction.Draft`: each call checks its arguments and builds its event as a
+transaction's does), one per part of the commit in the order it holds them: the checkpoints
+marked committed again, what rules 0 and 1 keep, the fences and the prefixes carried on, the
+demotions and reissues, the adoption. Nothing here writes: the writer that opens with the plan
+commits it.
 """
 
 from __future__ import annotations
@@ -75,10 +80,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from journal import (Admitted, CheckpointCommitted, Discarded, Diverted, Finished, KeptAtLead, Owner, Progress,
-                     Restored, RolloutFailed, RolloutProgress, RolloutRef, RolloutSealed, State, Taken,
-                     TakenGroup)
-from journal.fold import LoaderState, span_of
+from journal import GroupRef, KeptAtLead, Owner, Progress, Restored, RolloutRef, State
+from journal.state import LoaderState, span_of
+from journal.transaction import Draft
 from snapshot import DataPlane
 from snapshot.row_ledger import ABANDONED_ON_RESTORE
 
@@ -132,15 +136,15 @@ class _Plan:
     """Builds the recovery group by group (each rule one method)."""
 
     def __init__(self, step: int | None, tail: DeadTail | None, data_plane: DataPlane | None,
-                 next_free_id: Callable[[], int], lag: int):
+                 next_free_id: Callable[[], int], lag: int, draft: Callable[[], Draft]):
         self.tail, self.data_plane, self.step = tail, data_plane, step
         self.limit = step + lag if step is not None else -1  # the newest version kept
         self.next_free_id = next_free_id
         self.out = Recovery()
-        self.keep_events: list = []  # what rules 0 and 1 keep: rollouts sealed again, groups finished
+        self.keep = draft()  # what rules 0 and 1 keep: rollouts sealed again, groups finished
         self.fenced: list[RecoveredGroup] = []  # admitted groups whose pending rollouts get new attempts
-        self.demotion_events: list = []
-        self.adoption_events: list = []
+        self.demotions = draft()  # demoted and reissued groups under their fresh ids
+        self.adoption = draft()
 
     def beyond(self, gid: int, index: int | None, kind: str, version: int | None, locator: str | None) -> bool:
         """Whether work of `version` (its row at `locator`) is beyond the bound; if so it is
@@ -171,7 +175,7 @@ class _Plan:
             if self.kept(entry, g.group_id, r.index) and g.group_id not in self.tail.dropped:
                 r.sealed, r.progress = True, None  # the seal ends it
                 r.policy_version, r.locator, r.policy_span = entry[0], entry[1], sealed_span(entry[0], entry[2])
-                self.keep_events.append(_sealed_again(g.group_id, r, r.attempt))
+                _seal_again(self.keep, g.group_id, r, r.attempt)
                 self.out.salvaged_rollouts.append((g.group_id, r.index))
                 kept += 1
         return kept
@@ -216,29 +220,35 @@ class _Plan:
         return g.owner == Owner.REPLAY and (g.locator is None or not self.data_plane.has(g.locator))
 
     @staticmethod
-    def readmission(g: RecoveredGroup) -> list:
-        """The events that bring `g`, under its fresh id, where it is: admitted for its target
-        step (with `g.replaces`), its sealed rollouts sealed again at attempt 0 (nothing ever
-        dispatched the new id), finished when it is REPLAY."""
+    def readmit(draft: Draft, g: RecoveredGroup) -> None:
+        """Record into `draft` what brings `g`, under its fresh id, where it is: admitted for its
+        target step (with `g.replaces`), its sealed rollouts sealed again at attempt 0 (nothing
+        ever dispatched the new id), finished when it is REPLAY."""
         n = len(g.rollouts) if g.rollouts is not None else None
-        events = [Admitted([g.group_id], g.target_step, g.policy_version, g.replaces, n)]
-        events += [_sealed_again(g.group_id, r, 0) for r in g.rollouts or () if r.sealed]
-        events += _carried_progress([g])
+        draft.admitted([g.group_id], target_step=g.target_step, policy_version=g.policy_version,
+                       replaces=g.replaces, rollouts=n)
+        for r in g.rollouts or ():
+            if r.sealed:
+                _seal_again(draft, g.group_id, r, 0)
+        _carry_progress(draft, [g])
         if g.owner == Owner.REPLAY:
-            events.append(Finished([g.group_id]) if n is not None
-                          else Finished([g.group_id], g.policy_version, [g.locator]))
-        return events
+            if n is not None:
+                draft.finished([g.group_id])
+            else:
+                draft.finished([g.group_id], policy_version=g.policy_version, locators=[g.locator])
 
     def demote(self, g: RecoveredGroup, reason: str = ROWS_LOST, report: list | None = None) -> None:
         """Regenerate `g` under a fresh id, the old one dropped with `reason`; its surviving
-        rollouts are sealed again there. Reported in `report` (default: `demoted`)."""
+        rollouts (sealed, their rows in the data plane: a seal an older journal recorded without
+        a locator has no row to keep) are sealed again there. Reported in `report` (default:
+        `demoted`)."""
         if g.rollouts is not None:  # a new group: every attempt starts at 0, the survivors sealed
             g.rollouts = [RecoveredRollout(r.index, 0, True, r.locator, r.policy_version, policy_span=r.policy_span)
-                          if r.sealed and (r.locator is None or self.data_plane.has(r.locator))
+                          if r.sealed and r.locator is not None and self.data_plane.has(r.locator)
                           else RecoveredRollout(r.index, 0, False, progress=None if r.sealed else r.progress)
                           for r in g.rollouts]
         g.replaces, g.owner, g.locator = self.retake(g, reason), Owner.ADMITTED, None
-        self.demotion_events += self.readmission(g)
+        self.readmit(self.demotions, g)
         (self.out.demoted if report is None else report).append(g)
         self.out.admitted.append(g)
 
@@ -246,8 +256,8 @@ class _Plan:
         """Give `g` a fresh id: its old one dropped with `reason`, its row taken again under the
         new one in the same commit. Returns the old id."""
         old, g.group_id = g.group_id, self.next_free_id()
-        self.demotion_events += [Discarded([old], reason),
-                                 Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)])]
+        self.demotions.discarded([old], reason=reason)
+        self.demotions.taken([GroupRef(g.idx, g.task_name, g.epoch, g.fingerprint, g.group_id)])
         return old
 
     def reissue(self, state: State, admitted_ever: Callable[[set], set]) -> None:
@@ -265,9 +275,9 @@ class _Plan:
             self.retake(g, REISSUED)
             if t is not None:
                 self.follow_tail(g, t, self.known_replaced(t, {}, state))
-                self.demotion_events += self.readmission(g)
+                self.readmit(self.demotions, g)
             elif g.owner == Owner.SPARE:
-                self.demotion_events.append(Diverted([g.group_id]))
+                self.demotions.diverted([g.group_id])
             out.reissued.append(g)
         moved = [g for g in out.reissued if g.owner in (Owner.ADMITTED, Owner.REPLAY)]
         out.reserved = [g for g in out.reserved if g.owner == Owner.RESERVED]
@@ -294,10 +304,10 @@ class _Plan:
         if whole is not None and self.data_plane is not None and g.group_id not in self.tail.dropped \
                 and self.kept_group(whole, g.group_id):
             g.policy_version, g.locator = whole
-            self.keep_events.append(Finished([g.group_id], g.policy_version, [g.locator]))
+            self.keep.finished([g.group_id], policy_version=g.policy_version, locators=[g.locator])
             self.out.salvaged.append(g)
         elif g.rollouts is not None and not g.pending:  # every rollout sealed: rule 0, or 1 for its last
-            self.keep_events.append(Finished([g.group_id]))
+            self.keep.finished([g.group_id])
             (self.out.salvaged if salvaged else self.out.completed).append(g)
         else:
             self.out.admitted.append(g)
@@ -319,18 +329,18 @@ class _Plan:
             return  # without a checkpoint, the state is empty: nothing is restored, nothing adopted
         new_ids = {t.group.group_id: self.next_free_id() for t in tail.takes}
         groups = [self.adopted_group(t, new_ids, state) for t in tail.takes]
-        self.adoption_events.append(Taken([TakenGroup(g.group_id, g.idx, g.task_name, g.epoch, g.fingerprint)
-                                           for g in groups], tail.loader.packed, tail.dataset_size))
+        self.adoption.taken([GroupRef(g.idx, g.task_name, g.epoch, g.fingerprint, g.group_id) for g in groups],
+                            loader_state=tail.loader, dataset_size=tail.dataset_size)
         spares = [g.group_id for g in groups if g.owner == Owner.SPARE]
         if spares:
-            self.adoption_events.append(Diverted(spares))
+            self.adoption.diverted(spares)
         out = self.out
         for g in groups:
             if g.owner in (Owner.ADMITTED, Owner.REPLAY):
-                self.adoption_events += self.readmission(g)
+                self.readmit(self.adoption, g)
             {Owner.RESERVED: out.reserved, Owner.SPARE: out.spare, Owner.ADMITTED: out.admitted,
              Owner.REPLAY: out.replay}[g.owner].append(g)
-        out.adopted, out.loader, out.first_commit_blobs = groups, tail.loader, dict(tail.loader.blobs)
+        out.adopted, out.loader = groups, tail.loader
 
     def adopted_group(self, t: TailTake, new_ids: dict[int, int], state: State) -> RecoveredGroup:
         """The group of take `t` under its new id, where its work on the dead tail allows."""
@@ -380,21 +390,21 @@ class _Plan:
             g.owner = Owner.REPLAY
 
 
-def _fence(groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -> list:
+def _fence(draft: Draft, groups: list[RecoveredGroup], attempts_used: Callable[[set], dict]) -> None:
     """Raise the attempt of every pending rollout of `groups` above every attempt it was ever
-    dispatched in; the `rollout_failed` events that record it, one round per step up (a
-    failure raises an attempt by one)."""
+    dispatched in; record the `rollout_failed` that say so into `draft`, one round per step up
+    (a failure raises an attempt by one)."""
     pending = {(g.group_id, r.index): r for g in groups for r in g.pending}
     if not pending:
-        return []
+        return
     used = attempts_used(set(pending))
     start = {key: r.attempt for key, r in pending.items()}
     for key, r in pending.items():
         r.attempt = max(r.attempt, used.get(key, 0)) + 1
-    rounds = max(r.attempt - start[key] for key, r in pending.items())
-    return [RolloutFailed([RolloutRef(gid, index, start[(gid, index)] + k)
-                           for (gid, index), r in pending.items() if start[(gid, index)] + k < r.attempt],
-                          ABANDONED) for k in range(rounds)]
+    for k in range(max(r.attempt - start[key] for key, r in pending.items())):
+        draft.rollout_failed([RolloutRef(gid, index, start[(gid, index)] + k)
+                              for (gid, index), r in pending.items() if start[(gid, index)] + k < r.attempt],
+                             reason=ABANDONED)
 
 
 def restore_record(out: Recovery, *, point: int, step: int | None, crash_lsn: int, lag: int,
@@ -469,34 +479,41 @@ def _leads(groups: list[RecoveredGroup], step: int | None) -> dict[int, KeptWork
     return dict(sorted(kept.items()))
 
 
-def _carried_progress(groups: list[RecoveredGroup]) -> list:
-    """The `rollout_progress` events that hand each pending rollout of `groups` that continues
-    from a prefix that prefix again (its span with it), under the attempt it is dispatched
-    with now."""
-    return [RolloutProgress(RolloutRef(g.group_id, r.index, r.attempt, p.locator), p.tokens, p.turn,
-                            p.policy_version, p.since)
-            for g in groups for r in g.pending if (p := r.progress) is not None]
+def _carry_progress(draft: Draft, groups: list[RecoveredGroup]) -> None:
+    """Record into `draft` the `rollout_progress` that hands each pending rollout of `groups`
+    that continues from a prefix that prefix again (its span with it), under the attempt it is
+    dispatched with now."""
+    for g in groups:
+        for r in g.pending:
+            p = r.progress
+            if p is not None:
+                draft.rollout_progress(RolloutRef(g.group_id, r.index, r.attempt, p.locator), tokens=p.tokens,
+                                       turn=p.turn, policy_version=p.policy_version, since_version=p.since)
 
 
-def _sealed_again(gid: int, r: RecoveredRollout, attempt: int) -> RolloutSealed:
-    """The `rollout_sealed` that records kept rollout `r` of group `gid` (at `attempt`) again,
-    its span with it."""
+def _seal_again(draft: Draft, gid: int, r: RecoveredRollout, attempt: int) -> None:
+    """Record into `draft` the `rollout_sealed` that seals kept rollout `r` of group `gid` (at
+    `attempt`) again, its span with it."""
     since = r.policy_span[0] if r.policy_span is not None and r.policy_span[0] != r.policy_span[1] else None
-    return RolloutSealed([RolloutRef(gid, r.index, attempt, r.locator)], r.policy_version, since)
+    draft.rollout_sealed([RolloutRef(gid, r.index, attempt, r.locator)], policy_version=r.policy_version,
+                         since_version=since)
 
 
-def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane: DataPlane | None,
+def recover(state: State, step: int | None, *, path: str, tail: DeadTail | None, data_plane: DataPlane | None,
             recommit: list[int], next_free_id: Callable[[], int],
             attempts_used: Callable[[set], dict], admitted_ever: Callable[[set], set],
             regenerate: bool = False, lag: int = 0) -> Recovery:
-    """Apply the rules to every live group of `state` (the state at the restore point) and to
-    the takes of `tail` (read only with salvage). `next_free_id()` hands out the ids of
-    demoted and adopted groups (beyond every id ever used); `attempts_used(rollouts)` says how
-    far any history took each rollout's attempts, `admitted_ever(groups)` which of the groups any
-    history admitted; `regenerate`: drop every generated result
-    first (see the module docstring); `lag`: the trainer's `max_policy_lag` (work by weights up
-    to `step + lag` is kept)."""
-    plan = _Plan(step, tail, data_plane, next_free_id, lag)
+    """Apply the rules to every live group of `state` (the state at the restore point of the
+    journal at `path`) and to the takes of `tail` (read only with salvage). `next_free_id()`
+    hands out the ids of demoted and adopted groups (beyond every id ever used);
+    `attempts_used(rollouts)` says how far any history took each rollout's attempts,
+    `admitted_ever(groups)` which of the groups any history admitted; `regenerate`: drop every
+    generated result first (see the module docstring); `lag`: the trainer's `max_policy_lag`
+    (work by weights up to `step + lag` is kept)."""
+    def draft() -> Draft:
+        return Draft(state, path)
+
+    plan = _Plan(step, tail, data_plane, next_free_id, lag, draft)
     out = plan.out
     for g in map(RecoveredGroup.of, state.groups()):
         if regenerate and (g.owner == Owner.REPLAY
@@ -515,7 +532,12 @@ def recover(state: State, step: int | None, *, tail: DeadTail | None, data_plane
     plan.adopt(state)
     out.kept_by_lead = _leads(out.reserved + out.admitted + out.replay + out.spare, step)
     out.admitted.sort(key=lambda g: (g.target_step if g.target_step is not None else -1, g.group_id))
-    out.first_commit = ([CheckpointCommitted(s) for s in recommit] + plan.keep_events
-                        + _fence(plan.fenced, attempts_used) + _carried_progress(plan.fenced)
-                        + plan.demotion_events + plan.adoption_events)
+    marks, fences = draft(), draft()
+    for s in recommit:
+        marks.commit_checkpoint(step=s)
+    _fence(fences, plan.fenced, attempts_used)
+    _carry_progress(fences, plan.fenced)
+    parts = (marks, plan.keep, fences, plan.demotions, plan.adoption)
+    out.first_commit = [ev for part in parts for ev in part.events]
+    out.first_commit_blobs = {d: b for part in parts for d, b in part.blobs.items()}
     return out

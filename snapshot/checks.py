@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
 from journal import Group, Owner, State, StateFileCorrupt, state_file
-from journal.fold import LoaderState
+from journal.state import LoaderState
 from journal.identity import from_hex, to_hex
 from journal.layout import STATE_FILE
 

@@ -42,7 +42,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     has_loader_state: bool
     files: dict[str, FileEntry]   # relative path (posix) -> size and sha256
     created_unix: float = 0.0
-    loader_epoch: int | None = None   # the loader state's epoch (`journal.fold.LoaderState.epoch`)
+    loader_epoch: int | None = None   # the loader state's epoch (`journal.state.LoaderState.epoch`)
     # the run identity as of `lsn` (`journal.State.identity`), each fingerprint in hex; None when
     # the history recorded none, or the cut was written before manifests carried it
     identity: dict[str, str] | None = None

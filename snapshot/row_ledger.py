@@ -28,8 +28,8 @@ import io
 import os
 from typing import Callable, Iterable
 
-from journal import (Admitted, Commit, Discarded, Reader, RolloutFailed, RolloutProgress, RolloutSealed, State,
-                     Taken, Trained)
+from journal import Commit, Reader, State
+from journal.kinds import handlers
 from journal.layout import LEDGER_FILE
 
 from . import compat
@@ -158,72 +158,77 @@ class RowLedger:
         """Fold `commit`, which the ownership fold accepted; `first_take(lsn, epoch)` is told of
         every row taken for the first time."""
         lsn = commit.lsn
-        live, seals, prefixes = self.live, self.seals, self.prefixes
         fenced: dict[tuple[int, int], int] = {}  # prefixes this commit's fences ended
         for ev in commit.events:
-            t = type(ev)
-            if t is Taken:
-                self.groups["taken"] += len(ev.groups)
-                for g in ev.groups:
-                    live[g.group_id] = (g.epoch, g.task_name, g.idx)
-                    if self.rows(g.epoch, g.task_name).taken.add(g.idx) == 0 and first_take is not None:
-                        first_take(lsn, g.epoch)
-            elif t is Trained:
-                self.groups["trained"] += len(ev.groups)
-                for gid in ev.groups:
-                    row = live.pop(gid, None)
-                    if row is not None:
-                        self.rows(row[0], row[1]).trained.add(row[2])
-                    counts = seals.pop(gid, None)
-                    if counts is not None:
-                        self._check_trained_rollouts(gid, counts, lsn, ev.step)
-            elif t is Discarded:
-                self.groups["dropped"] += len(ev.groups)
-                code = self._reason(ev.reason)
-                for gid in ev.groups:
-                    row = live.pop(gid, None)
-                    if row is not None:
-                        self.rows(row[0], row[1]).dropped.set(row[2], code)
-                    counts = seals.pop(gid, None)
-                    for i in range(len(counts) if counts is not None and prefixes else 0):
-                        prefixes.pop((gid, i), None)
-            elif t is Admitted:
-                if ev.rollouts is not None:
-                    for gid in ev.groups:
-                        seals[gid] = bytearray(ev.rollouts)
-            elif t is RolloutSealed or t is RolloutFailed or t is RolloutProgress:
-                self._rollout_event(ev, fenced)
+            fold = _FOLDS.get(type(ev))
+            if fold is not None:
+                fold(self, ev, lsn, first_take, fenced)
         if fenced:
             self.rollouts["tokens_regenerated"] += sum(fenced.values())
         self.lsn = lsn
 
-    def _rollout_event(self, ev, fenced: dict[tuple[int, int], int]) -> None:
-        """A seal, a failure or a prefix: the rollout figures, each rollout's seals and prefix;
-        `fenced` collects the prefixes a resume's fences in this commit ended (see
-        ROLLOUT_FIGURES), and loses each that the commit records again."""
-        t, prefixes = type(ev), self.prefixes
-        if t is RolloutProgress:
-            key = (ev.rollout.group_id, ev.rollout.index)
-            prefixes[key] = ev.tokens
+    # What each kind the ledger counts does to it (`_FOLDS`), each `(ledger, event, lsn,
+    # first_take, fenced)`: `fenced` collects the prefixes a resume's fences in the commit ended
+    # (see ROLLOUT_FIGURES), and loses each that the commit records again.
+
+    def _taken(self, ev, lsn: int, first_take: FirstTake | None, fenced: dict) -> None:
+        self.groups["taken"] += len(ev.groups)
+        for g in ev.groups:
+            self.live[g.group_id] = (g.epoch, g.task_name, g.idx)
+            if self.rows(g.epoch, g.task_name).taken.add(g.idx) == 0 and first_take is not None:
+                first_take(lsn, g.epoch)
+
+    def _trained(self, ev, lsn: int, first_take: FirstTake | None, fenced: dict) -> None:
+        self.groups["trained"] += len(ev.groups)
+        for gid in ev.groups:
+            row = self.live.pop(gid, None)
+            if row is not None:
+                self.rows(row[0], row[1]).trained.add(row[2])
+            counts = self.seals.pop(gid, None)
+            if counts is not None:
+                self._check_trained_rollouts(gid, counts, lsn, ev.step)
+
+    def _discarded(self, ev, lsn: int, first_take: FirstTake | None, fenced: dict) -> None:
+        self.groups["dropped"] += len(ev.groups)
+        code, prefixes = self._reason(ev.reason), self.prefixes
+        for gid in ev.groups:
+            row = self.live.pop(gid, None)
+            if row is not None:
+                self.rows(row[0], row[1]).dropped.set(row[2], code)
+            counts = self.seals.pop(gid, None)
+            for i in range(len(counts) if counts is not None and prefixes else 0):
+                prefixes.pop((gid, i), None)
+
+    def _admitted(self, ev, lsn: int, first_take: FirstTake | None, fenced: dict) -> None:
+        if ev.rollouts is not None:
+            for gid in ev.groups:
+                self.seals[gid] = bytearray(ev.rollouts)
+
+    def _progress(self, ev, lsn: int, first_take: FirstTake | None, fenced: dict) -> None:
+        for ref in ev.rollouts:
+            key = (ref.group_id, ref.index)
+            self.prefixes[key] = ev.tokens
             if fenced.pop(key, None) is not None:
                 self.rollouts["tokens_kept"] += ev.tokens
-        elif t is RolloutSealed:
-            for ref in ev.rollouts:
-                self.rollouts["sealed"] += 1
-                self.rollouts["regenerated"] += ref.attempt > 0
-                prefixes.pop((ref.group_id, ref.index), None)
-                counts = self.seals.get(ref.group_id)
-                if counts is not None and ref.index < len(counts):
-                    counts[ref.index] = min(counts[ref.index] + 1, 255)
-        else:
-            self.rollouts["failed"] += len(ev.rollouts)
-            restore = ev.reason == ABANDONED_ON_RESTORE
-            if restore:
-                self.rollouts["abandoned_on_restore"] += len(ev.rollouts)
-            for ref in ev.rollouts:
-                tokens = prefixes.pop((ref.group_id, ref.index), None)
-                if restore and tokens is not None:
-                    fenced[(ref.group_id, ref.index)] = tokens
+
+    def _sealed(self, ev, lsn: int, first_take: FirstTake | None, fenced: dict) -> None:
+        for ref in ev.rollouts:
+            self.rollouts["sealed"] += 1
+            self.rollouts["regenerated"] += ref.attempt > 0
+            self.prefixes.pop((ref.group_id, ref.index), None)
+            counts = self.seals.get(ref.group_id)
+            if counts is not None and ref.index < len(counts):
+                counts[ref.index] = min(counts[ref.index] + 1, 255)
+
+    def _failed(self, ev, lsn: int, first_take: FirstTake | None, fenced: dict) -> None:
+        self.rollouts["failed"] += len(ev.rollouts)
+        restore = ev.reason == ABANDONED_ON_RESTORE
+        if restore:
+            self.rollouts["abandoned_on_restore"] += len(ev.rollouts)
+        for ref in ev.rollouts:
+            tokens = self.prefixes.pop((ref.group_id, ref.index), None)
+            if restore and tokens is not None:
+                fenced[(ref.group_id, ref.index)] = tokens
 
     def _check_trained_rollouts(self, gid: int, counts: bytearray, lsn: int, step: int) -> None:
         self.rollouts["groups_trained"] += 1
@@ -319,6 +324,12 @@ class RowLedger:
         except Exception as exc:  # any unpickling failure of a file whose hash matched
             raise CorruptRecord(f"{where}: does not load with weights_only=True: {exc}") from None
         return cls.decode(obj, where, cut.state)
+
+
+# the kinds the ledger counts, and what each does to it (the others count nothing)
+_FOLDS = handlers({"taken": RowLedger._taken, "trained": RowLedger._trained, "discarded": RowLedger._discarded,
+                   "admitted": RowLedger._admitted, "rollout_progress": RowLedger._progress,
+                   "rollout_sealed": RowLedger._sealed, "rollout_failed": RowLedger._failed})
 
 
 def ledger_at(reader: Reader, cuts: Iterable[Cut], state: State,

@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 import torch
 
 from journal import Group, Owner, Rollouts
-from journal.fold import SampledRow
+from journal.state import SampledRow
 from journal.state_file import split_prefixes, with_since
 from journal.layout import RECOVERY_FILE, REPLAY_FILE, RESERVE_FILE
 

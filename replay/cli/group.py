@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import sys
 
-from journal import Admitted, Taken
-from journal.fold import TRANSITIONS
+from journal.kinds import KIND_OF, handlers
 
 from ..inspection import dead_branches, dead_bytes, dead_records, history_bytes
 from . import render
-from .event_rows import LINE_HEADER, event_dict, event_line, names_group
+from .event_rows import LINE_HEADER, event_dict, event_line
 from .source import PROBLEMS, open_source
 
 HELP = "one group's whole history, on every branch"
@@ -24,11 +23,6 @@ DESCRIPTION = (
     "locator). Exit 1 if the group never appears.")
 EPILOG = ("examples:\n  journal-inspect group runs/exp1/journal 4711\n"
           "  journal-inspect group runs/exp1/journal 4711 --json")
-
-# the owner an event moves its groups to (from the fold's table; a rollout event keeps its
-# group ADMITTED and a checkpoint marker names none, so neither moves one)
-_TO = {t.event: t.to for t in TRANSITIONS.values() if t.to is not None and t.from_owners != {t.to}}
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("group_id", type=int, metavar="ID", help="the group id")
@@ -45,31 +39,37 @@ class _GroupScan:
         self.row = None
         self.owner = None
         self.replaced_by: list[dict] = []
+        self._replacing = handlers({"admitted": self._admitted})  # the spares that replaced it
+
+    def _admitted(self, ev, rec, branch: str) -> None:
+        if ev.replaces == self.gid:
+            self.replaced_by.append({"group_id": ev.groups[0] if ev.groups else None, "lsn": rec.commit.lsn,
+                                     "timeline": rec.timeline, "branch": branch})
 
     def scan(self, records, active: bool) -> None:
         gid = self.gid
         for rec in records:
             branch = "active" if active else f"dead tail of timeline {rec.timeline}"
             for i, ev in enumerate(rec.commit.events):
-                t = type(ev)
-                if t is Admitted and ev.replaces == gid:
-                    self.replaced_by.append({"group_id": ev.groups[0] if ev.groups else None,
-                                             "lsn": rec.commit.lsn, "timeline": rec.timeline,
-                                             "branch": branch})
-                if not names_group(ev, gid):
+                replacing = self._replacing.get(type(ev))
+                if replacing is not None:
+                    replacing(ev, rec, branch)
+                kind = KIND_OF[type(ev)]
+                if gid not in kind.groups(ev):
                     continue
                 d = event_dict(rec, i, ev)
                 d["branch"] = branch
-                if t is Taken:
-                    g = next(g for g in ev.groups if g.group_id == gid)
+                row = [g for g in kind.takes(ev) if g.group_id == gid]
+                if row:
+                    g = row[0]
                     self.row = {"idx": g.idx, "task_name": g.task_name, "epoch": g.epoch,
                                 "fingerprint": g.fingerprint.hex() if g.fingerprint else None}
                     d["rows"] = [x for x in d["rows"] if x["group_id"] == gid]
                     d["groups"] = [gid]
-                elif "rollouts" in d and d["kind"] != "admitted":
+                elif kind.rollouts(ev):
                     d["rollouts"] = [r for r in d["rollouts"] if r["group_id"] == gid]
-                if branch == "active":
-                    self.owner = _TO.get(d["kind"], self.owner)
+                if branch == "active" and kind.to is not None:
+                    self.owner = kind.to  # where the event left it
                 self.events.append(d)
                 self.lines.append(event_line(rec, ev, note="" if branch == "active" else f"[{branch}]"))
 

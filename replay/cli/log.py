@@ -10,8 +10,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from journal import Taken
-from journal.events import EVENT_KINDS, event_name
+from journal.kinds import BY_NAME, KIND_OF
 from journal.reader import ProblemKind
 
 from ..inspection import history_bytes, unique_problems
@@ -40,7 +39,7 @@ def add_arguments(parser) -> None:
                         "event naming them")
     parser.add_argument("--task", metavar="NAME", help="with --idx: only groups of this task")
     parser.add_argument("--kind", action="append", metavar="KIND",
-                        help=f"only these event kinds (repeat or comma-separate): {', '.join(EVENT_KINDS)}")
+                        help=f"only these event kinds (repeat or comma-separate): {', '.join(BY_NAME)}")
     options.add_timeline(parser)
 
 
@@ -48,9 +47,9 @@ def parse_kinds(values: list[str] | None) -> set[str] | None:
     if not values:
         return None
     kinds = {k.strip() for v in values for k in v.split(",") if k.strip()}
-    bad = sorted(kinds - set(EVENT_KINDS))
+    bad = sorted(kinds - set(BY_NAME))
     if bad:
-        raise InspectError(f"unknown event kind {', '.join(bad)} (kinds: {', '.join(EVENT_KINDS)})")
+        raise InspectError(f"unknown event kind {', '.join(bad)} (kinds: {', '.join(BY_NAME)})")
     return kinds
 
 
@@ -94,10 +93,11 @@ def run(args) -> int:
             gaps.append(_Gap(rec, last))
         last = rec.commit.lsn
         for i, ev in enumerate(rec.commit.events):
-            kind = event_name(ev)
+            kind = KIND_OF[type(ev)]
             if want_idx is not None:
-                if type(ev) is Taken:
-                    hit = [g.group_id for g in ev.groups if g.idx == want_idx
+                rows = kind.takes(ev)
+                if rows:
+                    hit = [g.group_id for g in rows if g.idx == want_idx
                            and (args.task is None or g.task_name == args.task)]
                     gids.update(hit)
                     if not hit:
@@ -106,7 +106,7 @@ def run(args) -> int:
                     continue
             if want_group is not None and not names_group(ev, want_group):
                 continue
-            if kinds is not None and kind not in kinds:
+            if kinds is not None and kind.name not in kinds:
                 continue
             n += 1
             if args.json:

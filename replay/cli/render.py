@@ -11,11 +11,10 @@ fields.
 from __future__ import annotations
 
 import enum
-from typing import Any, Iterable, Mapping, Sequence, TextIO
+from typing import Any, Iterable, Sequence, TextIO
 
 import msgspec
 
-from journal.identity import SHORT_DIGEST_CHARS
 
 
 def cell(value: Any) -> str:
@@ -31,14 +30,6 @@ def cell(value: Any) -> str:
     if isinstance(value, bytes):
         return value.hex()
     return str(value)
-
-
-def identity(digests: Mapping[str, str] | None) -> str:
-    """A run identity (its digests in hex) on one line: each key with the first digits of its
-    value's fingerprint."""
-    if digests is None:
-        return "none recorded"
-    return " ".join(f"{key}={d[:SHORT_DIGEST_CHARS]}" for key, d in digests.items()) or "recorded, no keys"
 
 
 def _is_number(value: Any) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import journal
 from journal import Owner, State
 from journal.history import NoSuchPoint, checkpoint_markers, restore_point
-from journal.identity import to_hex
+from journal.identity import hex_line, to_hex
 from snapshot import RestoreError, read_cut
 from snapshot.state_at import state_at
 
@@ -179,7 +179,7 @@ def run(args) -> int:
          if src.kind == "journal" else "the cut"),
         ("next group id", doc["next_group_id"]),
         ("loader state", "none" if loader is None else _loader_brief(loader)),
-        ("run identity", render.identity(doc["identity"])),
+        ("run identity", hex_line(doc["identity"])),
     ])
     for s in doc["skipped_cuts"]:
         lines.append(f"skipped cut {s['path']}: {s['reason']}")

@@ -12,7 +12,9 @@ from __future__ import annotations
 import bisect
 import sys
 
-from journal import CheckpointCommitted, JournalError, Owner, Trained
+from journal import JournalError, Owner
+from journal.kinds import KIND_OF, checkpoint_marks
+from journal.rules import Mark
 
 from ..inspection import Fold, active_lineage, history_bytes
 from . import options, render, steps_plot
@@ -47,14 +49,14 @@ def steps(src: Source) -> tuple[list[dict], Fold]:
     counts = fold.state.counts
     rows: dict[int, dict] = {}
     for rec in src.scan("steps", reader.records(), history_bytes(reader)):
-        trained = [ev for ev in rec.commit.events if type(ev) is Trained]
+        trained = [ev for ev in rec.commit.events if KIND_OF[type(ev)].to is Owner.TRAINED]
         if not fold.add(rec) or not trained:
             continue
-        for ev in trained:
+        for ev in trained:  # an event that trains its groups records the step that trained them
             row = rows.get(ev.step)
             if row is None:
                 row = rows[ev.step] = {"step": ev.step, "trained_at_step": 0}
-            row["trained_at_step"] += len(ev.groups)
+            row["trained_at_step"] += len(KIND_OF[type(ev)].groups(ev))
             row.update(lsn=rec.commit.lsn,
                        in_flight=counts[Owner.RESERVED] + counts[Owner.ADMITTED],
                        reserved=counts[Owner.RESERVED], admitted=counts[Owner.ADMITTED],
@@ -88,7 +90,7 @@ def _resumed_step(reader, tl, committed: list[tuple[int, int]]) -> int:
         first = next(reader.timeline_records(tl.timeline, start_lsn=tl.branch_lsn + 1), None)
     except (JournalError, OSError):
         first = None
-    marked = [ev.step for ev in first.commit.events if type(ev) is CheckpointCommitted] if first else []
+    marked = [step for mark, step in checkpoint_marks(first.commit.events) if mark is Mark.COMMITTED] if first else []
     if marked:
         return max(marked)
     return max((s for s, lsn in committed if lsn <= tl.branch_lsn), default=0)

@@ -17,9 +17,9 @@ import sys
 from typing import Iterable, Iterator
 
 from journal import Owner, Record, State
-from journal.events import EVENT_KINDS, EVENT_NAMES
+from journal.kinds import KIND_OF, KINDS
 from journal.reader import ProblemKind
-from journal.identity import to_hex
+from journal.identity import hex_line, to_hex
 from snapshot import RestoreError, read_cut
 from snapshot.catalog import Skipped, anchored_cuts
 
@@ -204,9 +204,9 @@ class EventTally:
 
     def events(self) -> dict[str, int]:
         """Events by kind name, every kind listed."""
-        out = {k: 0 for k in EVENT_KINDS}
+        out = {k.name: 0 for k in KINDS}
         for kind, n in self.by_type.items():
-            out[EVENT_NAMES[kind]] = n
+            out[KIND_OF[kind].name] = n
         return out
 
 
@@ -294,7 +294,7 @@ def _render_cut(s: dict) -> list[str]:
     lines = render.keyvalues([
         ("cut", s["path"]), ("run", s["run_id"]), ("timeline", s["timeline"]), ("LSN", s["lsn"]),
         ("checkpoint step", s["step"]), ("next group id", s["next_group_id"]),
-        ("loader state", s["loader_state"]), ("run identity", render.identity(s["identity"])),
+        ("loader state", s["loader_state"]), ("run identity", hex_line(s["identity"])),
         ("size on disk", render.size(s["disk_bytes"]))])
     lines += ["", "owners"] + render.table(list(s["owners"]), [list(s["owners"].values())], indent="  ")
     lines += ["", "files"] + render.table(["file", "size", "sha256"], [
@@ -335,7 +335,7 @@ def _journal_keyvalues(s: dict, show_all: bool) -> list[str]:
                                   show_all) or "-"),
         ("live groups", f"{s['live_groups']} (next group id {s['next_group_id']}); loader state "
                         f"{'recorded' if s['loader_state'] else 'none'}"),
-        ("run identity", f"{render.identity(s['identity'])} (at the end)"),
+        ("run identity", f"{hex_line(s['identity'])} (at the end)"),
     ])
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 
 from journal import CheckpointBegun, CheckpointCommitted, Commit, Discarded, Record, Trained
-from journal.events import Admitted, Diverted, EVENT_KINDS, Finished
+from journal.events import Admitted, Diverted, Finished
+from journal.kinds import BY_NAME
 
 from replay.cli import summary
 
@@ -30,7 +31,7 @@ def _records(seed: int, commits: int, big_every: int) -> list[Record]:
 
 
 def _by_kind(records: list[Record]) -> dict[str, int]:
-    out = {k: 0 for k in EVENT_KINDS}
+    out = {k: 0 for k in BY_NAME}
     for rec in records:
         for ev in rec.commit.events:
             out[type(ev).__struct_config__.tag] += 1

@@ -124,7 +124,7 @@ def test_a_restored_rollout_continues_at_its_prefix_turn_and_environment_state(t
     # under the new attempt: the resume's first commit recorded the prefix again, then the
     # continuation recorded progress of its own (every turn, or every K tokens)
     progress = {gid: [ev.tokens for rec in Reader(t.cfg.journal_dir).records() for ev in rec.commit.events
-                      if type(ev) is RolloutProgress and ev.rollout.attempt == 1 and ev.rollout.group_id == gid]
+                      if type(ev) is RolloutProgress and ev.ref.attempt == 1 and ev.ref.group_id == gid]
                 for gid in saved}
     assert all(tokens[0] == 2 * TURN_TOKENS and max(tokens) > 2 * TURN_TOKENS for tokens in progress.values())
 

@@ -1,9 +1,10 @@
-"""The fold's inline moves agree with the ownership table written once as data.
+"""The fold's steps agree with the ownership table written once as data.
 
-`journal.fold.TRANSITIONS` is the table; `fold_records` folds four kinds inline for speed.
-Here random commits over a few groups are folded, and every outcome (accepted or
-`OwnershipError`, each group's owner afterwards, the per-owner counts) is compared with a
-reference interpreter that reads nothing but the table."""
+`journal.kinds.TRANSITIONS` is the table, read from each kind's declaration; `fold_records`
+folds each event with its kind's step, made from the same declaration. Here random commits
+over a few groups are folded, and every outcome (accepted or `OwnershipError`, each group's
+owner afterwards, the per-owner counts) is compared with a reference interpreter that reads
+nothing but the table."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from hypothesis import given, settings, strategies as st
 
 from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, OwnershipError, State,
                      TakenGroup, Taken, Trained)
-from journal.fold import TRANSITIONS, apply, transition_table_markdown
+from journal import fold
+from journal.fold import apply
+from journal.kinds import FOLD_STEPS, KIND_OF, TRANSITIONS, Kind, transition_table_markdown
 
 _MOVES = {"diverted": Diverted, "admitted": Admitted, "finished": Finished, "trained": Trained,
           "discarded": Discarded}
@@ -90,8 +93,8 @@ def test_every_fold_outcome_is_the_tables(data):
 
 
 def test_every_event_kind_has_a_row():
-    from journal.events import EVENT_KINDS
-    assert tuple(TRANSITIONS) == EVENT_KINDS
+    from journal.events import EVENT_TYPES
+    assert tuple(TRANSITIONS) == tuple(t.__struct_config__.tag for t in EVENT_TYPES)
 
 
 def test_the_readme_shows_the_table():
@@ -99,19 +102,15 @@ def test_the_readme_shows_the_table():
     assert transition_table_markdown() in readme
 
 
-def _fold_module_reading(monkeypatch, rows: dict) -> object:
-    """A fresh copy of `journal.fold` built after the declarations of `rows` (event class ->
-    from-owners) were widened: the module reads the table when it is loaded."""
-    import importlib
-    import importlib.util
-
-    for kind, owners in rows.items():
-        monkeypatch.setattr(kind, "from_owners", frozenset(owners))
-    source = importlib.import_module("journal.fold").__file__
-    spec = importlib.util.spec_from_file_location("journal._fold_widened", source)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _fold_reading(monkeypatch, rows: dict) -> dict:
+    """The fold's dispatch made from the declarations of `rows` (event class -> from-owners)
+    widened, each kind's step built by its own factory from the widened declaration, and put
+    in the fold's place; the widened kinds."""
+    widened = {struct: Kind(struct, KIND_OF[struct].record, from_owners=owners, to=KIND_OF[struct].to,
+                            fold=KIND_OF[struct].fold, groups=KIND_OF[struct].groups)
+               for struct, owners in rows.items()}
+    monkeypatch.setattr(fold, "FOLD_STEPS", {**FOLD_STEPS, **{s: k.step for s, k in widened.items()}})
+    return widened
 
 
 _WIDENED = {Diverted: {Owner.RESERVED, Owner.ADMITTED}, Admitted: {Owner.RESERVED, Owner.SPARE, Owner.REPLAY},
@@ -126,9 +125,9 @@ def test_a_widened_table_keeps_the_counts(data):
     widened, every accepted commit still leaves each owner's count equal to its groups (a
     count taken from one hard-coded from-owner would drift)."""
     with pytest.MonkeyPatch.context() as mp:
-        widened = _fold_module_reading(mp, _WIDENED)
-        assert widened.TRANSITIONS["finished"].from_owners == _WIDENED[Finished]
-        state = widened.State()
+        widened = _fold_reading(mp, _WIDENED)
+        assert widened[Finished].from_owners == _WIDENED[Finished]
+        state = State()
         for _ in range(data.draw(st.integers(1, 25), label="commits")):
             kind = data.draw(st.sampled_from(["taken", *sorted(_MOVES)]), label="kind")
             if kind == "taken":
@@ -136,7 +135,7 @@ def test_a_widened_table_keeps_the_counts(data):
             else:
                 gids = [data.draw(st.sampled_from(sorted(state.live) or [0]), label="group")]
             try:
-                widened.apply(state, Commit(state.lsn + 1, [_event(kind, gids)]))
+                apply(state, Commit(state.lsn + 1, [_event(kind, gids)]))
             except OwnershipError:
                 continue
             counted = [0] * 7

@@ -173,7 +173,7 @@ def ops_of(events: list) -> list[tuple]:
         elif t is RolloutFailed:
             ops += [("fail", r.group_id, r.index, r.attempt, None) for r in ev.rollouts]
         elif t is RolloutProgress:
-            r = ev.rollout
+            r = ev.ref
             ops.append(("progress", r.group_id, r.index, r.attempt, r.locator, ev.tokens, ev.policy_version,
                         ev.since_version))
     return ops

@@ -17,7 +17,8 @@ import torch
 
 import journal
 from journal import Journal, State
-from journal.fold import SAMPLE_FIRST_ROWS, SampledRow, fold
+from journal.fold import fold
+from journal.state import SAMPLE_FIRST_ROWS, SampledRow
 from replay import RowChanged, RowChangedWarning, RowMismatch, fingerprint, restore
 from tests.support.replay_support import make_dataset, ref_of
 from snapshot import compact, read_cut

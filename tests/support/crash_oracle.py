@@ -412,8 +412,8 @@ def attempts_on_disk(path: str) -> dict[tuple[int, int], int]:
         for rec in reader.timeline_records(t):
             for ev in rec.commit.events:
                 if type(ev) is RolloutProgress:
-                    key = (ev.rollout.group_id, ev.rollout.index)
-                    used[key] = max(used.get(key, 0), ev.rollout.attempt)
+                    key = (ev.ref.group_id, ev.ref.index)
+                    used[key] = max(used.get(key, 0), ev.ref.attempt)
                 elif type(ev) in (RolloutSealed, RolloutFailed):
                     for r in ev.rollouts:
                         key = (r.group_id, r.index)
@@ -686,7 +686,7 @@ def _locators(events):
         elif type(ev) in (RolloutSealed, RolloutFailed):
             yield from (r.locator for r in ev.rollouts if r.locator is not None)
         elif type(ev) is RolloutProgress:
-            yield ev.rollout.locator
+            yield ev.ref.locator
 
 
 def _max_gid_on_disk(path: str) -> int:

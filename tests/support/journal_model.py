@@ -282,7 +282,7 @@ def events_of(commit) -> list[tuple]:
         elif t is RolloutFailed:
             out.append(("failed", [[r.group_id, r.index, r.attempt] for r in ev.rollouts]))
         elif t is RolloutProgress:
-            r = ev.rollout
+            r = ev.ref
             out.append(("progress", [r.group_id, r.index, r.attempt, r.locator], ev.tokens, ev.turn,
                         ev.policy_version, *(() if ev.since_version is None else (ev.since_version,))))
         elif t is CheckpointBegun:

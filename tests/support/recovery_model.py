@@ -139,7 +139,7 @@ class _Rules:
                         if live.get(r.group_id) == A:
                             _ended(self.facts[r.group_id], ev, r, self.at_point(r.group_id, r.index))
                 elif t is RolloutProgress:
-                    r = ev.rollout
+                    r = ev.ref
                     if live.get(r.group_id) == A:
                         _prefix(self.facts[r.group_id], ev, self.at_point(r.group_id, r.index))
                 elif t is Discarded:
@@ -274,7 +274,7 @@ def _ended(f: Facts, ev, ref, at_point: Progress | None = None) -> None:
 
 
 def _prefix(f: Facts, ev: RolloutProgress, at_point: Progress | None = None) -> None:
-    r = ev.rollout
+    r = ev.ref
     f.progress[r.index] = Progress(r.locator, ev.tokens, ev.turn,
                                    *_span(f, ev.policy_version, ev.since_version, _before(f, r.index, at_point)))
 
@@ -289,7 +289,7 @@ def _follow_event(work: dict, alias: dict, ev) -> None:
             if f is not None:
                 _ended(f, ev, r)
     elif t is RolloutProgress:
-        f = work.get(alias.get(ev.rollout.group_id, ev.rollout.group_id))
+        f = work.get(alias.get(ev.ref.group_id, ev.ref.group_id))
         if f is not None:
             _prefix(f, ev)
     elif t is Finished:
@@ -374,8 +374,8 @@ def _adoptable(tail: list, live_rows: dict) -> tuple[list[TakenGroup], dict, obj
                     if r.group_id in work:
                         _ended(work[r.group_id], ev, r)
             elif t is RolloutProgress:
-                if ev.rollout.group_id in work:
-                    _prefix(work[ev.rollout.group_id], ev)
+                if ev.ref.group_id in work:
+                    _prefix(work[ev.ref.group_id], ev)
     return takes[:upto], work, loader, size_then
 
 

@@ -114,8 +114,7 @@ def named_on_disk(journal_dir: str) -> set[str]:
     if not os.path.isdir(journal_dir) or not list_segments(journal_dir):
         return set()
     return {ref.locator for rec in Reader(journal_dir).records() for ev in rec.commit.events
-            for ref in (ev.rollouts if type(ev) is RolloutSealed else (ev.rollout,) if type(ev) is RolloutProgress
-                        else ())}
+            for ref in (ev.rollouts if type(ev) in (RolloutSealed, RolloutProgress) else ())}
 
 
 def check(root: str, acks: list[tuple[int, str]], point: int | None = None) -> None:

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 import torch
 
-from journal.fold import LoaderState
+from journal.state import LoaderState
 from replay import fingerprint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -76,7 +76,7 @@ def test_tensor_loader_state_decodes_in_a_process_without_torch(tmp_path):
     p = run_python("""
         import sys
         import msgspec
-        from journal.fold import LoaderState
+        from journal.state import LoaderState
         from journal.events import PackedLoaderState
         packed, blobs = msgspec.msgpack.decode(open(sys.argv[1], "rb").read(),
                                                type=tuple[PackedLoaderState, dict[bytes, bytes]])
