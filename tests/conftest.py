@@ -6,10 +6,16 @@ front of it (tests/support/s3_support.py)."""
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from tests.support.s3_support import S3, FaultProxy
-from tests.support.scratch import scratch_dir
+# Every Ray the tests start binds 127.0.0.1 only (DESIGN 10). Ray reads this once, when it is
+# first imported, by whichever test module imports it (or verl) first: so here, before any.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+import pytest  # noqa: E402
+
+from tests.support.s3_support import S3, FaultProxy  # noqa: E402
+from tests.support.scratch import scratch_dir  # noqa: E402
 
 
 def pytest_configure(config):
