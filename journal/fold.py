@@ -7,8 +7,8 @@ either the whole commit is folded or the state is left exactly as it was and `Ow
 is raised.
 
 Each event is folded by its kind's step, made by the factory the table of kinds names
-(`kinds.KIND_OF`, the rules of `rules.py`) once per fold call, on the first event of the kind,
-so that a step holds the state's containers it changes; the state is `state.py`'s.
+(`kinds.KIND_OF`, the rules of `rules.py`) at the first event of the kind a state folds, so
+that a step holds the state's containers it changes; the state is `state.py`'s.
 """
 
 from __future__ import annotations
@@ -55,9 +55,14 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
     log_append = log.append if log is not None else None
     kinds = KIND_OF
     # the dispatch, keyed by the event's type: each kind's step on this state, made at its first
-    # event (a step holds `state.live`, `.counts`, `.terminal`: nothing replaces them during a
-    # fold but the revert of a commit that failed, which ends it)
-    steps = {}
+    # event and kept on the state for the next fold (the writer folds each commit in its own
+    # call). A step holds `state.live`, `.counts` and `.terminal`: made again once one of them
+    # is replaced (a revert replaces counts; during a fold only the revert that ends it does).
+    cached = state.fold_steps
+    if (cached is None or cached[0] is not state.live or cached[1] is not counts
+            or cached[2] is not state.terminal):
+        cached = state.fold_steps = (state.live, counts, state.terminal, {})
+    steps = cached[3]
     for commit, chain, timeline, _segment, _offset, blobs in records:
         if log is not None:
             undo = Undo.__new__(Undo)
@@ -76,7 +81,7 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
                 if step is None:
                     kind = kinds[type(event)]
                     step = steps[kind.struct] = kind.fold(kind, state)
-                step(event, lsn, record, undo, blobs)
+                step(state, event, lsn, record, undo, blobs)
         except BaseException:
             undo.revert(state)
             raise

@@ -42,7 +42,7 @@ def _unchanged(kind, state):
     return _nothing_to_fold
 
 
-def _nothing_to_fold(event, lsn: int, record, undo, blobs) -> None:
+def _nothing_to_fold(state, event, lsn: int, record, undo, blobs) -> None:
     pass
 
 

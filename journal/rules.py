@@ -1,13 +1,13 @@
 """The ownership rules: one fold step per event kind, and the rules the calls share with them.
 
 A kind's declaration (`kinds.py`) names its step by a factory here: `factory(kind, state)`
-returns `step(event, lsn, record, undo, blobs)`, which folds one event of that kind into `state`
-or raises (`OwnershipError`, `JournalCorrupt`), passing to `record` (`undo.records.append`) the
-groups it changes and saving in `undo` the rest, so that the loop (`fold.py`) can take the whole
-commit back. The owners a step tests and moves to are the kind's declared `from_owners` and `to`,
+returns `step(state, event, lsn, record, undo, blobs)`, which folds one event of that kind into
+`state` or raises (`OwnershipError`, `JournalCorrupt`), passing to `record`
+(`undo.records.append`) the groups it changes and saving in `undo` the rest, so that the loop
+(`fold.py`) can take the whole commit back. The owners a step tests and moves to are the kind's declared `from_owners` and `to`,
 read once when the step is made: the table is the one place they are written. The loop makes
-the steps once per fold call, so a step holds what it reads on every event (those owners, the
-state's `live`, `counts` and `terminal`, which no fold replaces) instead of fetching it.
+a state's steps once and keeps them while its `live`, `counts` and `terminal` are the ones they
+hold, so a step holds what it reads on every event instead of fetching it.
 
 The steps are the hot path of every replay (restore folds millions of them), so each is a plain
 loop rather than a generator. Records stay immutable (`State.copy` shares them): a move stores
@@ -71,7 +71,7 @@ def take(kind, state: State):
     state and the dataset size it carries, and the row sample."""
     to, live, counts = kind.to, state.live, state.counts
 
-    def step(event, lsn: int, record, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         first = state.next_group_id
         nxt = taken_next_id(event.groups, first, lsn)
         for tg in event.groups:
@@ -128,7 +128,7 @@ def move(kind, state: State):
     live, counts = state.live, state.counts
     live_get = live.get
 
-    def step(event, lsn: int, record, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         gids = event.groups
         _check_distinct(name, gids, lsn)
         for gid in gids:
@@ -151,7 +151,7 @@ def admit(kind, state: State):
     live, counts = state.live, state.counts
     live_get = live.get
 
-    def step(event, lsn: int, record, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         # "was it ever taken" is whether it has an owner: ids below next_group_id can be holes (a
         # GroupRef with an explicit group_id may skip ids), so a range check is not enough
         gids, replaces = event.groups, event.replaces
@@ -181,7 +181,7 @@ def finish(kind, state: State):
     live, counts = state.live, state.counts
     live_get = live.get
 
-    def step(event, lsn: int, record, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         gids, locators, pv = event.groups, event.locators, event.policy_version
         k = len(gids)
         if locators is not None and len(locators) != k:
@@ -227,7 +227,7 @@ def end(kind, state: State):
     live, counts, terminal = state.live, state.counts, state.terminal
     live_get = live.get
 
-    def step(event, lsn: int, record, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         gids = event.groups
         if len(gids) > 1:
             _check_distinct(name, gids, lsn)
@@ -286,7 +286,7 @@ def _results(kind, state: State, *, sealing: bool):
     allowed, live = kind.from_owners, state.live
     live_get = live.get
 
-    def step(event, lsn: int, record, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         pv = event.policy_version if sealing else None
         refs = event.rollouts
         seen = set() if len(refs) > 1 else None  # (group, index) pairs named so far
@@ -330,7 +330,7 @@ def extend(kind, state: State):
     allowed, live = kind.from_owners, state.live
     live_get = live.get
 
-    def step(event, lsn: int, record, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         ref = event.ref
         gid, index = ref.group_id, ref.index
         g = live_get(gid)
@@ -383,7 +383,7 @@ def checkpoint(kind, state: State):
     """A checkpoint marker: `kind.checkpoint` says what it marks (`mark_checkpoint`)."""
     mark = kind.checkpoint
 
-    def step(event, lsn: int, record, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         undo.save_checkpoints(state)
         mark_checkpoint(state.pending_checkpoints, state.committed_checkpoints, mark, event.step, lsn)
     return step
@@ -392,7 +392,7 @@ def checkpoint(kind, state: State):
 def identify(kind, state: State):
     """`identity_recorded`: the run identity from this commit on replaces the one before (the
     undo's scalars hold the one it replaces)."""
-    def step(event, lsn: int, record, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         state.identity = dict(event.digests)
     return step
 
