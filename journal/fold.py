@@ -6,8 +6,9 @@ is on disk, so the ownership rules are enforced twice by construction. `apply` i
 either the whole commit is folded or the state is left exactly as it was and `OwnershipError`
 is raised.
 
-Each event is folded by its kind's step (`kinds.FOLD_STEPS`: the table's, made from the rules
-of `rules.py`); the state they change is `state.py`'s.
+Each event is folded by its kind's step, made by the factory the table of kinds names
+(`kinds.KIND_OF`, the rules of `rules.py`) at the first event of the kind a state folds, so
+that a step holds the state's containers it changes; the state is `state.py`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Iterable, Mapping
 
 from .errors import JournalCorrupt
 from .events import Commit
-from .kinds import FOLD_STEPS
+from .kinds import KIND_OF
 from .state import State, Undo
 
 
@@ -50,12 +51,23 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
     took back without reading them again)."""
     undo = Undo(state) if undo is None else undo
     undo_records, counts = undo.records, state.counts
+    record = undo_records.append
     log_append = log.append if log is not None else None
-    steps = FOLD_STEPS  # the dispatch, keyed by the event's type: one lookup per event
+    kinds = KIND_OF
+    # the dispatch, keyed by the event's type: each kind's step on this state, made at its first
+    # event and kept on the state for the next fold (the writer folds each commit in its own
+    # call). A step holds `state.live`, `.counts` and `.terminal`: made again once one of them
+    # is replaced (a revert replaces counts; during a fold only the revert that ends it does).
+    cached = state.fold_steps
+    if (cached is None or cached[0] is not state.live or cached[1] is not counts
+            or cached[2] is not state.terminal):
+        cached = state.fold_steps = (state.live, counts, state.terminal, {})
+    steps = cached[3]
     for commit, chain, timeline, _segment, _offset, blobs in records:
         if log is not None:
             undo = Undo.__new__(Undo)
             undo_records = undo.records = []
+            record = undo_records.append
         lsn = commit.lsn
         if lsn != state.lsn + 1:
             raise JournalCorrupt(f"commit LSN {lsn} does not follow LSN {state.lsn}", lsn=lsn)
@@ -65,7 +77,11 @@ def fold_records(state: State, records, undo: Undo | None = None, log=None) -> S
         undo_records.clear()
         try:
             for event in commit.events:
-                steps[type(event)](state, event, lsn, undo, blobs)
+                step = steps.get(type(event))
+                if step is None:
+                    kind = kinds[type(event)]
+                    step = steps[kind.struct] = kind.fold(kind, state)
+                step(state, event, lsn, record, undo, blobs)
         except BaseException:
             undo.revert(state)
             raise

@@ -37,8 +37,13 @@ def _nothing(event) -> tuple:
     return ()
 
 
-def _unchanged(state, event, lsn: int, undo, blobs) -> None:
+def _unchanged(kind, state):
     """The fold step of a kind that changes no state (a record, such as `restored`)."""
+    return _nothing_to_fold
+
+
+def _nothing_to_fold(state, event, lsn: int, record, undo, blobs) -> None:
+    pass
 
 
 def _json(value):
@@ -69,9 +74,10 @@ class Kind:
     `Draft` and `AsyncJournal` that records it; `record(recorder, ...)`: that call's body
     (argument checks, the event it builds, what it returns); `from_owners`: the owners a group
     it names may have (empty for `taken`: the group comes from the loader, which the journal
-    does not track); `to`: where it moves them (None: it moves no group); `step`: its fold step,
-    made by the factory `fold` of `rules.py` from this declaration (none: it changes no state);
-    `checkpoint`: the checkpoint it marks (`rules.Mark`, None for other kinds).
+    does not track); `to`: where it moves them (None: it moves no group); `fold(kind, state)`:
+    the factory of `rules.py` that makes its fold step on `state` from this declaration (none:
+    it changes no state); `checkpoint`: the checkpoint it marks (`rules.Mark`, None for other
+    kinds).
 
     Projections, each of an event of the kind: `groups` (the group ids it names: the ids a
     `taken` allocated, a rollout event's groups), `takes` (the `TakenGroup` rows it takes from
@@ -80,7 +86,7 @@ class Kind:
     fields, JSON-ready) and `text(event, focus)` (them on one line; `focus`, (idx, task or
     None), brings a `taken`'s matching rows first)."""
 
-    __slots__ = ("struct", "name", "call", "record", "from_owners", "to", "fold", "step", "checkpoint", "groups",
+    __slots__ = ("struct", "name", "call", "record", "from_owners", "to", "fold", "checkpoint", "groups",
                  "takes", "rollouts", "dispatched", "row", "text", "returns", "moves_into")
 
     def __init__(self, struct: type, record: Callable, *, from_owners: Iterable[Owner] = (),
@@ -92,7 +98,7 @@ class Kind:
         self.from_owners, self.to = frozenset(from_owners), to
         self.checkpoint, self.groups, self.takes, self.rollouts = checkpoint, groups, takes, rollouts
         self.dispatched, self.row, self.text = dispatched, row, text
-        self.fold, self.step = fold, fold(self) if fold is not None else _unchanged
+        self.fold = fold if fold is not None else _unchanged
         # what the call returns, when it returns more than the commit's LSN (`_returning`)
         self.returns: tuple[str, str] | None = getattr(record, "returns", None)
         # the owner its groups enter (None: it moves none, or keeps them where they are)
@@ -427,7 +433,6 @@ _SPECS = (
 KINDS: tuple[Kind, ...] = tuple({k.struct: k for k in _SPECS}[t] for t in EVENT_TYPES)
 KIND_OF: dict[type, Kind] = {k.struct: k for k in KINDS}  # event type -> its kind
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
-FOLD_STEPS = {k.struct: k.step for k in KINDS}  # the fold's dispatch (`fold.fold_records`)
 # event type -> (its call, [(field, argument, rule)], [(list field, item name, item rules)]),
 # the argument messages' rules read from the record's bounds (`arguments.explain`)
 ARGUMENT_RULES = {k.struct: (k.call, *arguments.rules_of(k.struct)) for k in KINDS}

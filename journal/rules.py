@@ -1,11 +1,13 @@
 """The ownership rules: one fold step per event kind, and the rules the calls share with them.
 
-A kind's declaration (`kinds.py`) names its step by a factory here: `factory(kind)` returns
-`step(state, event, lsn, undo, blobs)`, which folds one event of that kind into `state` or
-raises (`OwnershipError`, `JournalCorrupt`), recording in `undo` what it changed so that the
-loop (`fold.py`) can take the whole commit back. The owners a step tests and moves to are the
-kind's declared `from_owners` and `to`, read once when the step is made: the table is the one
-place they are written.
+A kind's declaration (`kinds.py`) names its step by a factory here: `factory(kind, state)`
+returns `step(state, event, lsn, record, undo, blobs)`, which folds one event of that kind into
+`state` or raises (`OwnershipError`, `JournalCorrupt`), passing to `record`
+(`undo.records.append`) the groups it changes and saving in `undo` the rest, so that the loop
+(`fold.py`) can take the whole commit back. The owners a step tests and moves to are the kind's declared `from_owners` and `to`,
+read once when the step is made: the table is the one place they are written. The loop makes
+a state's steps once and keeps them while its `live`, `counts` and `terminal` are the ones they
+hold, so a step holds what it reads on every event instead of fetching it.
 
 The steps are the hot path of every replay (restore folds millions of them), so each is a plain
 loop rather than a generator. Records stay immutable (`State.copy` shares them): a move stores
@@ -64,20 +66,19 @@ def _illegal(state: State, kind, gid: int, lsn: int) -> OwnershipError:
 
 # -- the moves of groups -----------------------------------------------------------------------
 
-def take(kind):
+def take(kind, state: State):
     """`taken`: rows from the loader to `kind.to`, under ids above every id so far; the loader
     state and the dataset size it carries, and the row sample."""
-    to = kind.to
+    to, live, counts = kind.to, state.live, state.counts
 
-    def step(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         first = state.next_group_id
         nxt = taken_next_id(event.groups, first, lsn)
-        live, record = state.live, undo.records.append
         for tg in event.groups:
             gid = tg.group_id
             record(gid)
             live[gid] = Group(gid, tg.idx, tg.task_name, tg.epoch, tg.fingerprint, to)
-        state.counts[to] += len(event.groups)
+        counts[to] += len(event.groups)
         state.next_group_id = nxt
         if event.loader_state is not None:
             _take_loader_state(state, event, blobs, lsn)
@@ -120,20 +121,21 @@ def _take_loader_state(state: State, event, blobs, lsn: int) -> None:
                                event.groups[-1].epoch if event.groups else None)
 
 
-def move(kind):
+def move(kind, state: State):
     """A move that changes nothing but the owner (`diverted`): each group from one of
     `kind.from_owners` to `kind.to`."""
     allowed, to, name = kind.from_owners, kind.to, kind.name
+    live, counts = state.live, state.counts
+    live_get = live.get
 
-    def step(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         gids = event.groups
         _check_distinct(name, gids, lsn)
-        live, counts = state.live, state.counts
         for gid in gids:
-            g = live.get(gid)
+            g = live_get(gid)
             if g is None or g.owner not in allowed:
                 raise _illegal(state, kind, gid, lsn)
-            undo.records.append(g)
+            record(g)
             counts[g.owner] -= 1
             counts[to] += 1
             new = g.copy()
@@ -142,12 +144,14 @@ def move(kind):
     return step
 
 
-def admit(kind):
+def admit(kind, state: State):
     """`admitted`: each group to `kind.to` for its target step, with the weights that generate
     it, the group it replaces (which must have been taken) and its N tracked rollouts."""
     allowed, to, name = kind.from_owners, kind.to, kind.name
+    live, counts = state.live, state.counts
+    live_get = live.get
 
-    def step(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         # "was it ever taken" is whether it has an owner: ids below next_group_id can be holes (a
         # GroupRef with an explicit group_id may skip ids), so a range check is not enough
         gids, replaces = event.groups, event.replaces
@@ -156,11 +160,10 @@ def admit(kind):
                                  group_id=replaces, lsn=lsn)
         if len(gids) > 1:
             _check_distinct(name, gids, lsn)
-        live, counts, record = state.live, state.counts, undo.records.append
         target_step, pv = event.target_step, event.policy_version
         rollouts = Rollouts.admitted(event.rollouts) if event.rollouts is not None else None
         for gid in gids:
-            g = live.get(gid)
+            g = live_get(gid)
             if g is None or g.owner not in allowed:
                 raise _illegal(state, kind, gid, lsn)
             record(g)
@@ -171,22 +174,23 @@ def admit(kind):
     return step
 
 
-def finish(kind):
+def finish(kind, state: State):
     """`finished`: each group to `kind.to`, its rows durable at its locator (one per group) or,
     for a group tracking rollouts, at its N sealed rollouts' (then it names none)."""
     allowed, to, name = kind.from_owners, kind.to, kind.name
+    live, counts = state.live, state.counts
+    live_get = live.get
 
-    def step(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         gids, locators, pv = event.groups, event.locators, event.policy_version
         k = len(gids)
         if locators is not None and len(locators) != k:
             raise OwnershipError(f"LSN {lsn}: finished has {k} groups but {len(locators)} locators", lsn=lsn)
         if k > 1:
             _check_distinct(name, gids, lsn)
-        live, counts, record = state.live, state.counts, undo.records.append
         i = 0  # (an index, not zip/enumerate: those cost more than the move itself)
         for gid in gids:
-            g = live.get(gid)
+            g = live_get(gid)
             if g is None or g.owner not in allowed:
                 raise _illegal(state, kind, gid, lsn)
             rollouts = g.rollouts
@@ -216,21 +220,21 @@ def _check_finished_rollouts(gid: int, rollouts: Rollouts, locators, lsn: int) -
                              group_id=gid, lsn=lsn)
 
 
-def end(kind):
+def end(kind, state: State):
     """A move out of the live set (`trained`, `discarded`): each group from one of
     `kind.from_owners` to the terminal owner `kind.to`, a byte in `TerminalOwners`."""
     allowed, to, name = kind.from_owners, kind.to, kind.name
+    live, counts, terminal = state.live, state.counts, state.terminal
+    live_get = live.get
 
-    def step(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         gids = event.groups
         if len(gids) > 1:
             _check_distinct(name, gids, lsn)
-        live, counts, record = state.live, state.counts, undo.records.append
-        terminal = state.terminal
         codes = terminal.codes
         dense = len(codes)
         for gid in gids:
-            g = live.get(gid)
+            g = live_get(gid)
             if g is None or g.owner not in allowed:
                 raise _illegal(state, kind, gid, lsn)
             record(g)
@@ -259,17 +263,17 @@ def dispatched_by_failure(ref) -> int:
     return ref.attempt + 1
 
 
-def seal(kind):
+def seal(kind, state: State):
     """`rollout_sealed`: each named rollout's result durable at its locator (see `_results`)."""
-    return _results(kind, sealing=True)
+    return _results(kind, state, sealing=True)
 
 
-def fail(kind):
+def fail(kind, state: State):
     """`rollout_failed`: each named rollout given up, its attempt raised by one (see `_results`)."""
-    return _results(kind, sealing=False)
+    return _results(kind, state, sealing=False)
 
 
-def _results(kind, *, sealing: bool):
+def _results(kind, state: State, *, sealing: bool):
     """The step of a seal or a failure: each named rollout must be of a group in one of
     `kind.from_owners` that tracks rollouts, in range, dispatched in exactly its current
     attempt, and not sealed. A seal of an older attempt is the late result of work that was
@@ -279,16 +283,16 @@ def _results(kind, *, sealing: bool):
 
     One test per rollout on the replay path; `_refused` re-runs the rules in order, only for a
     rollout that breaks one, to say which."""
-    allowed = kind.from_owners
+    allowed, live = kind.from_owners, state.live
+    live_get = live.get
 
-    def step(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         pv = event.policy_version if sealing else None
         refs = event.rollouts
         seen = set() if len(refs) > 1 else None  # (group, index) pairs named so far
-        live = state.live
         for ref in refs:
             gid, index = ref.group_id, ref.index
-            g = live.get(gid)
+            g = live_get(gid)
             if g is None or g.owner not in allowed:
                 raise _illegal(state, kind, gid, lsn)
             r = g.rollouts
@@ -312,23 +316,24 @@ def _results(kind, *, sealing: bool):
                 attempts = list(r.attempts)
                 attempts[index] += 1
                 new = Rollouts(tuple(attempts), r.sealed, r.locators, r.versions, progress, r.since)
-            undo.records.append(g)
+            record(g)
             changed = g.__copy__()
             changed.rollouts = new
             live[gid] = changed
     return step
 
 
-def extend(kind):
+def extend(kind, state: State):
     """`rollout_progress`: the fence of a seal (the group in one of `kind.from_owners` and
     tracking rollouts, the rollout in range, unsealed, named with its current attempt); its
     `Progress` replaces the rollout's previous one, spanning that one's versions too."""
-    allowed = kind.from_owners
+    allowed, live = kind.from_owners, state.live
+    live_get = live.get
 
-    def step(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         ref = event.ref
         gid, index = ref.group_id, ref.index
-        g = state.live.get(gid)
+        g = live_get(gid)
         if g is None or g.owner not in allowed:
             raise _illegal(state, kind, gid, lsn)
         r = g.rollouts
@@ -336,11 +341,11 @@ def extend(kind):
             raise _refused(kind, ref, r, None, lsn, prefix=True)
         p = Progress(ref.locator, event.tokens, event.turn,
                      *span_after(event.policy_version, event.since_version, r.progress_of(index)))
-        undo.records.append(g)
+        record(g)
         changed = g.__copy__()
         changed.rollouts = Rollouts(r.attempts, r.sealed, r.locators, r.versions,
                                     with_progress(r.progress, len(r.attempts), index, p), r.since)
-        state.live[gid] = changed
+        live[gid] = changed
     return step
 
 
@@ -374,20 +379,20 @@ def _refused(kind, ref, r: Rollouts | None, seen: set | None, lsn: int, *, prefi
 
 # -- markers -----------------------------------------------------------------------------------
 
-def checkpoint(kind):
+def checkpoint(kind, state: State):
     """A checkpoint marker: `kind.checkpoint` says what it marks (`mark_checkpoint`)."""
     mark = kind.checkpoint
 
-    def step(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         undo.save_checkpoints(state)
         mark_checkpoint(state.pending_checkpoints, state.committed_checkpoints, mark, event.step, lsn)
     return step
 
 
-def identify(kind):
+def identify(kind, state: State):
     """`identity_recorded`: the run identity from this commit on replaces the one before (the
     undo's scalars hold the one it replaces)."""
-    def step(state: State, event, lsn: int, undo: Undo, blobs) -> None:
+    def step(state: State, event, lsn: int, record, undo: Undo, blobs) -> None:
         state.identity = dict(event.digests)
     return step
 

@@ -227,7 +227,8 @@ class State:
     """Ownership state after folding commits 1..lsn of one history."""
 
     __slots__ = ("lsn", "chain", "timeline", "live", "terminal", "counts", "next_group_id", "loader",
-                 "pending_checkpoints", "committed_checkpoints", "dataset_size", "row_sample", "identity")
+                 "pending_checkpoints", "committed_checkpoints", "dataset_size", "row_sample", "identity",
+                 "fold_steps")
 
     def __init__(self) -> None:
         self.lsn = 0
@@ -248,6 +249,10 @@ class State:
         # The run identity the history recorded last (`identity_recorded`: key -> fingerprint of
         # its value), None when it recorded none; a dict replaced, never changed, like the sample.
         self.identity: dict[str, bytes] | None = None
+        # The fold's steps made on this state (`fold.fold_records`): (live, counts, terminal,
+        # event type -> step), valid while those three are the state's own (a revert replaces
+        # counts). Not part of the ownership state: a copy starts without.
+        self.fold_steps: tuple | None = None
 
     def owner_of(self, gid: int) -> Owner | None:
         g = self.live.get(gid)

@@ -17,7 +17,7 @@ from journal import (Admitted, Commit, Discarded, Diverted, Finished, Owner, Own
                      TakenGroup, Taken, Trained)
 from journal import fold
 from journal.fold import apply
-from journal.kinds import FOLD_STEPS, KIND_OF, TRANSITIONS, Kind, transition_table_markdown
+from journal.kinds import KIND_OF, TRANSITIONS, Kind, transition_table_markdown
 
 _MOVES = {"diverted": Diverted, "admitted": Admitted, "finished": Finished, "trained": Trained,
           "discarded": Discarded}
@@ -109,7 +109,7 @@ def _fold_reading(monkeypatch, rows: dict) -> dict:
     widened = {struct: Kind(struct, KIND_OF[struct].record, from_owners=owners, to=KIND_OF[struct].to,
                             fold=KIND_OF[struct].fold, groups=KIND_OF[struct].groups)
                for struct, owners in rows.items()}
-    monkeypatch.setattr(fold, "FOLD_STEPS", {**FOLD_STEPS, **{s: k.step for s, k in widened.items()}})
+    monkeypatch.setattr(fold, "KIND_OF", {**KIND_OF, **widened})
     return widened
 
 

@@ -19,14 +19,15 @@ from journal import (AsyncJournal, Admitted, CheckpointBegun, CheckpointCommitte
                      RolloutSealed, State, TakenGroup, Taken, Trained, Transaction)
 from journal.events import EVENT_TYPES, commit_decoder, commit_encoder
 from journal.fold import apply
-from journal.kinds import BY_NAME, FOLD_STEPS, KIND_OF, KINDS, event_name, handlers
+from journal.kinds import BY_NAME, KIND_OF, KINDS, event_name, handlers
 from journal.transaction import Draft
 
 
 def test_every_record_has_its_row_and_every_call_its_methods():
     assert tuple(k.struct for k in KINDS) == EVENT_TYPES
-    assert set(FOLD_STEPS) == set(EVENT_TYPES)
+    assert set(KIND_OF) == set(EVENT_TYPES)
     for kind in KINDS:
+        assert callable(kind.fold(kind, State()))  # its fold step on a state
         assert kind.name == kind.struct.__struct_config__.tag
         for recorder in (Journal, Transaction, Draft, AsyncJournal):
             assert callable(getattr(recorder, kind.call)), (recorder, kind.call)
