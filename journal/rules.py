@@ -10,7 +10,8 @@ a state's steps once and keeps them while its `live`, `counts` and `terminal` ar
 hold, so a step holds what it reads on every event instead of fetching it.
 
 The steps are the hot path of every replay (restore folds millions of them), so each is a plain
-loop rather than a generator. Records stay immutable (`State.copy` shares them): a move stores
+loop rather than a generator, and the owner test of a group (live, in one of the from-owners,
+else `_illegal`) is written in each step's loop: a function for it costs a call per group. Records stay immutable (`State.copy` shares them): a move stores
 a new record built in one call, the undo keeps the old one. A move takes each group from the
 count of the owner it had, whichever of its from-owners that is, and adds the groups to the
 count of its to-owner, so a row widened later stays counted.

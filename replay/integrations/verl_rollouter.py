@@ -158,7 +158,7 @@ class JournaledFullyAsyncRollouter(PlainRollouter):
 
     def _finished(self, uid: str, output) -> None:
         gid = group_of_uid(uid)
-        finish(self.session, gid, rows_of(output, uid, self._epoch_of.pop(gid), self._policy_step), self._policy_step)
+        finish(self.session, gid, rows_of(output, self._epoch_of.pop(gid), self._policy_step), self._policy_step)
 
     def _evicted(self, sample_id: str) -> None:
         gid = group_of_uid("uid_" + sample_id)

@@ -41,24 +41,25 @@ def _column(values: list) -> np.ndarray:
     return column
 
 
-def rows_of(output: Any, uid: str, epoch: int, policy_version: int) -> dict:
-    """What the data plane stores of a generated sample: the agent loop's `DataProto` (verl
-    sets the uid on it after generation; here it is set in the rows) and where it came from."""
-    non_tensors = {k: np.asarray(v).tolist() for k, v in output.non_tensor_batch.items()}
-    non_tensors["uid"] = [uid] * len(output)
+def rows_of(output: Any, epoch: int, policy_version: int) -> dict:
+    """What the data plane stores of a generated sample: the agent loop's `DataProto` and where
+    it came from. Not its uid (verl sets it after generation): `sample_of` derives it from the
+    group the rows are handed back as."""
     return {"epoch": int(epoch), "policy_version": int(policy_version),
             "tensors": {k: v.contiguous() for k, v in output.batch.items()},
-            "non_tensors": non_tensors, "meta_info": dict(output.meta_info)}
+            "non_tensors": {k: np.asarray(v).tolist() for k, v in output.non_tensor_batch.items()},
+            "meta_info": dict(output.meta_info)}
 
 
 def sample_of(rows: dict, group_id: int) -> RolloutSample:
     """The `RolloutSample` that `rows_of` stored, as verl's trainer takes it from the queue, named
     after `group_id`: the group a restore handed the rows back as, which is not the one they were
     generated for when the restore gave the group a fresh id (docs/recovery.md), so the sample id
-    and the uids are set from it, never read from the rows (`rollout_status`, the rollouter's
-    statistics at the put, is not kept: metrics only)."""
+    and the uids are set from it (`rollout_status`, the rollouter's statistics at the put, is not
+    kept: metrics only)."""
     sample_id = sample_id_of(group_id)
+    responses = len(next(iter(rows["tensors"].values())))
     non_tensors = {k: _column(v) for k, v in rows["non_tensors"].items()}
-    non_tensors["uid"] = _column([UID_PREFIX + sample_id] * len(non_tensors["uid"]))
+    non_tensors["uid"] = _column([UID_PREFIX + sample_id] * responses)
     data = DataProto.from_dict(tensors=rows["tensors"], non_tensors=non_tensors, meta_info=rows["meta_info"])
     return RolloutSample(full_batch=data, sample_id=sample_id, epoch=rows["epoch"], rollout_status={})

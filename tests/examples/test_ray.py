@@ -20,14 +20,12 @@ import subprocess
 import sys
 import time
 
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"   # before ray is imported: bind loopback
+import pytest
+import ray
 
-import pytest  # noqa: E402
-import ray  # noqa: E402
-
-from examples import chaos, ray_workers  # noqa: E402
-from examples.bookkeeping import read_ledger  # noqa: E402
-from replay import audit  # noqa: E402
+from examples import chaos, ray_workers
+from examples.bookkeeping import read_ledger
+from replay import audit
 
 SOAK = int(os.environ.get("OJ_RAY_SOAK", "0") or 0)
 CONTROLLER_KILLS = max(1, SOAK)

@@ -8,13 +8,11 @@ import asyncio
 import os
 import tempfile
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+import pytest
+import ray
+from verl.experimental.fully_async_policy.detach_utils import RolloutSample
 
-import pytest  # noqa: E402
-import ray  # noqa: E402
-from verl.experimental.fully_async_policy.detach_utils import RolloutSample  # noqa: E402
-
-from replay.integrations.verl import ReportingQueueClient, reporting_queue_actor  # noqa: E402
+from replay.integrations.verl import ReportingQueueClient, reporting_queue_actor
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ def test_a_finished_group_handed_back_under_a_fresh_id_is_queued_and_trained_und
         j.begin_checkpoint(step=2)
         j.commit_checkpoint(step=2)
         j.admitted([old], target_step=3, policy_version=2)
-        stored = rows_of(_output(2), "uid_" + sample_id_of(old), epoch=0, policy_version=2)
+        stored = rows_of(_output(2), epoch=0, policy_version=2)
         j.finished([old], policy_version=2, locators=[dp.put(old, stored)])
     with Session.open(path, data_plane=dp, compact_every=None) as s:
         ((work, rows),) = list(finished_groups(s))
